@@ -1,0 +1,1 @@
+"""pyvia: real-time, server-rendered web apps in Python."""

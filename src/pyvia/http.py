@@ -1,0 +1,256 @@
+"""Transport-agnostic HTTP values shared by the core and every front end.
+
+A front end (the native server, the ASGI adapter, the test client) turns what it reads into a
+:class:`Request`, hands it to ``App.handle`` and writes back what it gets:
+
+* a :class:`Response` — status, headers and a complete body, written in one go;
+* a :class:`StreamResponse` — the head is written, then ``open(sink)`` is called with a
+  :class:`StreamSink` the core writes events into directly (no task per stream, DESIGN.md
+  hot-path rules) until either side closes it;
+* an awaitable resolving to one of the two, when user code is asynchronous.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import Protocol, Union
+from urllib.parse import parse_qsl
+
+__all__ = [
+    "Headers",
+    "Request",
+    "Response",
+    "StreamResponse",
+    "StreamSink",
+    "HandleResult",
+    "STATUS_PHRASES",
+]
+
+
+class Headers:
+    """Request headers: names lower-cased once, looked up case-insensitively.
+
+    Repeated headers are kept in order; :meth:`get` returns the last one, :meth:`get_all`
+    all of them (as ``Cookie`` and ``Accept-Encoding`` may repeat).
+    """
+
+    __slots__ = ("_items", "_map")
+
+    def __init__(self, items: list[tuple[str, str]] | None = None) -> None:
+        self._items: list[tuple[str, str]] = []
+        self._map: dict[str, str] = {}
+        for name, value in items or ():
+            self.add(name, value)
+
+    def add(self, name: str, value: str) -> None:
+        name = name.lower()
+        self._items.append((name, value))
+        self._map[name] = value
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._map.get(name, default)
+
+    def get_all(self, name: str) -> list[str]:
+        return [v for n, v in self._items if n == name]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._map
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+@dataclass(slots=True)
+class Request:
+    """One HTTP request as the core sees it. ``path`` is percent-decoded, without the query."""
+
+    method: str
+    path: str
+    query_string: str = ""
+    headers: Headers = field(default_factory=Headers)
+    body: bytes = b""
+    client: str = ""
+    scheme: str = "http"
+    #: Set by the dispatcher: path parameters of the matched route.
+    path_params: dict[str, str] = field(default_factory=dict)
+    _cookies: dict[str, str] | None = None
+    _query: dict[str, str] | None = None
+
+    @property
+    def cookies(self) -> dict[str, str]:
+        if self._cookies is None:
+            self._cookies = parse_cookies(self.headers.get_all("cookie"))
+        return self._cookies
+
+    @property
+    def query(self) -> dict[str, str]:
+        """Query parameters (the last value of a repeated name wins)."""
+        if self._query is None:
+            self._query = dict(parse_qsl(self.query_string, keep_blank_values=True))
+        return self._query
+
+    @property
+    def content_type(self) -> str:
+        return (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+
+
+def parse_cookies(values: list[str]) -> dict[str, str]:
+    """Parse ``Cookie`` headers leniently: a malformed pair is skipped, never an error."""
+    out: dict[str, str] = {}
+    for header in values:
+        for part in header.split(";"):
+            name, sep, value = part.strip().partition("=")
+            if sep and name:
+                value = value.strip()
+                if len(value) >= 2 and value[0] == value[-1] == '"':
+                    value = value[1:-1]
+                out.setdefault(name, value)
+    return out
+
+
+@dataclass(slots=True)
+class Response:
+    """A complete response. ``headers`` are (name, value) pairs written as given."""
+
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+
+    @classmethod
+    def text(cls, body: str, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+        return cls(status, [("content-type", "text/plain; charset=utf-8"), *(headers or [])], body.encode())
+
+    @classmethod
+    def html(cls, body: str, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+        return cls(status, [("content-type", "text/html; charset=utf-8"), *(headers or [])], body.encode())
+
+    @classmethod
+    def json(cls, data: object, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+        import orjson
+
+        return cls(status, [("content-type", "application/json"), *(headers or [])], orjson.dumps(data))
+
+    def set_cookie(
+        self,
+        name: str,
+        value: str,
+        *,
+        max_age: int | None = None,
+        path: str = "/",
+        secure: bool = False,
+        httponly: bool = True,
+        samesite: str = "Lax",
+    ) -> None:
+        self.headers.append(("set-cookie", format_cookie(name, value, max_age=max_age, path=path,
+                                                         secure=secure, httponly=httponly, samesite=samesite)))
+
+
+def format_cookie(
+    name: str,
+    value: str,
+    *,
+    max_age: int | None = None,
+    path: str = "/",
+    secure: bool = False,
+    httponly: bool = True,
+    samesite: str | None = "Lax",
+) -> str:
+    cookie: SimpleCookie = SimpleCookie()
+    cookie[name] = value
+    morsel = cookie[name]
+    morsel["path"] = path
+    if max_age is not None:
+        morsel["max-age"] = str(max_age)
+    if secure:
+        morsel["secure"] = True
+    if httponly:
+        morsel["httponly"] = True
+    if samesite:
+        morsel["samesite"] = samesite
+    return morsel.OutputString()
+
+
+class StreamSink(Protocol):
+    """Where a stream's bytes go. Implemented by each front end."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` (one whole event) for sending; never blocks."""
+
+    def close(self) -> None:
+        """End the response (the front end finishes the body and may keep the connection)."""
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written but not yet handed to the kernel: the slow-client signal."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+
+class StreamResponse:
+    """A long-lived response (Server-Sent Events).
+
+    The front end writes the head, then calls :meth:`open` with its sink. When the peer goes
+    away it calls :meth:`closed` exactly once (unless the core closed the sink first, in
+    which case it may still call it; the callbacks must be idempotent).
+    """
+
+    __slots__ = ("status", "headers", "on_open", "on_close")
+
+    def __init__(
+        self,
+        headers: list[tuple[str, str]],
+        on_open: Callable[[StreamSink], None],
+        on_close: Callable[[], None],
+        status: int = 200,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.on_open = on_open
+        self.on_close = on_close
+
+    def open(self, sink: StreamSink) -> None:
+        self.on_open(sink)
+
+    def closed(self) -> None:
+        self.on_close()
+
+
+HandleResult = Union[Response, StreamResponse, Awaitable[Union[Response, StreamResponse]]]
+
+STATUS_PHRASES: dict[int, str] = {
+    100: "Continue",
+    200: "OK",
+    204: "No Content",
+    301: "Moved Permanently",
+    302: "Found",
+    303: "See Other",
+    304: "Not Modified",
+    307: "Temporary Redirect",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Content Too Large",
+    414: "URI Too Long",
+    417: "Expectation Failed",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
+}
