@@ -1,1 +1,41 @@
-"""pyvia: real-time, server-rendered web apps in Python."""
+"""pyvia: real-time, server-rendered web apps in Python.
+
+One context per browser tab on the server, one Server-Sent-Events stream per tab, and the
+Datastar client morphing what the server sends. See ``docs/`` for the guides.
+"""
+
+from pyvia.app import App, RouteGroup
+from pyvia.context import Action, Context
+from pyvia.errors import (
+    ClientError,
+    ConfigError,
+    DeclarationError,
+    PyviaError,
+    RouteError,
+    ServiceError,
+    UsageError,
+)
+from pyvia.forms import UploadedFile
+from pyvia.http import Request, Response
+from pyvia.signals import Signal
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action",
+    "App",
+    "ClientError",
+    "ConfigError",
+    "Context",
+    "DeclarationError",
+    "PyviaError",
+    "Request",
+    "Response",
+    "RouteError",
+    "RouteGroup",
+    "ServiceError",
+    "Signal",
+    "UploadedFile",
+    "UsageError",
+    "__version__",
+]

@@ -21,13 +21,13 @@ from typing import Protocol, Union
 from urllib.parse import parse_qsl
 
 __all__ = [
+    "STATUS_PHRASES",
+    "HandleResult",
     "Headers",
     "Request",
     "Response",
     "StreamResponse",
     "StreamSink",
-    "HandleResult",
-    "STATUS_PHRASES",
 ]
 
 
@@ -83,6 +83,10 @@ class Request:
     scheme: str = "http"
     #: Set by the dispatcher: path parameters of the matched route.
     path_params: dict[str, str] = field(default_factory=dict)
+    #: Free-form data middleware attaches for the handler (e.g. the logged-in user).
+    state: dict[str, object] = field(default_factory=dict)
+    #: What the request is to the core: "page", "action", "stream", "revival", "route", "asset".
+    kind: str = ""
     _cookies: dict[str, str] | None = None
     _query: dict[str, str] | None = None
 
@@ -205,7 +209,7 @@ class StreamResponse:
     which case it may still call it; the callbacks must be idempotent).
     """
 
-    __slots__ = ("status", "headers", "on_open", "on_close")
+    __slots__ = ("headers", "on_close", "on_open", "status")
 
     def __init__(
         self,
@@ -226,7 +230,7 @@ class StreamResponse:
         self.on_close()
 
 
-HandleResult = Union[Response, StreamResponse, Awaitable[Union[Response, StreamResponse]]]
+HandleResult = Union[Response, StreamResponse, Awaitable[Response | StreamResponse]]
 
 STATUS_PHRASES: dict[int, str] = {
     100: "Continue",

@@ -1,0 +1,838 @@
+"""App: routes, middleware, the tab registry and the dispatch every front end calls.
+
+``App.handle(request)`` is the one entry point. It answers a page view, a stream connect, an
+action, the close beacon, the Datastar bundle or a plain route, and returns a ``Response``, a
+``StreamResponse`` or — only when user code is asynchronous — an awaitable of one. Client
+faults become 4xx answers here; any other exception is logged with its phase and answered with
+a bare 500, and the process keeps serving.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import logging
+import time
+import typing
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyvia import protocol
+from pyvia.assets import Bundle, load_bundle
+from pyvia.clock import Clock, LoopClock, TimerHandle
+from pyvia.config import Config
+from pyvia.context import Context, call_hook
+from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
+from pyvia.errors import (
+    ClientError,
+    ContextNotFound,
+    DeclarationError,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+)
+from pyvia.forms import Form, UploadedFile, parse_form, request_signals
+from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
+from pyvia.lifecycle import State
+from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.routing import Middleware, Route, Router, compile_route
+from pyvia.session import (
+    SECURE_SESSION_COOKIE,
+    SESSION_COOKIE,
+    SESSION_MAX_AGE,
+    ContextIds,
+    is_session_id,
+    load_secret,
+    new_session_id,
+)
+
+log = logging.getLogger("pyvia")
+
+SSE_PATH = "/_sse"
+ACTION_PREFIX = "/_action/"
+CLOSE_PATH = "/_session/close"
+BUNDLE_PATH = "/datastar.js"
+_DESTROY_SLICE = 0.005  # seconds of destroying per loop turn (php-via 0.14 uses 10 ms slices)
+_GRAVEYARD_CAP = 100_000
+_RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
+
+__all__ = ["App", "RouteGroup"]
+
+
+class _Revived:
+    """What the revival endpoint hands back through the middleware chain."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+
+class _TabStream:
+    """Connects one stream response to its tab, remembering which sink is its own."""
+
+    __slots__ = ("app", "ctx", "sink")
+
+    def __init__(self, app: App, ctx: Context) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.sink: StreamSink | None = None
+
+    def open(self, sink: StreamSink) -> None:
+        self.sink = sink
+        self.app._on_stream_open(self.ctx, sink)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.app._on_stream_close(self.ctx, self.sink)
+            self.sink = None
+
+
+class _Interval:
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: TimerHandle | None = None
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
+    if inspect.isawaitable(result):
+        async def later() -> Any:
+            value = fn(await result)
+            return await value if inspect.isawaitable(value) else value
+        return later()
+    return fn(result)
+
+
+class RouteGroup:
+    """Routes sharing a path prefix and middleware: ``with app.group("/admin", middleware=[auth]) as g``."""
+
+    def __init__(self, app: App, prefix: str, middleware: Sequence[Middleware]) -> None:
+        if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+            raise DeclarationError(f"group prefix {prefix!r} must start with '/' and not end with one")
+        self.app = app
+        self.prefix = prefix
+        self.middleware = tuple(middleware)
+
+    def _path(self, path: str) -> str:
+        return self.prefix + ("" if path == "/" else path) if self.prefix else path
+
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title)
+
+    def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
+              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        return self.app.route(methods, self._path(path), middleware=(*self.middleware, *middleware))
+
+    def group(self, prefix: str, *, middleware: Sequence[Middleware] = ()) -> RouteGroup:
+        return RouteGroup(self.app, self._path(prefix), (*self.middleware, *middleware))
+
+    def __enter__(self) -> RouteGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class App:
+    """A pyvia application: ``app = App(title="Counter")``, then ``@app.page("/")``.
+
+    Options are those of :class:`pyvia.config.Config`; an unknown one is a ConfigError.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.config = Config.from_options(options)
+        self.router = Router()
+        self.templates = Templates(self.config.template_dir)
+        self._middleware: list[Middleware] = []
+        self._ids = ContextIds(load_secret(self.config.secret))
+        self._bundle: Bundle | None = None
+        self._downloads = Downloads()
+        self._not_found: Callable[[Request], Any] | None = None
+        self._error_page: Callable[[Request, BaseException], Any] | None = None
+        self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
+        # every live tab, by context id
+        self.contexts: dict[str, Context] = {}
+        self._connected: dict[str, Context] = {}
+        # (deadline, seq, ctx) for tabs without a stream; stale entries are skipped
+        self._deadlines: list[tuple[float, int, Context]] = []
+        self._seq = 0
+        self._destroy_queue: deque[Context] = deque()
+        self._destroying = False
+        # destroyed ids -> (revival deadline, tab_state); insertion order is expiry order
+        self._graveyard: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._reload_sent: OrderedDict[str, float] = OrderedDict()
+        self.clock: Clock | None = None
+        self._sweep_handle: TimerHandle | None = None
+        self._next_keep_alive = 0.0
+        self._tasks: set[Any] = set()
+        #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
+        self.raise_server_exceptions = False
+
+    # --- registration ----------------------------------------------------------------------------
+
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view."""
+        def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+            route = compile_route(path, handler, "page", ["GET"], middleware, title)
+            route.call_args = _binders(handler, route.param_names, path)
+            self.router.add(route)
+            return handler
+        return register
+
+    def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
+              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a plain HTTP route: ``handler(request, **path_params)`` returns a Response, str or dict."""
+        method_list = [methods] if isinstance(methods, str) else list(methods)
+        def register(handler: Callable[..., Any]) -> Callable[..., Any]:
+            route = compile_route(path, handler, "route", method_list, middleware)
+            route.call_args = _binders(handler, route.param_names, path)
+            self.router.add(route)
+            return handler
+        return register
+
+    def group(self, prefix: str, *, middleware: Sequence[Middleware] = ()) -> RouteGroup:
+        return RouteGroup(self, prefix, middleware)
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Add middleware ``fn(request, call_next)`` around every page, action, stream and revival.
+
+        ``request.kind`` says which; data put in ``request.state`` reaches the context as
+        ``c.state_from_middleware``. Returning a Response instead of calling ``call_next``
+        answers the request (a revival answered this way makes the tab reload).
+        """
+        self._middleware.append(fn)
+        return fn
+
+    def not_found(self, fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        """Set the 404 page: ``fn(request)`` returns a Response or HTML."""
+        self._not_found = fn
+        return fn
+
+    def error_page(self, fn: Callable[[Request, BaseException], Any]) -> Callable[..., Any]:
+        """Set the 500 page for failing page views: ``fn(request, exc)`` returns a Response or HTML."""
+        self._error_page = fn
+        return fn
+
+    def url_for_action(self, name: str) -> str:
+        return ACTION_PREFIX + name
+
+    # --- serving ---------------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        """Called by the front end inside the running loop before it serves."""
+        import asyncio
+
+        self.start(LoopClock(asyncio.get_running_loop()))
+
+    def start(self, clock: Clock) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
+        self.clock = clock
+        self.bundle  # noqa: B018  # load now so a missing bundle fails at start, not on a page
+        self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+
+    async def shutdown(self, budget: float = 1.5) -> None:
+        """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers."""
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
+        for ctx in list(self._connected.values()):
+            ctx.stream.close()
+
+    def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
+        """Serve the app on the native server until SIGINT/SIGTERM."""
+        from pyvia.server.runner import run  # the core imports a front end only here
+
+        run(self, host=host, port=port, **server_options)
+
+    @property
+    def bundle(self) -> Bundle:
+        if self._bundle is None:
+            self._bundle = load_bundle(self.config.datastar_js)
+        return self._bundle
+
+    # --- dispatch ----------------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> HandleResult:
+        """Answer one request (see the module docstring)."""
+        try:
+            result = self._dispatch(request)
+        except BaseException as exc:  # every failure becomes an answer here
+            return self._error_response(exc, request)
+        if isinstance(result, (Response, StreamResponse)):
+            return result
+        return self._finish(result, request)
+
+    async def _finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
+        try:
+            result = await pending
+        except BaseException as exc:
+            return self._error_response(exc, request)
+        return self._as_response(result)
+
+    def _error_response(self, exc: BaseException, request: Request) -> Response:
+        if isinstance(exc, ClientError):
+            log.info("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            return Response.text(exc.public_message, exc.status, list(exc.headers))
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise exc
+        log.error("error in %s %s %s", request.kind or "request", request.method, request.path, exc_info=exc)
+        if self.raise_server_exceptions:
+            raise exc
+        if request.kind == "action":
+            return Response.text("Action failed", 500)
+        if request.kind == "page" and self._error_page is not None:
+            try:
+                return self._as_response(self._error_page(request, exc), 500)
+            except Exception:
+                log.exception("the error page failed too")
+        return Response.text("Internal Server Error", 500)
+
+    def _dispatch(self, request: Request) -> Any:
+        path = request.path
+        if path == SSE_PATH:
+            request.kind = "stream"
+            return self._open_stream(request)
+        if path.startswith(ACTION_PREFIX):
+            request.kind = "action"
+            return self._action(request, path[len(ACTION_PREFIX):])
+        if path == BUNDLE_PATH:
+            request.kind = "asset"
+            return self._bundle_response(request)
+        if path == CLOSE_PATH:
+            request.kind = "beacon"
+            return self._close_beacon(request)
+        if path.startswith(DOWNLOAD_PREFIX):
+            request.kind = "download"
+            found = self._downloads.take(path[len(DOWNLOAD_PREFIX):], self._session_of(request) or "")
+            if found is None:
+                raise NotFound("unknown or used download")
+            return found
+        routes, params = self.router.match(path)
+        if not routes:
+            return self._not_found_response(request)
+        method = "GET" if request.method == "HEAD" else request.method
+        route = next((r for r in routes if method in r.methods or "*" in r.methods), None)
+        if route is None:
+            allowed = sorted({m for r in routes for m in r.methods} | ({"HEAD"} if any(
+                "GET" in r.methods for r in routes) else set()))
+            raise MethodNotAllowed(headers=[("allow", ", ".join(allowed))])
+        request.path_params = params
+        if route.kind == "page":
+            request.kind = "page"
+            if request.method == "HEAD":
+                return Response(200, [("content-type", "text/html; charset=utf-8")])
+            return self._with_middleware(request, route, lambda r: self._page(r, route))
+        request.kind = "route"
+        return self._with_middleware(request, route, lambda r: self._plain_route(r, route))
+
+    def _with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
+        chain = [*self._middleware, *(route.middleware if route is not None else ())]
+        if not chain:
+            return endpoint(request)
+        call = endpoint
+        for mw in reversed(chain):
+            call = _wrap_middleware(mw, call)
+        return call(request)
+
+    def _not_found_response(self, request: Request) -> Response:
+        if self._not_found is None:
+            raise NotFound()
+        return _then(self._not_found(request), lambda r: self._as_response(r, 404))  # type: ignore[no-any-return]
+
+    def _as_response(self, result: Any, status: int = 200) -> Response | StreamResponse:
+        if isinstance(result, (Response, StreamResponse)):
+            return result
+        if isinstance(result, str):
+            return Response.html(result, status)
+        if isinstance(result, (dict, list)):
+            return Response.json(result, status)
+        if isinstance(result, bytes):
+            return Response(status, [("content-type", "application/octet-stream")], result)
+        raise TypeError(f"a handler returned {type(result).__name__}; expected a Response, str, dict or list")
+
+    # --- plain routes ------------------------------------------------------------------------------
+
+    def _plain_route(self, request: Request, route: Route) -> Any:
+        kwargs = _bind(route, request.path_params, None, request)
+        return _then(route.handler(**kwargs), self._as_response)
+
+    # --- pages -----------------------------------------------------------------------------------
+
+    def _session_of(self, request: Request) -> str | None:
+        value = request.cookies.get(self._session_cookie)
+        return value if is_session_id(value) else None
+
+    def _page(self, request: Request, route: Route) -> Any:
+        session_id = self._session_of(request) or new_session_id()
+        params = request.path_params
+        ctx = Context(self, self._ids.make(route.pattern, params, session_id), route, params, session_id, request)
+        kwargs = _bind(route, params, ctx, request)
+        return _then(route.handler(**kwargs), lambda result: self._page_response(ctx, result))
+
+    def _page_response(self, ctx: Context, result: Any) -> Response:
+        if result is not None:
+            if isinstance(result, Response):
+                return result
+            raise DeclarationError(
+                f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
+                "a page declares a view with c.view() and returns None (or a Response)"
+            )
+        content = ctx.render_view(False)
+        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, protocol.DISCONNECTED_SIGNAL: True}
+        seed.update(ctx.changed_signals(all_signals=True))
+        bundle = self.bundle
+        head = bootstrap_head(seed, f"{BUNDLE_PATH}?v={bundle.version}", bundle.integrity, SSE_PATH, CLOSE_PATH)
+        if self.config.head:
+            head += "\n" + "\n".join(self.config.head)
+        doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
+                             foot="\n".join(self.config.foot), lang=self.config.lang)
+        self._register(ctx)
+        response = Response.html(doc)
+        response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
+        response.headers.append(("cache-control", "no-store"))
+        self._take_cookies(ctx, response)
+        return response
+
+    def _session_cookie_header(self, session_id: str) -> str:
+        secure = "; Secure" if self.config.secure_cookie else ""
+        return f"{self._session_cookie}={session_id}; Path=/; Max-Age={SESSION_MAX_AGE}; HttpOnly; SameSite=Lax{secure}"
+
+    @staticmethod
+    def _take_cookies(ctx: Context, response: Response) -> None:
+        if ctx._cookies_out:
+            response.headers.extend(("set-cookie", c) for c in ctx._cookies_out)
+            ctx._cookies_out.clear()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        if self.clock is None:
+            raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
+        return self.clock.now()
+
+    def _register(self, ctx: Context) -> None:
+        self.contexts[ctx.id] = ctx
+        ctx.state = State.CREATED
+        self._set_deadline(ctx, self._now() + self.config.connect_timeout)
+
+    def _set_deadline(self, ctx: Context, deadline: float) -> None:
+        ctx.deadline = deadline
+        self._seq += 1
+        heapq.heappush(self._deadlines, (deadline, self._seq, ctx))
+
+    def _on_stream_open(self, ctx: Context, sink: StreamSink) -> None:
+        if ctx.state is State.DESTROYED:
+            sink.write(protocol.execute_script("window.location.reload()"))
+            sink.close()
+            return
+        now = self._now()
+        ctx.stream.attach(sink, now)
+        ctx.state = State.CONNECTED
+        ctx.deadline = 0.0
+        self._connected[ctx.id] = ctx
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False}
+        view = None
+        if ctx.revived:
+            ctx.revived = False
+            view = ctx._view_frame()
+            signals.update(ctx.changed_signals(all_signals=True))
+        else:
+            signals.update(ctx.changed_signals())
+        ctx.stream.send(protocol.patch_signals(signals), view, now)
+
+    def _on_stream_close(self, ctx: Context, sink: StreamSink) -> None:
+        if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
+            return
+        now = self._now()
+        ctx.state = State.DISCONNECTED
+        self._connected.pop(ctx.id, None)
+        deadline = now + self.config.cleanup_delay
+        if ctx.last_action:
+            deadline = max(deadline, ctx.last_action + self.config.reconnect_timeout)
+        self._set_deadline(ctx, deadline)
+        for fn in list(ctx._on_disconnect):
+            self._run_hook(fn, ctx, "disconnect")
+
+    def _run_hook(self, fn: Callable[..., Any], ctx: Context, phase: str) -> None:
+        try:
+            result = call_hook(fn, ctx)
+            if inspect.isawaitable(result):
+                self._spawn(result, ctx, phase)
+        except Exception:
+            log.exception("error in %s hook of %s", phase, ctx.route.pattern)
+            if self.raise_server_exceptions:
+                raise
+
+    def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
+        import asyncio
+
+        async def guarded() -> None:
+            try:
+                await awaitable
+            except Exception:
+                log.exception("error in %s of %s", phase, ctx.route.pattern if ctx else "app")
+
+        task = asyncio.ensure_future(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _sweep(self) -> None:
+        """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
+        clock = self.clock
+        assert clock is not None
+        now = clock.now()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, _, ctx = heapq.heappop(heap)
+            if ctx.deadline == deadline and ctx.state in (State.CREATED, State.DISCONNECTED):
+                self._destroy_queue.append(ctx)
+        if self._destroy_queue and not self._destroying:
+            self._destroying = True
+            clock.call_soon(self._destroy_slice)
+        if now >= self._next_keep_alive:
+            interval = self.config.keep_alive
+            if interval > 0:
+                ping = protocol.keep_alive()
+                for ctx in self._connected.values():
+                    stream = ctx.stream
+                    if now - stream.last_write >= interval and stream.sink is not None:
+                        stream.sink.write(ping)
+                        stream.last_write = now
+                self._next_keep_alive = now + interval / 3
+        self._prune_records(now)
+        self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+
+    def _destroy_slice(self) -> None:
+        """Destroy queued contexts for a few milliseconds, then yield the loop."""
+        stop = time.perf_counter() + _DESTROY_SLICE
+        queue = self._destroy_queue
+        while queue:
+            self.destroy(queue.popleft())
+            if time.perf_counter() >= stop:
+                break
+        if queue and self.clock is not None:
+            self.clock.call_soon(self._destroy_slice)
+        else:
+            self._destroying = False
+
+    def destroy(self, ctx: Context) -> None:
+        """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
+        if ctx.state is State.DESTROYED:
+            return
+        ctx.state = State.DESTROYED
+        if self.contexts.get(ctx.id) is ctx:
+            del self.contexts[ctx.id]
+        self._connected.pop(ctx.id, None)
+        for timer in ctx._timers:
+            timer.cancel()
+        for fn in ctx._on_cleanup:
+            self._run_hook(fn, ctx, "cleanup")
+        ctx.stream.close()
+        if self.config.revival_window > 0:
+            self._graveyard[ctx.id] = (self._now() + self.config.revival_window, ctx.tab_state)
+            self._graveyard.move_to_end(ctx.id)
+        # drop what closures hold, so a destroyed context leaves no reference cycle
+        ctx._signals = {}
+        ctx._actions = {}
+        ctx._view = None
+        ctx._view_data = None
+        ctx._timers = []
+        ctx._on_cleanup = []
+        ctx._on_disconnect = []
+
+    def _prune_records(self, now: float) -> None:
+        grave = self._graveyard
+        while grave:
+            first = next(iter(grave.values()))
+            if first[0] > now and len(grave) <= _GRAVEYARD_CAP:
+                break
+            grave.popitem(last=False)
+        sent = self._reload_sent
+        while sent and (next(iter(sent.values())) <= now or len(sent) > _GRAVEYARD_CAP):
+            sent.popitem(last=False)
+
+    def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> _Interval:
+        clock = self.clock
+        if clock is None:
+            raise RuntimeError("set_interval needs a started app")
+        interval = _Interval()
+
+        def tick() -> None:
+            if ctx.state is State.DESTROYED:
+                return
+            ctx._begin_batch()
+            try:
+                result = call_hook(fn, ctx)
+                if inspect.isawaitable(result):
+                    self._spawn(result, ctx, "timer")
+            except Exception:
+                log.exception("error in a timer of %s", ctx.route.pattern)
+            finally:
+                ctx._end_batch()
+            interval.handle = clock.call_later(period, tick)
+
+        interval.handle = clock.call_later(period, tick)
+        ctx._timers.append(interval)
+        return interval
+
+    # --- streams ---------------------------------------------------------------------------------
+
+    def _open_stream(self, request: Request) -> Any:
+        signals = request_signals(request, None)
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        if not isinstance(ctx_id, str) or not ctx_id:
+            raise ContextNotFound("stream without via_ctx")
+        session_id = self._session_of(request)
+        ctx = self.contexts.get(ctx_id)
+        if ctx is None:
+            return _then(self._revive(request, ctx_id, session_id, signals),
+                         lambda found: self._stream_for(request, found) if found is not None
+                         else self._reload_stream(ctx_id))
+        return self._stream_for(request, ctx)
+
+    def _stream_for(self, request: Request, ctx: Context) -> Any:
+        if ctx.session_id != self._session_of(request):
+            raise Forbidden("stream for another session's tab")
+
+        def endpoint(req: Request) -> StreamResponse:
+            tab = _TabStream(self, ctx)
+            return StreamResponse(list(protocol.SSE_HEADERS), on_open=tab.open, on_close=tab.close)
+
+        return self._with_middleware(request, ctx.route, endpoint)
+
+    def _reload_stream(self, ctx_id: str) -> StreamResponse:
+        """A stream for a tab that cannot be revived: reload once, then tell it to stop trying."""
+        first = ctx_id not in self._reload_sent
+        if first:
+            self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
+            script = "window.location.reload()"
+        else:
+            script = "document.getElementById('via-boot')?.remove()"
+
+        def on_open(sink: StreamSink) -> None:
+            sink.write(protocol.execute_script(script))
+            sink.close()
+
+        return StreamResponse(list(protocol.SSE_HEADERS), on_open=on_open, on_close=lambda: None)
+
+    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be."""
+        if session_id is None or self.config.revival_window <= 0:
+            return None
+        record = self._graveyard.get(ctx_id)
+        now = self._now()
+        if record is not None and record[0] < now:
+            return None
+        verified = self._ids.verify(ctx_id, session_id)
+        if verified is None:
+            log.info("refused to revive a context id not signed for this session")
+            return None
+        pattern, params = verified
+        route = self.router.page(pattern)
+        if route is None:
+            return None
+        request.kind = "revival"
+        request.path_params = params
+
+        def endpoint(req: Request) -> Any:
+            ctx = Context(self, ctx_id, route, params, session_id, req)
+            if record is not None:
+                ctx.tab_state = record[1]
+            kwargs = _bind(route, params, ctx, req)
+            return _then(route.handler(**kwargs), lambda result: _Revived(ctx))
+
+        def finish(result: Any) -> Context | None:
+            if not isinstance(result, _Revived):
+                return None  # middleware answered instead: the tab reloads and gets that answer
+            existing = self.contexts.get(ctx_id)
+            if existing is not None:  # a concurrent revival of the same tab won
+                return existing
+            ctx = result.ctx
+            ctx.apply_client_signals(signals)
+            for sig in ctx._signals.values():
+                sig._changed = True
+            ctx.revived = True
+            self._graveyard.pop(ctx_id, None)
+            self._register(ctx)
+            log.info("revived a tab of %s", route.pattern)
+            return ctx
+
+        return _then(self._with_middleware(request, route, endpoint), finish)
+
+    # --- actions ---------------------------------------------------------------------------------
+
+    def _check_origin(self, request: Request) -> None:
+        origin = request.headers.get("origin")
+        if origin is None:
+            if self.config.dev or self.config.allow_missing_origin:
+                return
+            raise Forbidden("missing Origin header")
+        if origin in self.config.trusted_origins:
+            return
+        host = request.headers.get("host")
+        if host is None or urlsplit(origin).netloc.lower() != host.lower():
+            raise Forbidden(f"untrusted origin {origin!r}")
+
+    def _action(self, request: Request, name: str) -> Any:
+        if request.method != "POST":
+            raise MethodNotAllowed(headers=[("allow", "POST")])
+        self._check_origin(request)
+        form = parse_form(request) if request.content_type in (
+            "application/x-www-form-urlencoded", "multipart/form-data") else None
+        if form is not None:
+            request.state["_form"] = form
+        signals = request_signals(request, form)
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        if not isinstance(ctx_id, str) or not ctx_id:
+            raise ContextNotFound("action without via_ctx")
+        session_id = self._session_of(request)
+        ctx = self.contexts.get(ctx_id)
+        if ctx is None:
+            return _then(self._revive(request, ctx_id, session_id, signals),
+                         lambda found: self._run_action(request, found, name, signals))
+        return self._run_action(request, ctx, name, signals)
+
+    def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
+        if ctx is None:
+            raise ContextNotFound("unknown tab")
+        if ctx.session_id != self._session_of(request):
+            raise Forbidden("action on another session's tab")
+        request.kind = "action"
+        action = ctx._actions.get(name)
+        if action is None:
+            raise NotFound(f"unknown action {name!r}")
+
+        def endpoint(req: Request) -> Any:
+            now = self._now()
+            ctx.request = req
+            ctx.last_action = now
+            if ctx.state is State.DISCONNECTED:
+                self._set_deadline(ctx, max(ctx.deadline, now + self.config.reconnect_timeout))
+            ctx.apply_client_signals(signals)
+            ctx._begin_batch()
+            try:
+                pending = ctx.run_action(action)
+            except BaseException:
+                ctx._end_batch()
+                raise
+            if pending is None:
+                ctx._end_batch()
+                return self._action_response(ctx)
+            return self._await_action(ctx, pending)
+
+        return self._with_middleware(request, ctx.route, endpoint)
+
+    async def _await_action(self, ctx: Context, pending: Awaitable[Any]) -> Response:
+        try:
+            await pending
+        finally:
+            ctx._end_batch()
+        return self._action_response(ctx)
+
+    def _action_response(self, ctx: Context) -> Response:
+        response = Response(200)
+        self._take_cookies(ctx, response)
+        return response
+
+    def _form_of(self, request: Request) -> dict[str, str]:
+        form = request.state.get("_form")
+        return form.fields if isinstance(form, Form) else {}
+
+    def _files_of(self, request: Request) -> dict[str, UploadedFile]:
+        form = request.state.get("_form")
+        return form.files if isinstance(form, Form) else {}
+
+    # --- small endpoints -------------------------------------------------------------------------
+
+    def _close_beacon(self, request: Request) -> Response:
+        if request.method != "POST":
+            raise MethodNotAllowed(headers=[("allow", "POST")])
+        self._check_origin(request)
+        ctx_id = request.body.decode(errors="replace").strip()
+        ctx = self.contexts.get(ctx_id)
+        if ctx is not None and ctx.session_id == self._session_of(request):
+            ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
+        return Response(200)
+
+    def _bundle_response(self, request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
+        bundle = self.bundle
+        etag = f'"{bundle.version}"'
+        headers = [
+            ("content-type", "text/javascript; charset=utf-8"),
+            ("cache-control", "public, max-age=31536000, immutable"),
+            ("etag", etag),
+        ]
+        if request.headers.get("if-none-match") == etag:
+            return Response(304, headers)
+        return Response(200, headers, bundle.body)
+
+
+def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    if inspect.iscoroutinefunction(mw):
+        async def next_async(req: Request) -> Any:
+            result = call_next(req)
+            return await result if inspect.isawaitable(result) else result
+        return lambda req: mw(req, next_async)
+    return lambda req: mw(req, call_next)
+
+
+_CASTS: dict[Any, Callable[[str], Any]] = {
+    int: int,
+    float: float,
+    bool: lambda v: v.lower() in ("1", "true", "yes", "on"),
+    str: str,
+}
+
+
+def _binders(handler: Callable[..., Any], param_names: tuple[str, ...], path: str) -> tuple[tuple[str, str, Any], ...]:
+    """Decide once how each handler parameter is filled: the context, the request or a path param."""
+    try:
+        hints = typing.get_type_hints(handler)
+    except Exception:
+        hints = {}
+    out = []
+    for name, param in inspect.signature(handler).parameters.items():
+        hint = hints.get(name)
+        if hint is Context or (hint is None and name in ("c", "ctx", "context")):
+            out.append(("context", name, None))
+        elif hint is Request or name == "request":
+            out.append(("request", name, None))
+        elif name in param_names:
+            out.append(("param", name, _CASTS.get(hint, str)))
+        elif param.default is param.empty:
+            raise DeclarationError(
+                f"handler {getattr(handler, '__name__', handler)!r} for {path!r} has a parameter {name!r} "
+                "that is neither the context, the request nor a path parameter"
+            )
+    return tuple(out)
+
+
+def _bind(route: Route, params: dict[str, str], ctx: Context | None, request: Request) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for source, name, cast in route.call_args:
+        if source == "context":
+            if ctx is None:
+                raise DeclarationError(f"plain route {route.pattern!r} cannot take a Context")
+            kwargs[name] = ctx
+        elif source == "request":
+            kwargs[name] = request
+        else:
+            try:
+                kwargs[name] = cast(params[name])
+            except (ValueError, KeyError):
+                raise NotFound(f"path parameter {name!r} has the wrong form") from None
+    return kwargs
+

@@ -1,0 +1,70 @@
+"""The app's settings: one frozen object, validated once when the App is made."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyvia.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every option of :class:`pyvia.App`; durations are in seconds."""
+
+    title: str = "pyvia"
+    lang: str = "en"
+    template_dir: str | None = None
+    #: Signs context ids; set it (or ``PYVIA_SECRET``) so tabs revive after a restart everywhere.
+    secret: str | bytes | None = None
+    dev: bool = False
+    #: A page whose stream never connects is destroyed after this (php-via 0.13: 30 s).
+    connect_timeout: float = 30.0
+    #: Grace after a tab's last stream closes before its context is destroyed (5 s).
+    cleanup_delay: float = 5.0
+    #: A disconnected tab's context (and the events queued for it) is kept this long after its
+    #: last action (60 s; Datastar's retry backoff caps at 30 s).
+    reconnect_timeout: float = 60.0
+    #: An unknown context id is revived if its context was destroyed less than this ago (10 min).
+    revival_window: float = 600.0
+    #: An idle stream gets a comment after this much silence (15 s), so proxies keep it open.
+    keep_alive: float = 15.0
+    #: Period of the one sweep that runs timeouts and keep-alives for every tab.
+    sweep_interval: float = 1.0
+    #: Unsent bytes on a tab's socket above which its view frames are held (1 MiB, php-via 0.13).
+    max_stream_buffer: int = 1 << 20
+    #: Origins (``scheme://host[:port]``) accepted on actions besides the request's own host.
+    trusted_origins: Sequence[str] = ()
+    #: Accept actions without an ``Origin`` header (always on in dev mode).
+    allow_missing_origin: bool = False
+    #: Use the ``__Host-`` session cookie with ``Secure`` (needs HTTPS).
+    secure_cookie: bool = False
+    #: Markup added to every page's ``<head>`` / before ``</body>``.
+    head: Sequence[str] = ()
+    foot: Sequence[str] = ()
+    #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.assets``).
+    datastar_js: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{name}={value!r}: must be a number of seconds >= 0")
+        if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:
+            raise ConfigError(f"sweep_interval={self.sweep_interval!r}: must be a number of seconds > 0")
+        if not isinstance(self.max_stream_buffer, int) or self.max_stream_buffer < 0:
+            raise ConfigError(f"max_stream_buffer={self.max_stream_buffer!r}: must be a byte count >= 0")
+        for origin in self.trusted_origins:
+            if not isinstance(origin, str) or "://" not in origin:
+                raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"unknown App option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**options)

@@ -1,0 +1,385 @@
+"""Context: the server side of one browser tab.
+
+A page handler receives a fresh Context and declares on it what the tab has: signals
+(``c.signal``), actions (``c.action``) and a view (``c.view``). Later, actions run against the
+same Context, and whatever they change goes out on the tab's stream. The lifecycle (connect
+timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycle``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from pyvia import protocol
+from pyvia.errors import DeclarationError
+from pyvia.http import Request, format_cookie
+from pyvia.lifecycle import State
+from pyvia.render import VIEW_ID, body_of, is_document
+from pyvia.signals import Signal, check_name
+from pyvia.stream import Stream
+
+if TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.clock import TimerHandle
+    from pyvia.routing import Route
+
+T = TypeVar("T")
+log = logging.getLogger("pyvia")
+
+ActionCallback = Callable[..., Any]
+ViewCallable = Callable[..., str]
+
+__all__ = ["Action", "Context"]
+
+
+class Action:
+    """A server callback the browser can trigger with ``@post(action.url)``.
+
+    ``str(action)`` is the Datastar expression itself, so a template can write
+    ``data-on:click="{{ increment }}"``.
+    """
+
+    __slots__ = ("callback", "is_async", "name", "pass_context", "url")
+
+    def __init__(self, name: str, callback: ActionCallback, url: str) -> None:
+        self.name = name
+        self.callback = callback
+        self.url = url
+        self.is_async = inspect.iscoroutinefunction(callback)
+        try:
+            params = inspect.signature(callback).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]  # builtins without a signature take nothing
+        required = [p for p in params.values() if p.default is p.empty and p.kind in
+                    (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(required) > 1:
+            raise DeclarationError(
+                f"action {name!r} takes {len(required)} arguments; an action takes none or the Context"
+            )
+        self.pass_context = len(required) == 1
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    def __str__(self) -> str:
+        return f"@post('{self.url}')"
+
+    def __html__(self) -> str:
+        return str(self).replace("'", "&#39;")
+
+    def __repr__(self) -> str:
+        return f"Action({self.name!r})"
+
+
+class Context:
+    """One tab: its signals, actions, view, hooks and outbound stream."""
+
+    __slots__ = (
+        # identity, fixed at creation
+        "app", "id", "route", "params", "session_id",
+        # what the page declared
+        "_signals", "_actions", "_view", "_view_block", "_view_data",
+        "_on_cleanup", "_on_disconnect", "_timers",
+        # per request
+        "request", "_cookies_out", "_batch",
+        # lifecycle, driven by the App
+        "state", "deadline", "last_action", "revived", "stream",
+        # user data
+        "state_from_middleware", "tab_state",
+        "__weakref__",
+    )
+
+    def __init__(
+        self, app: App, context_id: str, route: Route, params: dict[str, str], session_id: str,
+        request: Request,
+    ) -> None:
+        self.app = app
+        self.id = context_id
+        self.route = route
+        self.params = params
+        self.session_id = session_id
+        self._signals: dict[str, Signal[Any]] = {}
+        self._actions: dict[str, Action] = {}
+        self._view: str | ViewCallable | None = None
+        self._view_block: str | None = None
+        self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+        self._on_cleanup: list[Callable[..., Any]] = []
+        self._on_disconnect: list[Callable[..., Any]] = []
+        self._timers: list[TimerHandle] = []
+        self.request = request
+        self._cookies_out: list[str] = []
+        self._batch: list[bytes] | None = None
+        self.state = State.CREATED
+        self.deadline = 0.0
+        self.last_action = 0.0
+        self.revived = False
+        self.stream = Stream(app.config.max_stream_buffer)
+        #: Data middleware put in ``request.state`` on the page view (or the revival).
+        self.state_from_middleware: dict[str, Any] = dict(request.state)
+        #: Server-side per-tab values; kept when the tab is revived in this process.
+        self.tab_state: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<Context {self.route.pattern} {self.state.name}>"
+
+    # --- declarations ---------------------------------------------------------------------------
+
+    def signal(self, initial: T, name: str, *, client_writable: bool = True) -> Signal[T]:
+        """Declare a tab signal. Declaring the same name again sets its value and returns it."""
+        existing = self._signals.get(name)
+        if existing is not None:
+            existing.value = initial
+            existing.client_writable = client_writable
+            return existing
+        check_name("signal", name, f"page {self.route.pattern!r}")
+        if name in self._actions:
+            raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} has an action's name")
+        sig: Signal[T] = Signal(name, initial, client_writable=client_writable)
+        self._signals[name] = sig
+        return sig
+
+    @overload
+    def action(self, fn: ActionCallback, name: str | None = None) -> Action: ...
+
+    @overload
+    def action(self, fn: str) -> Callable[[ActionCallback], Action]: ...
+
+    @overload
+    def action(self, fn: None = None, name: str | None = None) -> Callable[[ActionCallback], Action]: ...
+
+    def action(
+        self, fn: ActionCallback | str | None = None, name: str | None = None
+    ) -> Action | Callable[[ActionCallback], Action]:
+        """Register an action; works as ``c.action(fn, "name")``, ``@c.action`` or ``@c.action("name")``.
+
+        The id is the name (the function's name by default), so it is the same after revival.
+        """
+        if fn is None or isinstance(fn, str):
+            given = fn if isinstance(fn, str) else name
+            return lambda f: self.action(f, given)
+        action_name = name or getattr(fn, "__name__", "")
+        check_name("action", action_name, f"page {self.route.pattern!r}")
+        if action_name in self._signals:
+            raise DeclarationError(f"action {action_name!r} in page {self.route.pattern!r} has a signal's name")
+        act = Action(action_name, fn, self.app.url_for_action(action_name))
+        self._actions[action_name] = act
+        return act
+
+    def view(
+        self,
+        view: str | ViewCallable,
+        data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+        *,
+        block: str | None = None,
+    ) -> None:
+        """Set the tab's view: a template name (``data``, ``block`` allowed) or ``fn(is_update) -> str``."""
+        if callable(view):
+            if data is not None or block is not None:
+                raise DeclarationError("data= and block= go with a template name, not a callable view")
+            try:
+                nparams = len(inspect.signature(view).parameters)
+            except (TypeError, ValueError):
+                nparams = 1
+            self._view = view if nparams else (lambda _is_update, _v=view: _v())
+        elif isinstance(view, str):
+            if "<" in view:
+                raise DeclarationError(
+                    "c.view() takes a template name or a callable; wrap literal HTML in a function"
+                )
+            self._view = view
+        else:
+            raise DeclarationError(f"c.view() takes a template name or a callable, not {type(view).__name__}")
+        self._view_block = block
+        self._view_data = data
+
+    def on_cleanup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` (or ``fn()``) when the context is destroyed."""
+        self._on_cleanup.append(fn)
+        return fn
+
+    def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` (or ``fn()``) when the tab's last stream closes."""
+        self._on_disconnect.append(fn)
+        return fn
+
+    def set_interval(self, fn: Callable[..., Any], ms: float) -> TimerHandle:
+        """Call ``fn`` every ``ms`` milliseconds until the context is destroyed."""
+        if ms <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
+        return self.app._arm_interval(self, fn, ms / 1000.0)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    @property
+    def signals(self) -> Mapping[str, Signal[Any]]:
+        return self._signals
+
+    @property
+    def actions(self) -> Mapping[str, Action]:
+        return self._actions
+
+    @property
+    def is_connected(self) -> bool:
+        return self.stream.is_connected
+
+    @property
+    def is_destroyed(self) -> bool:
+        return self.state is State.DESTROYED
+
+    @property
+    def cookies(self) -> dict[str, str]:
+        return self.request.cookies
+
+    def input(self, name: str, default: Any = None) -> Any:
+        """A form field or query parameter of the current request (form fields win)."""
+        form = self.app._form_of(self.request)
+        if name in form:
+            return form[name]
+        return self.request.query.get(name, default)
+
+    @property
+    def files(self) -> dict[str, Any]:
+        """Files uploaded with the current request (multipart), by field name."""
+        return self.app._files_of(self.request)
+
+    def set_cookie(self, name: str, value: str, *, max_age: int | None = None, path: str = "/",
+                   secure: bool = False, httponly: bool = True, samesite: str = "Lax") -> None:
+        """Queue a cookie for the next page or action response of this tab."""
+        self._cookies_out.append(format_cookie(name, value, max_age=max_age, path=path,
+                                               secure=secure, httponly=httponly, samesite=samesite))
+
+    def delete_cookie(self, name: str, path: str = "/") -> None:
+        self.set_cookie(name, "", max_age=0, path=path)
+
+    # --- rendering -------------------------------------------------------------------------------
+
+    def render(self, template: str, data: Mapping[str, Any] | None = None, *, block: str | None = None) -> str:
+        """Render a template with this tab's signals and actions injected by name."""
+        ns: dict[str, Any] = {"c": self, **self._signals, **self._actions}
+        if data:
+            ns.update(data)
+        return self.app.templates.render(template, ns, block)
+
+    def render_view(self, is_update: bool) -> str:
+        view = self._view
+        if view is None:
+            return ""
+        if isinstance(view, str):
+            data = self._view_data() if callable(self._view_data) else self._view_data
+            return self.render(view, data, block=self._view_block if is_update else None)
+        return view(is_update)
+
+    def _view_frame(self) -> bytes | None:
+        markup = self.render_view(True)
+        if not markup:
+            return None
+        if self._view_block is not None:
+            return protocol.patch_elements(markup)
+        if is_document(markup):
+            return protocol.patch_elements(body_of(markup), "body", "inner")
+        return protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+
+    def changed_signals(self, *, all_signals: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for sig in self._signals.values():
+            if all_signals or sig._changed:
+                out[sig.id] = sig._value
+                sig._changed = False
+        return out
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Re-render the view and send it with the changed signals."""
+        self._send(self._signal_frame(), self._view_frame())
+
+    def sync_signals(self) -> None:
+        """Send the signals that changed since they were last sent."""
+        frame = self._signal_frame()
+        if frame:
+            self._send(frame, None)
+
+    def patch_elements(self, html: str, selector: str | None = None, mode: str = "outer") -> None:
+        """Patch part of the page: morph by id (default) or place ``html`` at ``selector``."""
+        if mode not in ("outer", "replace") and selector is None:
+            raise DeclarationError(f"patch_elements mode {mode!r} needs a selector")
+        self._send(protocol.patch_elements(html, selector, mode), None)
+
+    def patch_signals(self, values: Mapping[str, Any]) -> None:
+        """Send signal values to the browser without declaring them (``None`` removes one)."""
+        self._send(protocol.patch_signals(dict(values)), None)
+
+    def exec_script(self, js: str) -> None:
+        """Run JavaScript once in the tab."""
+        if js:
+            self._send(protocol.execute_script(js), None)
+
+    def redirect(self, url: str) -> None:
+        """Send the tab to another URL."""
+        import orjson
+
+        self.exec_script(f"window.location.href = {orjson.dumps(url).decode()}")
+
+    def download(self, source: str | Any | Iterable[bytes], filename: str, *, media_type: str | None = None) -> str:
+        """Register a one-shot download for this tab's session and return its URL."""
+        return self.app._downloads.add(self.session_id, source, filename, media_type)
+
+    def _signal_frame(self) -> bytes:
+        changed = self.changed_signals()
+        return protocol.patch_signals(changed) if changed else b""
+
+    def _send(self, data: bytes, view: bytes | None) -> None:
+        if self.state is State.DESTROYED:
+            return
+        batch = self._batch
+        if batch is not None:
+            if view is not None:
+                batch.append(view)
+            if data:
+                batch.append(data)
+            return
+        self.stream.send(data, view, self.app.clock.now())
+
+    def _begin_batch(self) -> None:
+        self._batch = []
+
+    def _end_batch(self) -> None:
+        """Send what the batch collected plus the changed signals, in one write."""
+        batch, self._batch = self._batch, None
+        frame = self._signal_frame()
+        if frame:
+            batch = [*(batch or []), frame]
+        if batch:
+            self.stream.send(b"".join(batch), None, self.app.clock.now())
+
+    def apply_client_signals(self, values: Mapping[str, Any]) -> None:
+        """Write the browser's values into client-writable signals; unknown ids are ignored."""
+        signals = self._signals
+        for key, value in values.items():
+            sig = signals.get(key)
+            if sig is not None and sig.client_writable:
+                sig.accept_client_value(value)
+
+    # --- running user code ----------------------------------------------------------------------
+
+    def run_action(self, action: Action) -> Awaitable[None] | None:
+        """Run an action; return an awaitable if it is async. The caller ends the batch."""
+        if action.pass_context:
+            result = action.callback(self)
+        else:
+            result = action.callback()
+        if inspect.isawaitable(result):
+            return result
+        return None
+
+
+def call_hook(fn: Callable[..., Any], ctx: Context) -> Any:
+    try:
+        nparams = len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        nparams = 0
+    return fn(ctx) if nparams else fn()

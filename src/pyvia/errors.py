@@ -1,0 +1,112 @@
+"""pyvia's exceptions.
+
+::
+
+    PyviaError
+    ├─ UsageError          the developer misused the API; raised at declaration or start
+    │  ├─ ConfigError      (also ValueError) a bad option
+    │  ├─ RouteError       (also ValueError) a bad route pattern or a duplicate route
+    │  └─ DeclarationError (also ValueError) a bad signal, action or view declaration
+    ├─ ClientError         the browser sent something wrong; ``.status`` is the HTTP answer
+    │  ├─ MalformedRequest     400
+    │  ├─ ContextNotFound      400  (unknown tab that cannot be revived)
+    │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
+    │  ├─ NotFound             404
+    │  ├─ MethodNotAllowed     405
+    │  └─ PayloadTooLarge      413
+    └─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
+
+Client errors are raised as one internal type and turned into a short plain-text answer at the
+dispatch boundary, with one log line and no traceback. Anything else raised by user code is
+logged once with its phase, route and context id, and answered with a bare 500.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientError",
+    "ConfigError",
+    "ContextNotFound",
+    "DeclarationError",
+    "Forbidden",
+    "MalformedRequest",
+    "MethodNotAllowed",
+    "NotFound",
+    "PayloadTooLarge",
+    "PyviaError",
+    "RouteError",
+    "ServiceError",
+    "UsageError",
+]
+
+
+class PyviaError(Exception):
+    """Base of every exception pyvia raises on purpose."""
+
+
+class UsageError(PyviaError):
+    """The framework was used in a way it does not support."""
+
+
+class ConfigError(UsageError, ValueError):
+    """An option has a bad value."""
+
+
+class RouteError(UsageError, ValueError):
+    """A route pattern is malformed or registered twice."""
+
+
+class DeclarationError(UsageError, ValueError):
+    """A signal, action or view was declared wrongly."""
+
+
+class ClientError(PyviaError):
+    """The request is at fault; answered with :attr:`status` and :attr:`public_message`."""
+
+    status = 400
+    public_message = "Bad Request"
+
+    def __init__(self, detail: str = "", *, headers: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(detail or self.public_message)
+        self.detail = detail or self.public_message
+        self.headers = headers or []
+
+
+class MalformedRequest(ClientError):
+    status = 400
+    public_message = "Bad Request"
+
+
+class ContextNotFound(ClientError):
+    status = 400
+    public_message = "Invalid context"
+
+
+class Forbidden(ClientError):
+    status = 403
+    public_message = "Forbidden"
+
+
+class NotFound(ClientError):
+    status = 404
+    public_message = "Not Found"
+
+
+class MethodNotAllowed(ClientError):
+    status = 405
+    public_message = "Method Not Allowed"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    public_message = "Content Too Large"
+
+
+class ServiceError(PyviaError):
+    """The server cannot answer now; the client should retry after :attr:`retry_after` seconds."""
+
+    status = 503
+
+    def __init__(self, detail: str = "Service Unavailable", *, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after

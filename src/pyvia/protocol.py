@@ -1,0 +1,117 @@
+"""The Datastar 1.0 wire protocol: events out, signals in. Values in, bytes out; no I/O.
+
+Invariants:
+
+1. Every event is formatted so that user text can never end it early or forge another one:
+   HTML is split on ``\\r\\n``, ``\\r`` and ``\\n`` and every line gets its own ``data:`` prefix;
+   selectors and modes containing a line break are refused; JSON comes from orjson, which
+   escapes control characters.
+2. Parsing either returns a ``dict`` of signals or raises :class:`MalformedRequest`, never
+   anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from pyvia.errors import MalformedRequest, PayloadTooLarge
+
+PATCH_ELEMENTS = "datastar-patch-elements"
+PATCH_SIGNALS = "datastar-patch-signals"
+DATASTAR_PARAM = "datastar"
+CONTEXT_SIGNAL = "via_ctx"
+DISCONNECTED_SIGNAL = "_disconnected"
+
+#: Datastar 1.0 element patch modes; ``outer`` is the default and is not sent.
+MODES = frozenset({"outer", "inner", "replace", "prepend", "append", "before", "after", "remove"})
+
+_PATCH_ELEMENTS_HEAD = b"event: " + PATCH_ELEMENTS.encode() + b"\n"
+_PATCH_SIGNALS_HEAD = b"event: " + PATCH_SIGNALS.encode() + b"\ndata: signals "
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_KEEP_ALIVE = b": keep-alive\n\n"
+
+#: Bytes that open an SSE stream body; the comment makes proxies flush the head.
+STREAM_PREAMBLE = b": via\n\n"
+SSE_HEADERS: list[tuple[str, str]] = [
+    ("content-type", "text/event-stream"),
+    ("cache-control", "no-cache"),
+    ("x-accel-buffering", "no"),
+]
+
+
+def patch_elements(html: str, selector: str | None = None, mode: str = "outer") -> bytes:
+    """Format a ``datastar-patch-elements`` event."""
+    parts = [_PATCH_ELEMENTS_HEAD]
+    if selector is not None:
+        if not selector or _LINE_BREAK.search(selector):
+            raise ValueError(f"selector {selector!r} must be non-empty and on one line")
+        parts.append(b"data: selector " + selector.encode() + b"\n")
+    if mode != "outer":
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} must be one of {sorted(MODES)}")
+        parts.append(b"data: mode " + mode.encode() + b"\n")
+    if html:
+        for line in _LINE_BREAK.split(html):
+            parts.append(b"data: elements " + line.encode() + b"\n")
+    parts.append(b"\n")
+    return b"".join(parts)
+
+
+def patch_signals(signals: dict[str, Any]) -> bytes:
+    """Format a ``datastar-patch-signals`` event (JSON merge patch; ``None`` removes a signal)."""
+    return _PATCH_SIGNALS_HEAD + orjson.dumps(signals) + b"\n\n"
+
+
+def execute_script(js: str) -> bytes:
+    """Run ``js`` once in the page: Datastar 1.0 has no script event, so append a self-removing tag."""
+    body = js.replace("</script", "<\\/script")
+    return patch_elements(f'<script data-effect="el.remove()">{body}</script>', "body", "append")
+
+
+def keep_alive() -> bytes:
+    return _KEEP_ALIVE
+
+
+# --- signals in --------------------------------------------------------------------------------
+
+#: Payload limits (bytes of the JSON text, nesting depth, keys per object, string length).
+MAX_SIGNAL_BYTES = 1 << 20
+MAX_SIGNAL_DEPTH = 16
+MAX_SIGNAL_KEYS = 1000
+MAX_STRING_LENGTH = 1 << 20
+
+
+def parse_signals(raw: bytes | str) -> dict[str, Any]:
+    """Decode a Datastar signals payload: a JSON object within the payload limits."""
+    if not raw:
+        return {}
+    if len(raw) > MAX_SIGNAL_BYTES:
+        raise PayloadTooLarge(f"signals payload of {len(raw)} bytes exceeds {MAX_SIGNAL_BYTES}")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequest(f"signals are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise MalformedRequest("signals must be a JSON object")
+    _check_shape(value, 0)
+    return value
+
+
+def _check_shape(value: Any, depth: int) -> None:
+    if depth > MAX_SIGNAL_DEPTH:
+        raise MalformedRequest(f"signals nested deeper than {MAX_SIGNAL_DEPTH}")
+    if isinstance(value, dict):
+        if len(value) > MAX_SIGNAL_KEYS:
+            raise MalformedRequest(f"signal object with more than {MAX_SIGNAL_KEYS} keys")
+        for item in value.values():
+            _check_shape(item, depth + 1)
+    elif isinstance(value, list):
+        if len(value) > MAX_SIGNAL_KEYS:
+            raise MalformedRequest(f"signal list with more than {MAX_SIGNAL_KEYS} items")
+        for item in value:
+            _check_shape(item, depth + 1)
+    elif isinstance(value, str) and len(value) > MAX_STRING_LENGTH:
+        raise MalformedRequest(f"signal string longer than {MAX_STRING_LENGTH}")

@@ -1,0 +1,134 @@
+"""Templates and documents: Jinja2 rendering and the HTML around a tab's view.
+
+A view is either a Jinja2 template (rendered whole on page load; with ``block=`` only that
+block on updates) or a callable returning HTML. Fragment views are wrapped in the default
+shell; a full document (one containing ``<html``) gets the bootstrap injected before
+``</head>`` and ``</body>`` unless the template placed it with ``via_head()``/``via_foot()``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from os import PathLike
+from typing import Any
+
+import jinja2
+import orjson
+from markupsafe import Markup
+
+VIEW_ID = "via-view"
+_HTML_TAG = re.compile(r"<html[\s>]", re.IGNORECASE)
+_HEAD_END = re.compile(r"</head\s*>", re.IGNORECASE)
+_BODY_END = re.compile(r"</body\s*>", re.IGNORECASE)
+_BODY = re.compile(r"<body[^>]*>(.*)</body\s*>", re.IGNORECASE | re.DOTALL)
+
+#: Placeholders the ``via_head()`` / ``via_foot()`` template helpers leave; replaced per page.
+HEAD_MARK = "<!--via:head-->"
+FOOT_MARK = "<!--via:foot-->"
+
+
+def is_document(markup: str) -> bool:
+    return _HTML_TAG.search(markup) is not None
+
+
+def body_of(document: str) -> str:
+    m = _BODY.search(document)
+    return m.group(1) if m else document
+
+
+class Templates:
+    """A Jinja2 environment with autoescape on and pyvia's helpers."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, directory: str | PathLike[str] | None) -> None:
+        loader: jinja2.BaseLoader = (
+            jinja2.FileSystemLoader(directory) if directory is not None else jinja2.DictLoader({})
+        )
+        self.env = jinja2.Environment(
+            loader=loader,
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            auto_reload=False,
+        )
+        self.env.globals["via_head"] = lambda: Markup(HEAD_MARK)
+        self.env.globals["via_foot"] = lambda: Markup(FOOT_MARK)
+
+    def render(self, name: str, data: Mapping[str, Any], block: str | None = None) -> str:
+        template = self.env.get_template(name)
+        if block is None:
+            return template.render(data)
+        try:
+            render_block = template.blocks[block]
+        except KeyError:
+            raise KeyError(f"template {name!r} has no block {block!r}") from None
+        return "".join(render_block(template.new_context(dict(data))))
+
+
+def signals_attr(values: Mapping[str, Any]) -> str:
+    """The escaped value of a ``data-signals`` attribute."""
+    return html.escape(orjson.dumps(values).decode(), quote=True)
+
+
+def bootstrap_head(
+    signals: Mapping[str, Any], bundle_url: str, integrity: str, sse_url: str, close_url: str
+) -> str:
+    """The tags that seed the tab's signals, load Datastar and keep the stream open.
+
+    The stream is opened with ``retryMaxCount: 0`` and re-opened by a one-second interval
+    while it is down, so every reconnect carries the signals the browser holds *now* (Datastar's
+    own retries resend the first request's), which revival needs after a restart.
+    """
+    get = f"@get('{sse_url}', {{openWhenHidden: true, retryMaxCount: 0}})"
+    return (
+        f'<meta id="via-boot" data-signals="{signals_attr(signals)}" '
+        f'data-indicator="_connecting" data-init="{html.escape(get)}" '
+        f'data-on-interval__duration.1s="{html.escape("$_connecting || " + get)}" '
+        f'data-effect="$_disconnected = !$_connecting" '
+        f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
+        f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"></script>'
+    )
+
+
+_SHELL = """<!doctype html>
+<html lang="{lang}">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+{head}
+</head>
+<body>
+<div id="{view_id}">{content}</div>
+{foot}
+</body>
+</html>
+"""
+
+
+def build_document(
+    content: str, *, title: str, head: str, foot: str, lang: str = "en"
+) -> str:
+    """Wrap a fragment view in the shell, or inject ``head``/``foot`` into a full document."""
+    if not is_document(content):
+        return _SHELL.format(
+            lang=lang, title=html.escape(title), head=head, foot=foot, view_id=VIEW_ID, content=content
+        )
+    if HEAD_MARK in content:
+        content = content.replace(HEAD_MARK, head, 1)
+    elif (m := _HEAD_END.search(content)) is not None:
+        content = content[: m.start()] + head + "\n" + content[m.start() :]
+    else:
+        content = head + content
+    if FOOT_MARK in content:
+        content = content.replace(FOOT_MARK, foot, 1)
+    elif foot:
+        ends = list(_BODY_END.finditer(content))
+        if ends:
+            at = ends[-1].start()
+            content = content[:at] + foot + "\n" + content[at:]
+        else:
+            content += foot
+    return content

@@ -1,0 +1,115 @@
+"""Session cookies and signed context ids.
+
+A context id carries what revival needs — the route pattern and path params — signed with the
+app's secret and bound to the session, so a tab can be rebuilt after the process restarts or on
+another worker without any server-side record, and no other session can forge or replay it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+from pathlib import Path
+
+import orjson
+
+SESSION_COOKIE = "via_session_id"
+SECURE_SESSION_COOKIE = "__Host-via_session_id"
+SESSION_MAX_AGE = 30 * 24 * 3600
+_SESSION_ID = re.compile(r"[0-9a-f]{32}\Z")
+_SIG_BYTES = 18
+
+log = logging.getLogger("pyvia")
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(16)
+
+
+def is_session_id(value: str | None) -> bool:
+    return value is not None and _SESSION_ID.match(value) is not None
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class ContextIds:
+    """Makes and checks signed context ids."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: bytes) -> None:
+        self._key = hashlib.sha256(b"pyvia context id\0" + secret).digest()
+
+    def _sign(self, payload: bytes, session_id: str) -> bytes:
+        return hmac.new(self._key, payload + b"\0" + session_id.encode(), hashlib.sha256).digest()[:_SIG_BYTES]
+
+    def make(self, route: str, params: dict[str, str], session_id: str) -> str:
+        payload = orjson.dumps([route, params, secrets.token_hex(6)])
+        return _b64(payload) + "." + _b64(self._sign(payload, session_id))
+
+    def verify(self, context_id: str, session_id: str) -> tuple[str, dict[str, str]] | None:
+        """Return (route pattern, params) if the id was made by this app for this session."""
+        if not isinstance(context_id, str) or len(context_id) > 2048:
+            return None
+        body, dot, sig = context_id.partition(".")
+        if not dot:
+            return None
+        try:
+            payload = _unb64(body)
+            signature = _unb64(sig)
+        except (ValueError, TypeError):
+            return None
+        if not hmac.compare_digest(signature, self._sign(payload, session_id)):
+            return None
+        try:
+            route, params, _nonce = orjson.loads(payload)
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            return None
+        if not isinstance(route, str) or not isinstance(params, dict):
+            return None
+        return route, {str(k): str(v) for k, v in params.items()}
+
+
+def load_secret(explicit: str | bytes | None) -> bytes:
+    """The app secret: given, else ``PYVIA_SECRET``, else one kept in the user's state dir.
+
+    A secret that survives restarts is what lets tabs revive after a restart; in production set
+    ``PYVIA_SECRET`` (the same on every node).
+    """
+    if explicit:
+        return explicit.encode() if isinstance(explicit, str) else explicit
+    env = os.environ.get("PYVIA_SECRET")
+    if env:
+        return env.encode()
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "pyvia"
+    path = state / "secret"
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot read %s (%s); using a per-process secret", path, exc)
+        return secrets.token_hex(32).encode()
+    value = secrets.token_hex(32).encode()
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(value)
+        log.info("created an app secret in %s (set PYVIA_SECRET in production)", path)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    except OSError as exc:
+        log.warning("cannot store a secret in %s (%s); tabs will not revive after a restart", path, exc)
+    return value

@@ -1,0 +1,419 @@
+"""Drive an App like a browser would, in-process, without sockets.
+
+::
+
+    client = TestClient(app)
+    tab = client.open("/counter")      # page view + stream connect
+    tab.click("#inc")                  # posts the element's @post action with the tab's signals
+    assert tab.signals["count"] == 1
+    client.clock.advance(60)           # timeouts run on a manual clock
+
+Every call is plain (no ``await``): the client owns an event loop and runs async handlers on it.
+Exceptions from user code re-raise in the test unless ``raise_server_exceptions=False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html as html_lib
+import inspect
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+
+from pyvia import protocol
+from pyvia.app import App
+from pyvia.clock import ManualClock
+from pyvia.context import Context
+from pyvia.http import Headers, Request, Response, StreamResponse
+from pyvia.render import VIEW_ID
+
+__all__ = ["Event", "Tab", "TestClient"]
+
+_ORIGIN = "http://testserver"
+
+
+@dataclass(slots=True)
+class Event:
+    """One parsed Datastar event."""
+
+    type: str
+    selector: str | None = None
+    mode: str = "outer"
+    elements: str = ""
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def script(self) -> str | None:
+        """The JavaScript of an execute-script event, else None."""
+        m = re.fullmatch(r'<script data-effect="el.remove\(\)">(.*)</script>', self.elements, re.DOTALL)
+        return m.group(1) if m and self.selector == "body" and self.mode == "append" else None
+
+
+def parse_events(data: bytes) -> tuple[list[Event], bytes]:
+    """Parse complete SSE events from ``data``; return them and the unparsed rest."""
+    events = []
+    text = data.decode()
+    *complete, rest = text.split("\n\n")
+    for block in complete:
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue
+        ev = Event(type="")
+        element_lines = []
+        for line in lines:
+            key, _, value = line.partition(": ")
+            if key == "event":
+                ev.type = value
+            elif key == "data":
+                dkey, _, dval = value.partition(" ")
+                if dkey == "selector":
+                    ev.selector = dval
+                elif dkey == "mode":
+                    ev.mode = dval
+                elif dkey == "elements":
+                    element_lines.append(dval)
+                elif dkey == "signals":
+                    ev.signals = orjson.loads(dval)
+        ev.elements = "\n".join(element_lines)
+        events.append(ev)
+    return events, rest.encode()
+
+
+class _Sink:
+    __slots__ = ("_buffer", "closed", "tab")
+
+    def __init__(self, tab: Tab) -> None:
+        self.tab = tab
+        self._buffer = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            raise RuntimeError("write to a closed stream")
+        events, self._buffer = parse_events(self._buffer + data)
+        for ev in events:
+            self.tab._receive(ev)
+
+    def close(self) -> None:
+        self.closed = True
+        self.tab._stream_ended(self)
+
+    @property
+    def buffered(self) -> int:
+        return 0
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed
+
+
+class _Element:
+    __slots__ = ("attrs", "tag")
+
+    def __init__(self, tag: str, attrs: dict[str, str]) -> None:
+        self.tag = tag
+        self.attrs = attrs
+
+    def __repr__(self) -> str:
+        return f"<{self.tag} {self.attrs}>"
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[_Element] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append(_Element(tag, {k: v or "" for k, v in attrs}))
+
+
+_SIMPLE = re.compile(r"([a-zA-Z][\w-]*)?((?:[#.][\w-]+|\[[^\]]+\])*)\Z")
+_PART = re.compile(r"#([\w-]+)|\.([\w-]+)|\[([^\]=]+)(?:=['\"]?([^\]'\"]*)['\"]?)?\]")
+
+
+def select(markup: str, selector: str) -> list[_Element]:
+    """Elements of ``markup`` matching a simple selector: ``tag``, ``#id``, ``.cls``, ``[a=b]`` combined."""
+    m = _SIMPLE.match(selector.strip())
+    if not m:
+        raise ValueError(f"unsupported selector {selector!r}; use tag, #id, .class and [attr=value] together")
+    tag, rest = m.group(1), m.group(2)
+    collector = _Collector()
+    collector.feed(markup)
+    found = []
+    for el in collector.elements:
+        if tag and el.tag != tag.lower():
+            continue
+        ok = True
+        for pm in _PART.finditer(rest):
+            ident, cls, attr, value = pm.groups()
+            if ident is not None and el.attrs.get("id") != ident:
+                ok = False
+            elif cls is not None and cls not in el.attrs.get("class", "").split():
+                ok = False
+            elif attr is not None and (attr not in el.attrs or (value is not None and el.attrs[attr] != value)):
+                ok = False
+        if ok:
+            found.append(el)
+    return found
+
+
+_POST = re.compile(r"@post\(\s*['\"]([^'\"]+)['\"]")
+
+
+class TestClient:
+    """An in-process browser for one App, with a manual clock."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN) -> None:
+        self.app = app
+        self.clock = ManualClock()
+        self.loop = asyncio.new_event_loop()
+        self.origin = origin
+        self.cookies: dict[str, str] = {}
+        app.raise_server_exceptions = raise_server_exceptions
+        app.start(self.clock)
+
+    def __enter__(self) -> TestClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.app.shutdown())
+        self.loop.close()
+
+    # --- plain requests ----------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes = b"",
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        cookies: bool = True,
+    ) -> Response | StreamResponse:
+        path, _, query = path.partition("?")
+        hdrs = Headers([("host", "testserver")])
+        if json is not None:
+            body = orjson.dumps(json)
+            hdrs.add("content-type", "application/json")
+        if method not in ("GET", "HEAD"):
+            hdrs.add("origin", self.origin)
+        for k, v in (headers or {}).items():
+            hdrs.add(k, v)
+        if cookies and self.cookies:
+            hdrs.add("cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
+        req = Request(method=method, path=path, query_string=query, headers=hdrs, body=body, client="127.0.0.1")
+        result = self.app.handle(req)
+        if inspect.isawaitable(result):
+            result = self.loop.run_until_complete(result)
+        self.clock.run_due()
+        for name, value in result.headers:
+            if name.lower() == "set-cookie":
+                cname, _, rest = value.partition("=")
+                self.cookies[cname] = rest.split(";", 1)[0]
+        return result
+
+    def get(self, path: str, **kw: Any) -> Response:
+        response = self.request("GET", path, **kw)
+        assert isinstance(response, Response), "use client.open() for a page with its stream"
+        return response
+
+    def post(self, path: str, **kw: Any) -> Response:
+        response = self.request("POST", path, **kw)
+        assert isinstance(response, Response)
+        return response
+
+    def open(self, path: str) -> Tab:
+        """Load a page and connect its stream, as a browser tab does."""
+        response = self.get(path)
+        if response.status != 200:
+            raise AssertionError(f"GET {path} answered {response.status}: {response.body[:200]!r}")
+        tab = Tab(self, path, response)
+        tab.connect()
+        return tab
+
+
+class Tab:
+    """One page loaded in the test client, with the events its stream received."""
+
+    __test__ = False
+
+    def __init__(self, client: TestClient, path: str, response: Response) -> None:
+        self.client = client
+        self.path = path
+        self.page = response.body.decode()
+        boot = select(self.page, "meta#via-boot")
+        if len(boot) != 1:
+            raise AssertionError("the page has no pyvia bootstrap (meta#via-boot)")
+        self.signals: dict[str, Any] = orjson.loads(html_lib.unescape(boot[0].attrs["data-signals"]))
+        self.id: str = self.signals[protocol.CONTEXT_SIGNAL]
+        self.html = _inner_of(self.page, VIEW_ID)
+        self.events: list[Event] = []
+        self.scripts: list[str] = []
+        self._seen = 0
+        self._sink: _Sink | None = None
+        self._stream: StreamResponse | None = None
+        self.stream_status: int | None = None
+
+    # --- stream ----------------------------------------------------------------------------------
+
+    @property
+    def is_connected(self) -> bool:
+        return self._sink is not None and not self._sink.closed
+
+    def connect(self) -> Response | StreamResponse:
+        """Open the tab's stream with the signals the tab holds now."""
+        query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps(self._outgoing()).decode()})
+        result = self.client.request("GET", f"/_sse?{query}")
+        if isinstance(result, StreamResponse):
+            self.stream_status = result.status
+            sink = _Sink(self)
+            self._sink, self._stream = sink, result
+            result.open(sink)
+            self.client.clock.run_due()
+        else:
+            self.stream_status = result.status
+        return result
+
+    reconnect = connect
+
+    def disconnect(self) -> None:
+        """Drop the stream as a network failure or a closed tab would."""
+        sink, stream = self._sink, self._stream
+        self._sink = self._stream = None
+        if sink is not None and stream is not None and not sink.closed:
+            sink.closed = True
+            stream.closed()
+            self.client.clock.run_due()
+
+    def _stream_ended(self, sink: _Sink) -> None:
+        if self._sink is sink and self._stream is not None:
+            stream = self._stream
+            self._sink = self._stream = None
+            stream.closed()
+
+    # --- what arrived ----------------------------------------------------------------------------
+
+    def _receive(self, ev: Event) -> None:
+        self.events.append(ev)
+        if ev.type == protocol.PATCH_SIGNALS:
+            _merge(self.signals, ev.signals)
+        elif ev.type == protocol.PATCH_ELEMENTS:
+            script = ev.script
+            if script is not None:
+                self.scripts.append(script)
+            elif ev.selector == "#" + VIEW_ID and ev.mode == "inner":
+                self.html = ev.elements
+            elif ev.selector is None and ev.mode == "outer":
+                self.html = _replace_by_id(self.html, ev.elements)
+
+    def new_events(self) -> list[Event]:
+        """Events received since the last call."""
+        out = self.events[self._seen:]
+        self._seen = len(self.events)
+        return out
+
+    @property
+    def context(self) -> Context | None:
+        return self.client.app.contexts.get(self.id)
+
+    def _outgoing(self) -> dict[str, Any]:
+        return {k: v for k, v in self.signals.items() if not k.startswith("_")}
+
+    # --- acting ------------------------------------------------------------------------------------
+
+    def action(self, name: str, **signals: Any) -> Response:
+        """POST an action by name with the tab's signals (overridden by ``signals``)."""
+        payload = {**self._outgoing(), **signals}
+        self.signals.update(signals)
+        response = self.client.post(f"/_action/{name}", json=payload)
+        return response
+
+    def post(self, url: str, **signals: Any) -> Response:
+        payload = {**self._outgoing(), **signals}
+        self.signals.update(signals)
+        return self.client.post(url, json=payload)
+
+    def find(self, selector: str) -> list[_Element]:
+        return select(self.html, selector)
+
+    def click(self, selector: str, event: str = "click") -> Response:
+        """Trigger the ``@post`` of the one element matching ``selector``."""
+        matches = self.find(selector)
+        if len(matches) != 1:
+            raise AssertionError(f"{selector!r} matched {len(matches)} elements, expected 1")
+        el = matches[0]
+        expr = el.attrs.get(f"data-on:{event}") or el.attrs.get(f"data-on-{event}")
+        if expr is None:
+            raise AssertionError(f"{selector!r} has no data-on:{event} attribute: {el!r}")
+        m = _POST.search(expr)
+        if not m:
+            raise AssertionError(f"data-on:{event} of {selector!r} posts no action: {expr!r}")
+        return self.post(m.group(1))
+
+    def type(self, selector: str, value: Any) -> None:
+        """Set the signal bound (``data-bind``) to the one input matching ``selector``."""
+        matches = self.find(selector)
+        if len(matches) != 1:
+            raise AssertionError(f"{selector!r} matched {len(matches)} elements, expected 1")
+        attrs = matches[0].attrs
+        name = attrs.get("data-bind") or next((k.split(":", 1)[1] for k in attrs if k.startswith("data-bind:")), None)
+        if not name:
+            raise AssertionError(f"{selector!r} is not bound to a signal (no data-bind)")
+        self.signals[name] = value
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def _element_span(markup: str, element_id: str) -> tuple[int, int, int, int] | None:
+    """(outer start, inner start, inner end, outer end) of the element with ``element_id``."""
+    m = re.search(r"<([a-zA-Z][\w-]*)\b[^>]*\bid=[\"']" + re.escape(element_id) + r"[\"'][^>]*>", markup)
+    if not m:
+        return None
+    tag = m.group(1)
+    depth = 1
+    pos = m.end()
+    tags = re.compile(rf"<(/?){tag}\b[^>]*>", re.IGNORECASE)
+    for t in tags.finditer(markup, pos):
+        depth += -1 if t.group(1) else 1
+        if depth == 0:
+            return m.start(), m.end(), t.start(), t.end()
+    return None
+
+
+def _inner_of(markup: str, element_id: str) -> str:
+    span = _element_span(markup, element_id)
+    return markup[span[1]:span[2]] if span else markup
+
+
+def _replace_by_id(markup: str, fragment: str) -> str:
+    m = re.match(r"\s*<[a-zA-Z][\w-]*\b[^>]*\bid=[\"']([^\"']+)[\"']", fragment)
+    if not m:
+        return markup
+    span = _element_span(markup, m.group(1))
+    if span is None:
+        return markup
+    return markup[: span[0]] + fragment + markup[span[3]:]
+
+
+def iter_events(tab: Tab, type: str) -> Iterator[Event]:
+    return (ev for ev in tab.events if ev.type == type)
