@@ -91,10 +91,37 @@ class _TabStream:
 
 
 class _Interval:
-    __slots__ = ("handle",)
+    """A context's repeating timer: re-armed after each run, dropped when the context dies."""
 
-    def __init__(self) -> None:
+    __slots__ = ("app", "ctx", "fn", "handle", "period")
+
+    def __init__(self, app: App, ctx: Context, fn: Callable[..., Any], period: float) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.fn = fn
+        self.period = period
         self.handle: TimerHandle | None = None
+
+    def arm(self) -> None:
+        clock = self.app.clock
+        assert clock is not None
+        self.handle = clock.call_later(self.period, self.tick)
+
+    def tick(self) -> None:
+        ctx = self.ctx
+        if ctx.state is State.DESTROYED:
+            return
+        ctx._begin_batch()
+        try:
+            result = call_hook(self.fn, ctx)
+            if inspect.isawaitable(result):
+                self.app._spawn(result, ctx, "timer")
+        except Exception:
+            log.exception("error in a timer of %s", ctx.route.pattern)
+        finally:
+            ctx._end_batch()
+        if ctx.state is not State.DESTROYED:
+            self.arm()
 
     def cancel(self) -> None:
         if self.handle is not None:
@@ -172,6 +199,7 @@ class App:
         self._graveyard: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
+        self._started_at = 0.0
         self._sweep_handle: TimerHandle | None = None
         self._next_keep_alive = 0.0
         self._tasks: set[Any] = set()
@@ -238,6 +266,7 @@ class App:
     def start(self, clock: Clock) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
         self.clock = clock
+        self._started_at = clock.now()
         self.bundle  # noqa: B018  # load now so a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
 
@@ -563,26 +592,10 @@ class App:
             sent.popitem(last=False)
 
     def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> _Interval:
-        clock = self.clock
-        if clock is None:
+        if self.clock is None:
             raise RuntimeError("set_interval needs a started app")
-        interval = _Interval()
-
-        def tick() -> None:
-            if ctx.state is State.DESTROYED:
-                return
-            ctx._begin_batch()
-            try:
-                result = call_hook(fn, ctx)
-                if inspect.isawaitable(result):
-                    self._spawn(result, ctx, "timer")
-            except Exception:
-                log.exception("error in a timer of %s", ctx.route.pattern)
-            finally:
-                ctx._end_batch()
-            interval.handle = clock.call_later(period, tick)
-
-        interval.handle = clock.call_later(period, tick)
+        interval = _Interval(self, ctx, fn, period)
+        interval.arm()
         ctx._timers.append(interval)
         return interval
 
@@ -632,7 +645,12 @@ class App:
             return None
         record = self._graveyard.get(ctx_id)
         now = self._now()
-        if record is not None and record[0] < now:
+        if record is None:
+            # Unknown here: made by an earlier process (or its record expired). It died at least
+            # as long ago as this process has run, so past the window it is too old to revive.
+            if now - self._started_at > self.config.revival_window:
+                return None
+        elif record[0] < now:
             return None
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None:

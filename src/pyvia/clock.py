@@ -53,7 +53,14 @@ class _ManualHandle:
         self.cancelled = False
 
     def cancel(self) -> None:
+        """Cancel, and drop the callback at once, as asyncio's handles do."""
         self.cancelled = True
+        self.callback = _noop
+        self.args = ()
+
+
+def _noop(*args: Any) -> None:
+    return None
 
 
 class ManualClock:

@@ -96,6 +96,7 @@ class _Sink:
     def write(self, data: bytes) -> None:
         if self.closed:
             raise RuntimeError("write to a closed stream")
+        self.tab.writes += 1
         events, self._buffer = parse_events(self._buffer + data)
         for ev in events:
             self.tab._receive(ev)
@@ -174,7 +175,7 @@ class TestClient:
     def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN) -> None:
         self.app = app
         self.clock = ManualClock()
-        self.loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.origin = origin
         self.cookies: dict[str, str] = {}
         app.raise_server_exceptions = raise_server_exceptions
@@ -186,9 +187,17 @@ class TestClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop async handlers run on, made on first use."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
     def close(self) -> None:
         self.loop.run_until_complete(self.app.shutdown())
         self.loop.close()
+        self._loop = None
 
     # --- plain requests ----------------------------------------------------------------------------
 
@@ -260,6 +269,8 @@ class Tab:
         self.id: str = self.signals[protocol.CONTEXT_SIGNAL]
         self.html = _inner_of(self.page, VIEW_ID)
         self.events: list[Event] = []
+        #: How many writes the tab's streams received (one per event batch).
+        self.writes = 0
         self.scripts: list[str] = []
         self._seen = 0
         self._sink: _Sink | None = None

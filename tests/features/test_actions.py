@@ -1,0 +1,194 @@
+"""Actions: ids, client-writable signals, sync helpers, errors and async callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyvia import App, Context, DeclarationError, protocol
+from pyvia.testing import TestClient
+
+
+def make_app() -> App:
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        count = c.signal(0, "count")
+        owned = c.signal("server", "owned", client_writable=False)
+        c.signal(0, "other")
+
+        @c.action
+        def inc() -> None:
+            count.value += 1
+
+        @c.action("named_by_decorator")
+        def _x() -> None:
+            count.value += 10
+
+        def with_context(ctx: Context) -> None:
+            ctx.signals["count"].value = 100
+
+        c.action(with_context, "set_hundred")
+
+        @c.action
+        def boom() -> None:
+            count.value = 42
+            raise RuntimeError("secret detail")
+
+        @c.action
+        async def slow() -> None:
+            await asyncio.sleep(0)
+            count.value += 1000
+
+        @c.action
+        def render_now() -> None:
+            count.value = 7
+            c.sync()
+
+        @c.action
+        def patch() -> None:
+            c.patch_elements("<li>x</li>", selector="#list", mode="append")
+            c.exec_script("console.log('hi')")
+
+        @c.action
+        def go() -> None:
+            c.redirect("/elsewhere")
+
+        @c.action
+        def touch_owned() -> None:
+            owned.value = owned.value + "!"
+
+        c.view(lambda is_update: f'<p id="v">{count.value} {owned.value} {is_update}</p>')
+
+    return app
+
+
+def test_decorator_forms_and_explicit_names() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        assert set(tab.context.actions) >= {"inc", "named_by_decorator", "set_hundred", "slow"}
+        assert str(tab.context.actions["inc"]) == "@post('/_action/inc')"
+        tab.action("named_by_decorator")
+        assert tab.signals["count"] == 10
+        tab.action("set_hundred")
+        assert tab.signals["count"] == 100
+
+
+def test_async_action_runs_and_its_changes_are_sent() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        assert tab.action("slow").status == 200
+        assert tab.signals["count"] == 1000
+
+
+def test_client_values_are_written_before_the_action_runs() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        tab.action("inc", count=41)
+        assert tab.signals["count"] == 42
+        assert tab.context.signals["count"].value == 42
+
+
+def test_server_owned_signal_ignores_client_writes() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        tab.action("touch_owned", owned="hacked")
+        assert tab.context.signals["owned"].value == "server!"
+        assert tab.signals["owned"] == "server!"
+
+
+def test_wrongly_typed_client_value_is_refused_and_not_echoed() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        tab.new_events()
+        tab.action("render_now", other="not a number")
+        assert tab.context.signals["other"].value == 0
+        assert all("other" not in e.signals for e in tab.new_events())
+
+
+def test_unknown_signal_ids_are_ignored() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        assert tab.action("inc", nosuch=1).status == 200
+        assert "nosuch" not in tab.context.signals
+
+
+def test_exception_answers_500_without_detail_and_still_sends_changed_signals() -> None:
+    with TestClient(make_app(), raise_server_exceptions=False) as client:
+        tab = client.open("/")
+        tab.new_events()
+        response = tab.action("boom")
+        assert response.status == 500
+        assert b"secret" not in response.body
+        assert tab.signals["count"] == 42
+        assert tab.action("inc").status == 200  # the app keeps serving
+        assert tab.signals["count"] == 43
+
+
+def test_sync_sends_view_and_signals_in_one_write() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        tab.new_events()
+        before = tab.writes
+        tab.action("render_now")
+        assert tab.writes == before + 1
+        events = tab.new_events()
+        assert [e.type for e in events] == [protocol.PATCH_ELEMENTS, protocol.PATCH_SIGNALS]
+        assert events[0].selector == "#via-view" and events[0].mode == "inner"
+        assert "7 server True" in events[0].elements
+        assert "7 server True" in tab.html
+
+
+def test_patch_elements_and_scripts() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        tab.new_events()
+        tab.action("patch")
+        events = tab.new_events()
+        assert events[0].selector == "#list" and events[0].mode == "append" and events[0].elements == "<li>x</li>"
+        assert tab.scripts == ["console.log('hi')"]
+        tab.action("go")
+        assert tab.scripts[-1] == 'window.location.href = "/elsewhere"'
+
+
+def test_unknown_action_is_404_and_get_is_405() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        assert tab.action("nosuch").status == 404
+        response = client.get("/_action/inc")
+        assert response.status == 405
+        assert ("allow", "POST") in response.headers
+
+
+def test_action_without_context_id_is_400() -> None:
+    with TestClient(make_app()) as client:
+        client.open("/")
+        assert client.post("/_action/inc", json={}).status == 400
+        assert client.post("/_action/inc", json={"via_ctx": "bogus"}).status == 400
+
+
+def test_malformed_signals_are_400() -> None:
+    with TestClient(make_app()) as client:
+        client.open("/")
+        response = client.post("/_action/inc", body=b"{not json", headers={"content-type": "application/json"})
+        assert response.status == 400
+
+
+def test_bad_declarations_fail_with_clear_messages() -> None:
+    app = App()
+
+    @app.page("/bad-signal")
+    def bad_signal(c: Context) -> None:
+        c.signal(0, "my count")
+
+    @app.page("/bad-action")
+    def bad_action(c: Context) -> None:
+        c.action(lambda a, b: None, "two")
+
+    with TestClient(app) as client:
+        with pytest.raises(DeclarationError, match=r"signal name 'my count' in page '/bad-signal'"):
+            client.get("/bad-signal")
+        with pytest.raises(DeclarationError, match="takes 2 arguments"):
+            client.get("/bad-action")

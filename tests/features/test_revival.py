@@ -1,0 +1,155 @@
+"""Revival: an unknown context id is rebuilt from its signed id, even by a fresh process."""
+
+from __future__ import annotations
+
+from pyvia import App, Context, Response
+from pyvia.testing import TestClient
+
+
+def make_app(runs: list[str] | None = None, **options: object) -> App:
+    app = App(**options)
+
+    @app.page("/items/{item_id}")
+    def page(c: Context, item_id: int) -> None:
+        if runs is not None:
+            runs.append(f"handler {item_id}")
+        count = c.signal(0, "count")
+        secret = c.signal("initial", "secret", client_writable=False)
+        visits = c.tab_state.setdefault("visits", 0)
+        c.tab_state["visits"] = visits + 1
+
+        @c.action
+        def inc() -> None:
+            count.value += 1
+            secret.value = "changed on server"
+
+        c.view(lambda: f'<p id="p">item {item_id} count {count.value} visits {c.tab_state["visits"]}</p>')
+
+    return app
+
+
+def destroy(client: TestClient, app: App) -> None:
+    for ctx in list(app.contexts.values()):
+        app.destroy(ctx)
+
+
+def test_stream_revives_destroyed_context_with_the_same_id_and_browser_values() -> None:
+    runs: list[str] = []
+    app = make_app(runs)
+    with TestClient(app) as client:
+        tab = client.open("/items/7")
+        tab.click("button") if tab.find("button") else tab.action("inc")
+        tab.action("inc")
+        assert tab.signals["count"] == 2
+        tab.disconnect()
+        client.clock.advance(120)  # past grace and reconnect timeout
+        assert tab.context is None
+        tab.new_events()
+        tab.reconnect()
+        ctx = tab.context
+        assert ctx is not None and ctx.id == tab.id
+        assert runs == ["handler 7", "handler 7"]
+        assert ctx.signals["count"].value == 2  # client-writable: re-seeded from the browser
+        assert ctx.signals["secret"].value == "initial"  # server-owned: not taken from the browser
+        events = tab.new_events()
+        assert events[0].selector == "#via-view"
+        assert "item 7 count 2 visits 2" in events[0].elements  # tab_state kept in-process
+        tab.action("inc")
+        assert tab.signals["count"] == 3
+
+
+def test_revival_after_a_restart_needs_no_server_record() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/items/3")
+        tab.action("inc")
+        tab.action("inc")
+        cookies = dict(client.cookies)
+        tab.disconnect()
+    restarted = make_app()  # a new process: no contexts, no records; same secret from PYVIA_SECRET
+    with TestClient(restarted) as client2:
+        client2.cookies.update(cookies)
+        tab.client = client2
+        tab.reconnect()
+        assert tab.stream_status == 200
+        assert tab.context is not None
+        assert tab.context.signals["count"].value == 2
+        assert "item 3 count 2" in tab.html
+        tab.action("inc")
+        assert tab.signals["count"] == 3
+
+
+def test_another_session_cannot_revive_or_use_a_tab() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/items/1")
+        thief = TestClient(app)
+        thief.get("/items/1")  # gets its own session cookie
+        tab.client = thief
+        tab.connect()  # live context of another session
+        assert tab.stream_status == 403
+        assert tab.action("inc").status == 403
+        destroy(client, app)
+        tab.connect()  # dead context: revival refused, the tab is told to reload
+        assert tab.scripts == ["window.location.reload()"]
+        assert app.contexts == {}
+        thief.close()
+
+
+def test_revival_refused_outside_the_window_reloads_once_then_stops_retrying() -> None:
+    app = make_app(revival_window=60)
+    with TestClient(app) as client:
+        tab = client.open("/items/1")
+        destroy(client, app)
+        client.clock.advance(61)
+        tab.reconnect()
+        assert tab.scripts == ["window.location.reload()"]
+        tab.reconnect()
+        assert tab.scripts[-1] == "document.getElementById('via-boot')?.remove()"
+        assert app.contexts == {}
+
+
+def test_forged_id_is_not_revived() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/items/1")
+        body, sig = tab.id.split(".")
+        tab.id = tab.signals["via_ctx"] = body + "." + ("A" * len(sig))
+        tab.reconnect()
+        assert tab.scripts == ["window.location.reload()"]
+        assert client.post("/_action/inc", json={"via_ctx": tab.id}).status == 400
+
+
+def test_action_on_a_destroyed_context_revives_it_and_runs() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/items/5")
+        tab.action("inc")
+        destroy(client, app)
+        assert tab.action("inc", count=1).status == 200
+        assert app.contexts[tab.id].signals["count"].value == 2
+
+
+def test_middleware_runs_on_revival_and_can_refuse_it() -> None:
+    app = make_app()
+    seen: list[str] = []
+    allow = {"yes": True}
+
+    @app.middleware
+    def gate(request, call_next):
+        seen.append(request.kind)
+        if request.kind == "revival" and not allow["yes"]:
+            return Response.text("log in first", 302, [("location", "/login")])
+        return call_next(request)
+
+    with TestClient(app) as client:
+        tab = client.open("/items/1")
+        destroy(client, app)
+        tab.reconnect()
+        assert seen[:3] == ["page", "stream", "revival"]
+        assert tab.context is not None
+        destroy(client, app)
+        allow["yes"] = False
+        tab.reconnect()
+        assert tab.scripts == ["window.location.reload()"]
+        assert app.contexts == {}
