@@ -1,0 +1,170 @@
+"""Routing, plain routes, groups, middleware, error pages, cookies, uploads and downloads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyvia import App, Context, Request, Response, RouteError
+from pyvia.testing import TestClient
+
+
+def make_app() -> App:
+    app = App()
+    calls: list[str] = []
+    app.extra_calls = calls  # type: ignore[attr-defined]
+
+    @app.middleware
+    def record(request: Request, call_next):
+        calls.append(f"global {request.kind}")
+        return call_next(request)
+
+    async def auth(request: Request, call_next):
+        await asyncio.sleep(0)
+        if request.cookies.get("user") != "ann":
+            return Response.text("login", 302, [("location", "/login")])
+        request.state["user"] = "ann"
+        return await call_next(request)
+
+    @app.page("/users/{user_id}")
+    def user(c: Context, user_id: int) -> None:
+        c.view(lambda: f'<p id="u">user {user_id + 1}</p>')
+
+    with app.group("/admin", middleware=[auth]) as admin:
+        @admin.page("/")
+        def dashboard(c: Context) -> None:
+            hits = c.signal(0, "hits")
+
+            @c.action
+            def hit() -> None:
+                hits.value += 1
+                c.set_cookie("seen", "yes")
+
+            c.view(lambda: f"<p id='who'>hello {c.state_from_middleware['user']}</p>")
+
+        @admin.route("GET", "/api/stats")
+        def stats(request: Request) -> dict:
+            return {"user": request.state["user"]}
+
+    @app.route(["GET", "POST"], "/echo/{word}")
+    def echo(request: Request, word: str) -> Response:
+        return Response.text(f"{request.method} {word}")
+
+    @app.route("GET", "/async")
+    async def async_route() -> str:
+        await asyncio.sleep(0)
+        return "<p>async</p>"
+
+    @app.page("/files")
+    def files(c: Context) -> None:
+        name = c.signal("", "name")
+
+        @c.action
+        def upload() -> None:
+            f = c.files["doc"]
+            name.value = f"{f.filename}:{f.size}:{c.input('note')}"
+
+        @c.action
+        def export() -> None:
+            name.value = c.download([b"a,b\n", b"1,2\n"], "data.csv")
+
+        c.view(lambda: "<form id='f'></form>")
+
+    @app.page("/broken")
+    def broken(c: Context) -> None:
+        raise ValueError("database password is hunter2")
+
+    @app.not_found
+    def missing(request: Request) -> str:
+        return f"<h1>No page at {request.path}</h1>"
+
+    @app.error_page
+    def failed(request: Request, exc: BaseException) -> str:
+        return "<h1>Sorry</h1>"
+
+    return app
+
+
+def test_path_params_are_cast_by_annotation() -> None:
+    with TestClient(make_app()) as client:
+        assert "user 42" in client.get("/users/41").body.decode()
+        assert client.get("/users/abc").status == 404
+
+
+def test_plain_routes_methods_and_async() -> None:
+    with TestClient(make_app()) as client:
+        assert client.get("/echo/hi").body == b"GET hi"
+        assert client.post("/echo/yo").body == b"POST yo"
+        response = client.request("PUT", "/echo/x")
+        assert response.status == 405
+        assert ("allow", "GET, HEAD, POST") in response.headers
+        assert client.get("/async").body == b"<p>async</p>"
+
+
+def test_group_middleware_guards_pages_routes_and_actions() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        response = client.get("/admin")
+        assert response.status == 302 and ("location", "/login") in response.headers
+        assert client.get("/admin/api/stats").status == 302
+        client.cookies["user"] = "ann"
+        tab = client.open("/admin")
+        assert "hello ann" in tab.html
+        assert client.get("/admin/api/stats").body == b'{"user":"ann"}'
+        assert tab.action("hit").status == 200
+        assert client.cookies["seen"] == "yes"
+        del client.cookies["user"]
+        assert tab.action("hit").status == 302  # middleware runs around actions too
+        assert tab.signals["hits"] == 1
+        assert "global action" in app.extra_calls and "global stream" in app.extra_calls
+
+
+def test_custom_404_and_error_page_leak_nothing() -> None:
+    with TestClient(make_app(), raise_server_exceptions=False) as client:
+        missing = client.get("/nope")
+        assert missing.status == 404 and b"No page at /nope" in missing.body
+        broken = client.get("/broken")
+        assert broken.status == 500 and b"Sorry" in broken.body and b"hunter2" not in broken.body
+
+
+def test_head_on_a_page_answers_without_making_a_context() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        response = client.request("HEAD", "/users/1")
+        assert response.status == 200 and app.contexts == {}
+
+
+def test_multipart_upload_and_one_shot_download() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/files")
+        boundary = "XyZ"
+        body = (
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"via_ctx\"\r\n\r\n{tab.id}\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"doc\"; filename=\"a.txt\"\r\n"
+            f"Content-Type: text/plain\r\n\r\n12345\r\n--{boundary}--\r\n"
+        ).encode()
+        response = client.post("/_action/upload", body=body,
+                               headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+        assert response.status == 200
+        assert tab.signals["name"] == "a.txt:5:hello"
+        tab.action("export")
+        url = tab.signals["name"]
+        assert url.startswith("/_download/")
+        other = TestClient(tab.client.app)
+        other.get("/files")
+        assert other.get(url).status == 404  # bound to the session
+        download = client.get(url)
+        assert download.status == 200 and download.body == b"a,b\n1,2\n"
+        assert ("content-disposition", "attachment; filename*=UTF-8''data.csv") in download.headers
+        assert client.get(url).status == 404  # one shot
+        other.close()
+
+
+def test_duplicate_and_reserved_routes_are_refused() -> None:
+    app = make_app()
+    with pytest.raises(RouteError, match="already registered"):
+        app.page("/users/{user_id}")(lambda c: None)
+    with pytest.raises(RouteError, match="reserves"):
+        app.page("/_sse")(lambda c: None)

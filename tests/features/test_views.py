@@ -1,0 +1,110 @@
+"""Views: Jinja templates with injected signals and actions, blocks, callables and documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyvia import App, Context
+from pyvia.testing import TestClient
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def make_app(**options: object) -> App:
+    app = App(template_dir=TEMPLATES, title="Views", head=['<link rel="stylesheet" href="/app.css">'],
+              foot=["<footer>app foot</footer>"], **options)
+
+    @app.page("/list")
+    def listing(c: Context) -> None:
+        items = ["<b>a</b>"]
+        count = c.signal(1, "count")
+
+        @c.action
+        def add() -> None:
+            items.append(f"item {len(items)}")
+            count.value += 1
+            c.sync()
+
+        c.view("list.html", lambda: {"items": items, "heading": "Items"}, block="items")
+
+    @app.page("/doc")
+    def doc(c: Context) -> None:
+        count = c.signal(5, "count")
+
+        @c.action
+        def bump() -> None:
+            count.value += 1
+            c.sync()
+
+        c.view("doc.html", block="main")
+
+    @app.page("/placed")
+    def placed(c: Context) -> None:
+        c.signal(9, "count")
+        c.view("placed.html")
+
+    @app.page("/fullcallable")
+    def full(c: Context) -> None:
+        n = c.signal(0, "n")
+
+        @c.action
+        def bump() -> None:
+            n.value += 1
+            c.sync()
+
+        c.view(lambda: f"<html><head></head><body><p id='n'>{n.value}</p></body></html>")
+
+    return app
+
+
+def test_template_gets_signals_and_actions_by_name_and_escapes() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/list")
+        assert "<h2>Items</h2>" in tab.page
+        assert "&lt;b&gt;a&lt;/b&gt;" in tab.html
+        assert 'data-on:click="@post(&#39;/_action/add&#39;)"' in tab.html
+        assert "<title>Views</title>" in tab.page
+        assert '<link rel="stylesheet" href="/app.css">' in tab.page
+        assert "<footer>app foot</footer>" in tab.page
+
+
+def test_update_renders_only_the_block_and_morphs_it_by_id() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/list")
+        tab.new_events()
+        tab.click("#add")
+        view = tab.new_events()[0]
+        assert view.selector is None and view.mode == "outer"
+        assert view.elements.startswith('<ul id="items">') and "<h2>" not in view.elements
+        assert "item 1" in tab.html and "<h2>Items</h2>" in tab.html
+
+
+def test_full_document_gets_bootstrap_injected() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/doc")
+        head, body = tab.page.split("</head>")
+        assert 'id="via-boot"' in head and "<title>Own document</title>" in head
+        assert body.index("<footer>app foot</footer>") < body.index("</body>")
+        assert "<title>Views</title>" not in tab.page
+        tab.new_events()
+        tab.action("bump")
+        view = tab.new_events()[0]
+        assert view.elements == '<main id="main">6</main>'
+
+
+def test_via_head_and_via_foot_place_the_bootstrap() -> None:
+    with TestClient(make_app()) as client:
+        page = client.get("/placed").body.decode()
+        assert page.index('id="via-boot"') < page.index("<title>Placed</title>")
+        assert page.index("<footer>app foot</footer>") < page.index("<p>after</p>")
+        assert page.count('id="via-boot"') == 1
+
+
+def test_full_document_callable_without_block_patches_the_body() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/fullcallable")
+        tab.new_events()
+        tab.action("bump")
+        view = tab.new_events()[0]
+        assert (view.selector, view.mode) == ("body", "inner")
+        assert view.elements == "<p id='n'>1</p>"
