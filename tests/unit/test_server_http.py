@@ -1,0 +1,156 @@
+"""The pure half of the native server: limits, heads, chunks, canned errors, request targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyvia.server.http import (
+    CONNECTION_CLOSE,
+    CONNECTION_KEEP_ALIVE,
+    ERRORS,
+    LAST_CHUNK,
+    ServerLimits,
+    encode_response,
+    encode_stream_head,
+    frame_chunk,
+    internal_error,
+    split_target,
+    status_line,
+)
+
+
+def test_default_limits_are_the_documented_ones() -> None:
+    limits = ServerLimits()
+    assert limits.max_request_line == 8192
+    assert limits.max_header_count == 100
+    assert limits.max_header_bytes == 65536
+    assert limits.max_body == 16 * 1024 * 1024
+    assert (limits.header_timeout, limits.keep_alive_timeout, limits.max_pipelined) == (10.0, 75.0, 32)
+
+
+def test_limits_are_frozen_and_must_be_positive() -> None:
+    with pytest.raises(AttributeError):
+        ServerLimits().max_body = 1  # type: ignore[misc]  # frozen on purpose
+    with pytest.raises(ValueError, match="header_timeout must be positive"):
+        ServerLimits(header_timeout=0)
+
+
+@pytest.mark.parametrize(("status", "line"), [
+    (200, "HTTP/1.1 200 OK\r\n"),
+    (413, "HTTP/1.1 413 Content Too Large\r\n"),
+    (418, "HTTP/1.1 418 I'm a Teapot\r\n"),
+    (599, "HTTP/1.1 599 \r\n"),
+])
+def test_status_lines_are_precomputed_for_every_code(status: int, line: str) -> None:
+    assert status_line(status) == line
+
+
+@pytest.mark.parametrize("status", [99, 600, -1, 0])
+def test_status_outside_100_599_is_refused(status: int) -> None:
+    with pytest.raises(ValueError, match="100-599"):
+        encode_response(status, [], b"")
+
+
+def test_response_is_one_bytes_object_with_content_length() -> None:
+    data = encode_response(201, [("content-type", "text/plain"), ("x-a", "1")], b"hello")
+    assert data == (b"HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nx-a: 1\r\n"
+                    b"content-length: 5\r\n\r\nhello")
+
+
+def test_head_only_keeps_content_length_and_drops_the_body() -> None:
+    data = encode_response(200, [], b"hello", head_only=True)
+    assert data == b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
+
+
+@pytest.mark.parametrize("status", [101, 204, 304])
+def test_bodiless_statuses_carry_no_length_and_no_body(status: int) -> None:
+    data = encode_response(status, [("etag", '"x"')], b"ignored")
+    assert b"content-length" not in data and data.endswith(b'etag: "x"\r\n\r\n')
+
+
+def test_connection_headers_are_added_as_asked() -> None:
+    assert encode_response(200, [], b"", connection=CONNECTION_CLOSE).endswith(
+        b"connection: close\r\ncontent-length: 0\r\n\r\n")
+    assert b"connection: keep-alive\r\n" in encode_response(200, [], b"", connection=CONNECTION_KEEP_ALIVE)
+
+
+def test_framing_headers_from_the_app_are_dropped() -> None:
+    data = encode_response(200, [("Content-Length", "99"), ("transfer-encoding", "chunked"),
+                                 ("Connection", "upgrade"), ("x-kept", "1")], b"ab")
+    assert data == b"HTTP/1.1 200 OK\r\nx-kept: 1\r\ncontent-length: 2\r\n\r\nab"
+
+
+@pytest.mark.parametrize("value", ["a\r\nset-cookie: x=1", "a\nb", "a\rb", "a\x00b", "\r\n"])
+def test_header_value_injection_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="x-evil"):
+        encode_response(200, [("x-ok", "fine"), ("x-evil", value)], b"")
+    with pytest.raises(ValueError):
+        encode_stream_head(200, [("x-evil", value)])
+
+
+@pytest.mark.parametrize("name", ["x-evil\r\nset-cookie", "bad name", "colon:", "", "caf\u00e9", "x\ny"])
+def test_header_names_must_be_tokens(name: str) -> None:
+    with pytest.raises(ValueError, match="header name"):
+        encode_response(200, [(name, "v")], b"")
+
+
+def test_text_outside_latin1_is_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_response(200, [("x-snow", "\u2603")], b"")
+
+
+def test_a_name_refused_once_is_refused_again() -> None:
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            encode_response(200, [("bad name", "v")], b"")
+
+
+def test_stream_head_is_chunked_unless_asked_otherwise() -> None:
+    head = encode_stream_head(200, [("content-type", "text/event-stream")])
+    assert head == b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    assert b"transfer-encoding" not in encode_stream_head(200, [], chunked=False)
+
+
+def test_chunk_framing() -> None:
+    assert frame_chunk(b"data: x\n\n") == b"9\r\ndata: x\n\n\r\n"
+    assert frame_chunk(b"a" * 255).startswith(b"ff\r\n")
+    assert LAST_CHUNK == b"0\r\n\r\n"
+    with pytest.raises(ValueError, match="empty chunk"):
+        frame_chunk(b"")
+
+
+@pytest.mark.parametrize("status", sorted(ERRORS))
+def test_canned_errors_close_the_connection_and_are_well_formed(status: int) -> None:
+    data = ERRORS[status]
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0].startswith(b"HTTP/1.1 %d " % status)
+    assert b"connection: close" in lines
+    assert b"content-length: %d" % len(body) in lines
+
+
+def test_internal_error_leaks_nothing_and_honours_head() -> None:
+    assert internal_error().endswith(b"\r\n\r\nInternal Server Error")
+    assert internal_error(head_only=True).endswith(b"content-length: 21\r\n\r\n")
+
+
+@pytest.mark.parametrize(("target", "expected"), [
+    (b"/", ("/", "")),
+    (b"/a/b?x=1&y=%20", ("/a/b", "x=1&y=%20")),
+    (b"/caf%C3%A9/%2F", ("/caf\u00e9//", "")),
+    (b"/a#frag", ("/a", "")),
+    (b"/a?q#frag", ("/a", "q")),
+    (b"*", ("*", "")),
+    (b"http://example.com/p?q=1", ("/p", "q=1")),
+    (b"HTTPS://example.com", ("/", "")),
+    (b"http://example.com?q=1", ("/", "q=1")),
+    (b"/bad%ZZescape", ("/bad%ZZescape", "")),
+])
+def test_split_target(target: bytes, expected: tuple[str, str]) -> None:
+    assert split_target(target) == expected
+
+
+@pytest.mark.parametrize("target", [b"example.com", b"ftp://x/y", b"", b"a:443"])
+def test_split_target_refuses_other_forms(target: bytes) -> None:
+    with pytest.raises(ValueError):
+        split_target(target)
