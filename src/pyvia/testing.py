@@ -365,13 +365,18 @@ class Tab:
         if len(matches) != 1:
             raise AssertionError(f"{selector!r} matched {len(matches)} elements, expected 1")
         el = matches[0]
-        expr = el.attrs.get(f"data-on:{event}") or el.attrs.get(f"data-on-{event}")
+        expr = next((v for k, v in el.attrs.items()
+                     if k in (f"data-on:{event}", f"data-on-{event}") or k.startswith(f"data-on:{event}__")), None)
         if expr is None:
             raise AssertionError(f"{selector!r} has no data-on:{event} attribute: {el!r}")
         m = _POST.search(expr)
         if not m:
             raise AssertionError(f"data-on:{event} of {selector!r} posts no action: {expr!r}")
         return self.post(m.group(1))
+
+    def submit(self, selector: str) -> Response:
+        """Submit the one form matching ``selector`` (its ``data-on:submit`` action)."""
+        return self.click(selector, event="submit")
 
     def type(self, selector: str, value: Any) -> None:
         """Set the signal bound (``data-bind``) to the one input matching ``selector``."""

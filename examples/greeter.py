@@ -1,0 +1,35 @@
+"""A greeter: a form with an input bound to a signal, answered by the server.
+
+Run it with ``pyvia run examples.greeter:app --port 3000``.
+"""
+
+from pyvia import App, Context
+
+app = App(title="Greeter")
+
+
+@app.page("/")
+def greeter(c: Context) -> None:
+    name = c.signal("", "name")
+    greeting = c.signal("", "greeting", client_writable=False)
+
+    @c.action
+    def greet() -> None:
+        who = name.as_str().strip()
+        greeting.value = f"Hello, {who}!" if who else "Tell me your name first."
+
+    c.view(
+        lambda: f"""
+<main>
+  <h1>Greeter</h1>
+  <form id="form" data-on:submit__prevent="{greet}">
+    <label>Your name <input id="name" {name.bind()} autocomplete="off"></label>
+    <button id="greet" type="submit">Greet</button>
+  </form>
+  <p id="greeting" data-text="{greeting.ref()}"></p>
+</main>"""
+    )
+
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=3000)
