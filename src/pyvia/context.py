@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pyvia import protocol
@@ -48,18 +49,12 @@ class Action:
         self.name = name
         self.callback = callback
         self.url = url
-        self.is_async = inspect.iscoroutinefunction(callback)
-        try:
-            params = inspect.signature(callback).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]  # builtins without a signature take nothing
-        required = [p for p in params.values() if p.default is p.empty and p.kind in
-                    (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if len(required) > 1:
+        self.is_async, required = _callable_shape(callback)
+        if required > 1:
             raise DeclarationError(
-                f"action {name!r} takes {len(required)} arguments; an action takes none or the Context"
+                f"action {name!r} takes {required} arguments; an action takes none or the Context"
             )
-        self.pass_context = len(required) == 1
+        self.pass_context = required == 1
 
     @property
     def id(self) -> str:
@@ -73,6 +68,24 @@ class Action:
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
+
+
+def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
+    """(is it a coroutine function, how many positional arguments it requires).
+
+    Plain functions are read from their code object: an action is declared on every page view,
+    and ``inspect.signature`` would cost more than the rest of the declaration.
+    """
+    if type(fn) is FunctionType:
+        code = fn.__code__
+        required = code.co_argcount - len(fn.__defaults__ or ())
+        return bool(code.co_flags & inspect.CO_COROUTINE), required
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False, 0
+    required = sum(1 for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return inspect.iscoroutinefunction(fn), required
 
 
 class Context:
@@ -180,10 +193,7 @@ class Context:
         if callable(view):
             if data is not None or block is not None:
                 raise DeclarationError("data= and block= go with a template name, not a callable view")
-            try:
-                nparams = len(inspect.signature(view).parameters)
-            except (TypeError, ValueError):
-                nparams = 1
+            _, nparams = _callable_shape(view)
             self._view = view if nparams else (lambda _is_update, _v=view: _v())
         elif isinstance(view, str):
             if "<" in view:
@@ -378,8 +388,5 @@ class Context:
 
 
 def call_hook(fn: Callable[..., Any], ctx: Context) -> Any:
-    try:
-        nparams = len(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        nparams = 0
-    return fn(ctx) if nparams else fn()
+    """Call a hook with the context if it takes an argument."""
+    return fn(ctx) if _callable_shape(fn)[1] else fn()

@@ -15,6 +15,7 @@ from os import PathLike
 from typing import Any
 
 import jinja2
+from jinja2.runtime import new_context
 import orjson
 from markupsafe import Markup
 
@@ -41,7 +42,7 @@ def body_of(document: str) -> str:
 class Templates:
     """A Jinja2 environment with autoescape on and pyvia's helpers."""
 
-    __slots__ = ("env",)
+    __slots__ = ("_globals", "env")
 
     def __init__(self, directory: str | PathLike[str] | None) -> None:
         loader: jinja2.BaseLoader = (
@@ -55,16 +56,24 @@ class Templates:
         )
         self.env.globals["via_head"] = lambda: Markup(HEAD_MARK)
         self.env.globals["via_foot"] = lambda: Markup(FOOT_MARK)
+        # Jinja iterates its globals ChainMap twice per render (~35 µs, three times the counter
+        # template itself); a plain dict merged into the data costs a fraction of that.
+        self._globals = dict(self.env.globals)
+
+    def add_global(self, name: str, value: Any) -> None:
+        self.env.globals[name] = value
+        self._globals[name] = value
 
     def render(self, name: str, data: Mapping[str, Any], block: str | None = None) -> str:
         template = self.env.get_template(name)
+        context = new_context(self.env, template.name, template.blocks, {**self._globals, **data}, True)
         if block is None:
-            return template.render(data)
+            return "".join(template.root_render_func(context))
         try:
             render_block = template.blocks[block]
         except KeyError:
             raise KeyError(f"template {name!r} has no block {block!r}") from None
-        return "".join(render_block(template.new_context(dict(data))))
+        return "".join(render_block(context))
 
 
 def signals_attr(values: Mapping[str, Any]) -> str:
