@@ -422,10 +422,10 @@ class App:
         seed.update(ctx.changed_signals(all_signals=True))
         bundle = self.bundle
         head = bootstrap_head(seed, f"{BUNDLE_PATH}?v={bundle.version}", bundle.integrity, SSE_PATH, CLOSE_PATH)
-        if self.config.head:
-            head += "\n" + "\n".join(self.config.head)
+        if self.config.head or ctx._head:
+            head += "\n" + "\n".join([*self.config.head, *ctx._head])
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
-                             foot="\n".join(self.config.foot), lang=self.config.lang)
+                             foot="\n".join([*self.config.foot, *ctx._foot]), lang=self.config.lang)
         self._register(ctx)
         response = Response.html(doc)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))

@@ -96,7 +96,7 @@ class Context:
         "app", "id", "route", "params", "session_id",
         # what the page declared
         "_signals", "_actions", "_view", "_view_block", "_view_data",
-        "_on_cleanup", "_on_disconnect", "_timers",
+        "_on_cleanup", "_on_disconnect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
         # lifecycle, driven by the App
@@ -123,6 +123,8 @@ class Context:
         self._on_cleanup: list[Callable[..., Any]] = []
         self._on_disconnect: list[Callable[..., Any]] = []
         self._timers: list[TimerHandle] = []
+        self._head: list[str] = []
+        self._foot: list[str] = []
         self.request = request
         self._cookies_out: list[str] = []
         self._batch: list[bytes] | None = None
@@ -205,6 +207,14 @@ class Context:
             raise DeclarationError(f"c.view() takes a template name or a callable, not {type(view).__name__}")
         self._view_block = block
         self._view_data = data
+
+    def append_head(self, *markup: str) -> None:
+        """Add markup to this page's ``<head>`` (after the app's own ``head`` includes)."""
+        self._head.extend(markup)
+
+    def append_foot(self, *markup: str) -> None:
+        """Add markup before this page's ``</body>``."""
+        self._foot.extend(markup)
 
     def on_cleanup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the context is destroyed."""

@@ -299,6 +299,18 @@ class Tab:
 
     reconnect = connect
 
+    def expire(self) -> None:
+        """Destroy the tab's server context (as the timeouts would) without touching the page."""
+        self.disconnect()
+        ctx = self.context
+        if ctx is not None:
+            self.client.app.destroy(ctx)
+
+    def revive(self) -> Response | StreamResponse:
+        """Expire the context, then reconnect: the server must rebuild it from the signed id."""
+        self.expire()
+        return self.connect()
+
     def disconnect(self) -> None:
         """Drop the stream as a network failure or a closed tab would."""
         sink, stream = self._sink, self._stream

@@ -120,6 +120,17 @@ def test_forged_id_is_not_revived() -> None:
         assert client.post("/_action/inc", json={"via_ctx": tab.id}).status == 400
 
 
+def test_tab_revive_helper_rebuilds_the_context() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/items/2")
+        tab.action("inc")
+        old = tab.context
+        tab.revive()
+        assert tab.context is not None and tab.context is not old
+        assert tab.context.signals["count"].value == 1
+
+
 def test_action_on_a_destroyed_context_revives_it_and_runs() -> None:
     app = make_app()
     with TestClient(app) as client:

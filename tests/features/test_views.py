@@ -41,6 +41,8 @@ def make_app(**options: object) -> App:
     @app.page("/placed")
     def placed(c: Context) -> None:
         c.signal(9, "count")
+        c.append_head('<meta name="page" content="placed">')
+        c.append_foot("<script>/* page foot */</script>")
         c.view("placed.html")
 
     @app.page("/fullcallable")
@@ -98,6 +100,8 @@ def test_via_head_and_via_foot_place_the_bootstrap() -> None:
         assert page.index('id="via-boot"') < page.index("<title>Placed</title>")
         assert page.index("<footer>app foot</footer>") < page.index("<p>after</p>")
         assert page.count('id="via-boot"') == 1
+        assert page.index('<meta name="page" content="placed">') < page.index("<title>Placed</title>")
+        assert page.index("<footer>app foot</footer>") < page.index("/* page foot */") < page.index("<p>after</p>")
 
 
 def test_full_document_callable_without_block_patches_the_body() -> None:
