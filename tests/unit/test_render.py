@@ -1,0 +1,221 @@
+"""Jinja2 templates and the document around a tab's view."""
+
+from __future__ import annotations
+
+import html
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from pyvia.render import (
+    FOOT_MARK,
+    HEAD_MARK,
+    Templates,
+    body_of,
+    bootstrap_head,
+    build_document,
+    is_document,
+    signals_attr,
+)
+
+HEAD = '<meta name="via-head">'
+FOOT = '<script id="via-foot"></script>'
+
+
+@pytest.fixture
+def templates(tmp_path: Path) -> Templates:
+    (tmp_path / "hello.html").write_text("<p>Hello {{ name }}</p>")
+    (tmp_path / "page.html").write_text(
+        "<h1>{% block title %}T {{ name }}{% endblock %}</h1>"
+        "{% block counter %}<span>{{ count }}</span>{% endblock %}"
+    )
+    (tmp_path / "doc.html").write_text(
+        "<!doctype html><html><head>{{ via_head() }}<title>x</title></head>"
+        "<body><p>{{ name }}</p>{{ via_foot() }}</body></html>"
+    )
+    return Templates(tmp_path)
+
+
+# --- Templates -----------------------------------------------------------------------------------
+
+
+def test_render_fills_the_template(templates: Templates) -> None:
+    assert templates.render("hello.html", {"name": "Ada"}) == "<p>Hello Ada</p>"
+
+
+def test_render_autoescapes_values(templates: Templates) -> None:
+    out = templates.render("hello.html", {"name": "<script>alert('x')</script>&"})
+    assert out == "<p>Hello &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;</p>"
+
+
+def test_missing_variable_is_an_error_not_blank(templates: Templates) -> None:
+    with pytest.raises(jinja2.UndefinedError):
+        templates.render("hello.html", {})
+
+
+def test_render_one_block_only(templates: Templates) -> None:
+    assert templates.render("page.html", {"name": "A", "count": 3}, block="counter") == "<span>3</span>"
+
+
+def test_block_render_also_autoescapes(templates: Templates) -> None:
+    assert templates.render("page.html", {"name": "<b>"}, block="title") == "T &lt;b&gt;"
+
+
+def test_missing_block_names_the_template_and_block(templates: Templates) -> None:
+    with pytest.raises(KeyError, match=r"template 'page.html' has no block 'nope'"):
+        templates.render("page.html", {}, block="nope")
+
+
+def test_missing_template_is_an_error(templates: Templates) -> None:
+    with pytest.raises(jinja2.TemplateNotFound):
+        templates.render("nope.html", {})
+
+
+def test_via_head_and_via_foot_leave_markers(templates: Templates) -> None:
+    out = templates.render("doc.html", {"name": "x"})
+    assert HEAD_MARK in out
+    assert FOOT_MARK in out
+
+
+def test_templates_without_a_directory_have_no_templates() -> None:
+    with pytest.raises(jinja2.TemplateNotFound):
+        Templates(None).render("x.html", {})
+
+
+# --- documents -----------------------------------------------------------------------------------
+
+
+def test_fragment_is_wrapped_in_the_shell() -> None:
+    doc = build_document("<p>hi</p>", title="My <App>", head=HEAD, foot=FOOT, lang="fr")
+    assert doc.startswith('<!doctype html>\n<html lang="fr">')
+    assert '<div id="via-view"><p>hi</p></div>' in doc
+    assert "<title>My &lt;App&gt;</title>" in doc
+    assert doc.index(HEAD) < doc.index("</head>")
+    assert doc.index('<div id="via-view">') < doc.index(FOOT) < doc.index("</body>")
+
+
+def test_fragment_view_content_is_not_escaped_again() -> None:
+    doc = build_document("<b>&amp;</b>", title="t", head="", foot="")
+    assert '<div id="via-view"><b>&amp;</b></div>' in doc
+
+
+def test_fragment_with_braces_is_inserted_literally() -> None:
+    doc = build_document("<p>{title} {0} {{x}}</p>", title="T", head="", foot="")
+    assert '<div id="via-view"><p>{title} {0} {{x}}</p></div>' in doc
+
+
+def test_full_document_gets_head_before_head_end() -> None:
+    page = "<!doctype html><html><head><title>t</title></head><body><p>x</p></body></html>"
+    doc = build_document(page, title="ignored", head=HEAD, foot=FOOT)
+    assert f"<title>t</title>{HEAD}\n</head>" in doc
+    assert 'id="via-view"' not in doc
+    assert "ignored" not in doc
+
+
+def test_full_document_gets_foot_before_the_last_body_end() -> None:
+    page = "<html><head></head><body><pre>&lt;/body&gt; and <!-- </body> --></pre></body></html>"
+    doc = build_document(page, title="t", head=HEAD, foot=FOOT)
+    assert doc.endswith(f"{FOOT}\n</body></html>")
+    assert doc.count(FOOT) == 1
+
+
+def test_head_and_body_end_tags_are_found_in_any_case() -> None:
+    page = "<HTML><HEAD></HEAD ><BODY>x</BODY></HTML>"
+    doc = build_document(page, title="t", head=HEAD, foot=FOOT)
+    assert f"{HEAD}\n</HEAD >" in doc
+    assert f"{FOOT}\n</BODY>" in doc
+
+
+def test_document_without_head_gets_head_at_the_start() -> None:
+    doc = build_document("<html><body>x</body></html>", title="t", head=HEAD, foot=FOOT)
+    assert doc.startswith(HEAD)
+
+
+def test_document_without_body_end_gets_foot_at_the_end() -> None:
+    doc = build_document("<html><head></head><body>x", title="t", head=HEAD, foot=FOOT)
+    assert doc.endswith(FOOT)
+
+
+def test_markers_are_replaced_instead_of_injecting(templates: Templates) -> None:
+    page = templates.render("doc.html", {"name": "x"})
+    doc = build_document(page, title="t", head=HEAD, foot=FOOT)
+    assert doc.count(HEAD) == 1
+    assert doc.count(FOOT) == 1
+    assert f"<head>{HEAD}<title>x</title></head>" in doc
+    assert f"<p>x</p>{FOOT}</body>" in doc
+    assert HEAD_MARK not in doc
+    assert FOOT_MARK not in doc
+
+
+def test_foot_marker_is_removed_when_there_is_no_foot() -> None:
+    page = f"<html><head>{HEAD_MARK}</head><body>{FOOT_MARK}</body></html>"
+    assert build_document(page, title="t", head=HEAD, foot="") == f"<html><head>{HEAD}</head><body></body></html>"
+
+
+@pytest.mark.parametrize(
+    ("markup", "expected"),
+    [("<html>", True), ("<!doctype html><HTML lang=en>", True), ("<p>html</p>", False),
+     ("<htmlish>", False), ("&lt;html&gt;", False)],
+)
+def test_is_document(markup: str, expected: bool) -> None:
+    assert is_document(markup) is expected
+
+
+def test_body_of_returns_the_body_content() -> None:
+    assert body_of("<html><body class='x'>\n<p>a</p>\n</body></html>") == "\n<p>a</p>\n"
+    assert body_of("<p>fragment</p>") == "<p>fragment</p>"
+
+
+# --- bootstrap -----------------------------------------------------------------------------------
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _parse(markup: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed(markup)
+    parser.close()
+    return parser.tags
+
+
+def _boot(signals: dict[str, object]) -> str:
+    return bootstrap_head(signals, "/datastar.js?v=1", "sha384-abc", "/_sse", "/_session/close")
+
+
+def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
+    tags = _parse(_boot({"via_ctx": "id1", "count": 0}))
+    assert [t for t, _ in tags] == ["meta", "script"]
+    meta, script = tags[0][1], tags[1][1]
+    assert meta["id"] == "via-boot"
+    assert json.loads(meta["data-signals"] or "") == {"via_ctx": "id1", "count": 0}
+    assert script == {"type": "module", "src": "/datastar.js?v=1", "integrity": "sha384-abc",
+                      "crossorigin": "anonymous"}
+    assert meta["data-init"] == "@get('/_sse', {openWhenHidden: true, retryMaxCount: 0})"
+
+
+@pytest.mark.parametrize(
+    "value", ["\"'><script>alert(1)</script>", "</meta><script>x</script>", "&quot;", "a\"b'c<d>e&f", "\u2028"]
+)
+def test_signal_values_cannot_break_out_of_the_attribute(value: str) -> None:
+    markup = _boot({"msg": value})
+    tags = _parse(markup)
+    assert [t for t, _ in tags] == ["meta", "script"]
+    assert json.loads(tags[0][1]["data-signals"] or "") == {"msg": value}
+    assert "<script>" not in markup
+
+
+def test_signals_attr_escapes_quotes_and_angle_brackets() -> None:
+    out = signals_attr({"k": "\"'<>&"})
+    for ch in "\"'<>":
+        assert ch not in out.replace("&quot;", "").replace("&#x27;", "").replace("&lt;", "").replace("&gt;", "")
+    assert html.unescape(out) == '{"k":"\\"\'<>&"}'
