@@ -91,7 +91,7 @@ def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
 class Context:
     """One tab: its signals, actions, view, hooks and outbound stream."""
 
-    __slots__ = (
+    __slots__ = (  # noqa: RUF023  # grouped by lifetime, not sorted
         # identity, fixed at creation
         "app", "id", "route", "params", "session_id",
         # what the page declared
@@ -388,10 +388,7 @@ class Context:
 
     def run_action(self, action: Action) -> Awaitable[None] | None:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
-        if action.pass_context:
-            result = action.callback(self)
-        else:
-            result = action.callback()
+        result = action.callback(self) if action.pass_context else action.callback()
         if inspect.isawaitable(result):
             return result
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Protocol, Union
+from typing import Protocol
 from urllib.parse import parse_qsl
 
 __all__ = [
@@ -230,7 +230,7 @@ class StreamResponse:
         self.on_close()
 
 
-HandleResult = Union[Response, StreamResponse, Awaitable[Response | StreamResponse]]
+HandleResult = Response | StreamResponse | Awaitable[Response | StreamResponse]
 
 STATUS_PHRASES: dict[int, str] = {
     100: "Continue",

@@ -15,8 +15,8 @@ from os import PathLike
 from typing import Any
 
 import jinja2
-from jinja2.runtime import new_context
 import orjson
+from jinja2.runtime import new_context
 from markupsafe import Markup
 
 VIEW_ID = "via-view"

@@ -150,18 +150,19 @@ def select(markup: str, selector: str) -> list[_Element]:
     for el in collector.elements:
         if tag and el.tag != tag.lower():
             continue
-        ok = True
-        for pm in _PART.finditer(rest):
-            ident, cls, attr, value = pm.groups()
-            if ident is not None and el.attrs.get("id") != ident:
-                ok = False
-            elif cls is not None and cls not in el.attrs.get("class", "").split():
-                ok = False
-            elif attr is not None and (attr not in el.attrs or (value is not None and el.attrs[attr] != value)):
-                ok = False
-        if ok:
+        if all(_part_matches(el, *pm.groups()) for pm in _PART.finditer(rest)):
             found.append(el)
     return found
+
+
+def _part_matches(el: _Element, ident: str | None, cls: str | None, attr: str | None, value: str | None) -> bool:
+    if ident is not None:
+        return el.attrs.get("id") == ident
+    if cls is not None:
+        return cls in el.attrs.get("class", "").split()
+    if attr is not None:
+        return attr in el.attrs and (value is None or el.attrs[attr] == value)
+    return True
 
 
 _POST = re.compile(r"@post\(\s*['\"]([^'\"]+)['\"]")

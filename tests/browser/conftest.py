@@ -2,74 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import contextlib
 import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import ServerProcess, free_port, wait_for_port
+
+__all__ = ["Proxy", "ServerProcess", "free_port", "wait_for_port"]
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
-
-
-class ServerProcess:
-    """``pyvia run APP`` in a subprocess, restartable on the same port."""
-
-    def __init__(self, app: str, port: int, secret: str = "browser-test-secret") -> None:
-        self.app = app
-        self.port = port
-        self.env = {**os.environ, "PYVIA_SECRET": secret}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyvia", "run", self.app, "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=self.env,
-        )
-        wait_for_port(self.port)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 class Proxy:
@@ -118,21 +68,17 @@ class Proxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def cut_all(self) -> None:
         with self.lock:
             pairs, self.pairs = self.pairs, []
         for pair in pairs:
             for s in pair:
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                     s.close()
-                except OSError:
-                    pass
 
     def stream_requests(self) -> int:
         with self.lock:
