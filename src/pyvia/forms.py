@@ -7,6 +7,7 @@ becomes :class:`~pyvia.errors.MalformedRequest`.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
@@ -40,6 +41,7 @@ class Form:
 
 
 _EMPTY = Form({}, {})
+_BOUNDARY = re.compile(r"boundary=(\"[^\"]+\"|[^;\s]+)", re.IGNORECASE)
 
 
 def parse_form(request: Request) -> Form:
@@ -76,7 +78,17 @@ def parse_form(request: Request) -> Form:
         )
         file.close()
 
-    headers = {"Content-Type": (request.headers.get("content-type") or "").encode("latin-1")}
+    raw_type = request.headers.get("content-type") or ""
+    boundary = _BOUNDARY.search(raw_type)
+    if boundary is None:
+        raise MalformedRequest("malformed multipart body: no boundary")
+    closing = b"--" + boundary.group(1).strip('"').encode("latin-1", errors="replace") + b"--"
+    if not request.body.rstrip(b"\r\n").endswith(closing):
+        raise MalformedRequest("malformed multipart body: cut short (no closing boundary)")
+    try:
+        headers = {"Content-Type": raw_type.encode("latin-1")}
+    except UnicodeEncodeError:
+        raise MalformedRequest("Content-Type is not latin-1") from None
     try:
         python_multipart.parse_form(
             headers, io.BytesIO(request.body), on_field, on_file,  # type: ignore[arg-type]  # dict of bytes is what it reads

@@ -32,6 +32,7 @@ _PATCH_ELEMENTS_HEAD = b"event: " + PATCH_ELEMENTS.encode() + b"\n"
 _PATCH_SIGNALS_HEAD = b"event: " + PATCH_SIGNALS.encode() + b"\ndata: signals "
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _KEEP_ALIVE = b": keep-alive\n\n"
+_SCRIPT_END = re.compile(r"</(script)", re.IGNORECASE)
 
 #: Bytes that open an SSE stream body; the comment makes proxies flush the head.
 STREAM_PREAMBLE = b": via\n\n"
@@ -67,7 +68,7 @@ def patch_signals(signals: dict[str, Any]) -> bytes:
 
 def execute_script(js: str) -> bytes:
     """Run ``js`` once in the page: Datastar 1.0 has no script event, so append a self-removing tag."""
-    body = js.replace("</script", "<\\/script")
+    body = _SCRIPT_END.sub(r"<\\/\1", js)
     return patch_elements(f'<script data-effect="el.remove()">{body}</script>', "body", "append")
 
 
@@ -81,15 +82,16 @@ def keep_alive() -> bytes:
 MAX_SIGNAL_BYTES = 1 << 20
 MAX_SIGNAL_DEPTH = 16
 MAX_SIGNAL_KEYS = 1000
-MAX_STRING_LENGTH = 1 << 20
+MAX_STRING_LENGTH = 1 << 18
 
 
 def parse_signals(raw: bytes | str) -> dict[str, Any]:
     """Decode a Datastar signals payload: a JSON object within the payload limits."""
     if not raw:
         return {}
-    if len(raw) > MAX_SIGNAL_BYTES:
-        raise PayloadTooLarge(f"signals payload of {len(raw)} bytes exceeds {MAX_SIGNAL_BYTES}")
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode(errors="surrogatepass"))
+    if size > MAX_SIGNAL_BYTES:
+        raise PayloadTooLarge(f"signals payload of {size} bytes exceeds {MAX_SIGNAL_BYTES}")
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

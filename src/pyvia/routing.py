@@ -61,7 +61,7 @@ def compile_route(
             pos = m.end()
         pieces.append(re.escape(pattern[pos:]))
         regex = re.compile("".join(pieces) + r"\Z")
-    elif "{" in pattern or "}" in pattern:
+    if "{" in _PLACEHOLDER.sub("", pattern) or "}" in _PLACEHOLDER.sub("", pattern):
         raise RouteError(f"route pattern {pattern!r} has a malformed placeholder; use {{name}}")
     return Route(
         pattern=pattern,
@@ -87,10 +87,10 @@ class Router:
         self._by_pattern: dict[str, Route] = {}
 
     def add(self, route: Route) -> None:
-        existing = self._by_pattern.get(route.pattern)
-        if existing is not None and (existing.kind == "page" or route.kind == "page"
-                                     or existing.methods & route.methods):
-            raise RouteError(f"route {route.pattern!r} is already registered")
+        same = [r for r in (*self._literal.get(route.pattern, ()), *self._patterned) if r.pattern == route.pattern]
+        for existing in same:
+            if existing.kind == "page" or route.kind == "page" or existing.methods & route.methods:
+                raise RouteError(f"route {route.pattern!r} is already registered")
         self._by_pattern.setdefault(route.pattern, route)
         if route.regex is None:
             self._literal.setdefault(route.pattern, []).append(route)

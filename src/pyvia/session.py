@@ -70,8 +70,8 @@ class ContextIds:
             signature = _unb64(sig)
         except (ValueError, TypeError):
             return None
-        if not hmac.compare_digest(signature, self._sign(payload, session_id)):
-            return None
+        if _b64(payload) != body or not hmac.compare_digest(signature, self._sign(payload, session_id)):
+            return None  # only the canonical spelling of an id is that id
         try:
             route, params, _nonce = orjson.loads(payload)
         except (orjson.JSONDecodeError, ValueError, TypeError):

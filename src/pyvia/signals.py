@@ -7,6 +7,7 @@ Datastar-local (never sent by the browser) and ``via_`` is reserved for the fram
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Generic, TypeVar
 
@@ -75,13 +76,13 @@ class Signal(Generic[T]):
     def as_int(self, default: int = 0) -> int:
         try:
             return int(self._value)  # type: ignore[call-overload]  # any value may come from the client
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
     def as_float(self, default: float = 0.0) -> float:
         try:
             return float(self._value)  # type: ignore[arg-type]  # any value may come from the client
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return default
 
     def as_str(self) -> str:
@@ -145,14 +146,16 @@ def _coerce(current: Any, value: Any) -> Any:
                 return _REFUSED
         return _REFUSED
     if isinstance(current, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
+        try:
+            if isinstance(value, str):
+                number = float(value.strip())
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = float(value)
+            else:
                 return _REFUSED
-        return _REFUSED
+        except (ValueError, OverflowError):
+            return _REFUSED
+        return number if math.isfinite(number) else _REFUSED
     if isinstance(current, str):
         if isinstance(value, str):
             return value

@@ -220,10 +220,14 @@ def test_parse_signals_too_large_is_payload_too_large() -> None:
 
 
 def test_parse_signals_at_the_size_limit_is_accepted() -> None:
-    filler = protocol.MAX_SIGNAL_BYTES - len(b'{"a":""}')
-    raw = b'{"a":"' + b"x" * filler + b'"}'
+    # four long strings, each within the string limit, filling the payload limit exactly
+    frame = len(b'{"a":"","b":"","c":"","d":""}')
+    share, extra = divmod(protocol.MAX_SIGNAL_BYTES - frame, 4)
+    sizes = [share + extra, share, share, share]
+    raw = b"{" + b",".join(b'"%s":"%s"' % (k, b"x" * n) for k, n in zip((b"a", b"b", b"c", b"d"), sizes, strict=True)) + b"}"
     assert len(raw) == protocol.MAX_SIGNAL_BYTES
-    assert len(parse_signals(raw)["a"]) == filler
+    assert max(sizes) <= protocol.MAX_STRING_LENGTH
+    assert sum(len(v) for v in parse_signals(raw).values()) == sum(sizes)
 
 
 def _nested(depth: int) -> bytes:

@@ -1,0 +1,182 @@
+"""The real App on the native server, over raw sockets: the wire protocol as a browser sees it."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+
+from examples.counter import app as counter_app
+from pyvia import App, Context
+from tests.helpers import RawClient, RawResponse, running_server
+from tests.processes import ServerProcess, free_port
+
+SEED = re.compile(r'data-signals="([^"]*)"')
+
+
+def injection_app() -> App:
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        text = c.signal("", "text")
+
+        @c.action
+        def echo() -> None:
+            c.patch_elements(f'<p id="echo">{text.value}</p>')
+            c.sync()
+
+        c.view(lambda: f'<div id="out">{text.value}</div>')
+
+    return app
+
+
+@pytest.fixture
+def counter_server() -> Iterator[tuple[str, int]]:
+    with running_server(counter_app) as address:
+        yield address
+
+
+def open_page(host: str, port: int, path: str = "/", cookie: str | None = None) -> tuple[RawResponse, dict, str]:
+    with RawClient(host, port) as client:
+        extra = f"Cookie: {cookie}\r\n" if cookie else ""
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{extra}\r\n".encode())
+        response = client.read_response()
+    seed = json.loads(html.unescape(SEED.search(response.body.decode()).group(1)))
+    set_cookie = response.header("set-cookie") or ""
+    return response, seed, set_cookie.split(";", 1)[0]
+
+
+def open_stream(host: str, port: int, signals: dict, cookie: str) -> tuple[RawClient, RawResponse]:
+    client = RawClient(host, port)
+    query = quote(json.dumps(signals))
+    client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+    return client, client.read_head()
+
+
+def post_action(host: str, port: int, name: str, signals: dict, cookie: str, origin: str | None = None,
+                method: str = "POST") -> RawResponse:
+    body = json.dumps(signals).encode()
+    origin = origin if origin is not None else f"http://{host}:{port}"
+    with RawClient(host, port) as client:
+        client.send(
+            f"{method} /_action/{name} HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: {origin}\r\n"
+            f"Cookie: {cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        return client.read_response()
+
+
+def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> None:
+    host, port = counter_server
+    page, seed, cookie = open_page(host, port)
+    assert page.status == 200
+    assert re.fullmatch(r"via_session_id=[0-9a-f]{32}", cookie)
+    assert "HttpOnly" in page.header("set-cookie") and "SameSite=Lax" in page.header("set-cookie")
+    m = re.search(r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"',
+                  page.body.decode())
+    assert m, "the page loads the hashed bundle with SRI"
+    stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}, cookie)
+    with stream:
+        assert head.status == 200
+        assert head.header("content-type") == "text/event-stream"
+        assert head.header("cache-control") == "no-cache"
+        assert head.header("x-accel-buffering") == "no"
+        first = stream.read_chunk()
+        assert first == b'event: datastar-patch-signals\ndata: signals {"_disconnected":false}\n\n'
+        response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}, cookie)
+        assert (response.status, response.body) == (200, b"")
+        assert stream.read_chunk() == b'event: datastar-patch-signals\ndata: signals {"count":1}\n\n'
+
+
+def test_bundle_is_immutable_and_revalidates(counter_server: tuple[str, int]) -> None:
+    host, port = counter_server
+    page, _, _ = open_page(host, port)
+    url = re.search(r'src="(/datastar.js\?v=[0-9a-f]+)"', page.body.decode()).group(1)
+    with RawClient(host, port) as client:
+        client.send(f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        bundle = client.read_response()
+        assert bundle.status == 200 and bundle.body.startswith(b"// Datastar v1.0")
+        assert bundle.header("cache-control") == "public, max-age=31536000, immutable"
+        client.send(f"GET {url} HTTP/1.1\r\nHost: x\r\nIf-None-Match: {bundle.header('etag')}\r\n\r\n".encode())
+        assert client.read_response().status == 304
+
+
+def test_action_refusals(counter_server: tuple[str, int]) -> None:
+    host, port = counter_server
+    _, seed, cookie = open_page(host, port)
+    signals = {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}
+    get = post_action(host, port, "increment", signals, cookie, method="GET")
+    assert get.status == 405 and get.header("allow") == "POST"
+    assert post_action(host, port, "increment", {"count": 1}, cookie).status == 400
+    assert post_action(host, port, "increment", {**signals, "via_ctx": "nope"}, cookie).status == 400
+    _, _, other_cookie = open_page(host, port)
+    assert post_action(host, port, "increment", signals, other_cookie).status == 403
+    assert post_action(host, port, "increment", signals, cookie, origin="http://evil.example").status == 403
+    assert post_action(host, port, "increment", signals, cookie).status == 200
+
+
+def test_stream_of_another_session_is_forbidden(counter_server: tuple[str, int]) -> None:
+    host, port = counter_server
+    _, seed, _ = open_page(host, port)
+    _, _, other_cookie = open_page(host, port)
+    stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"]}, other_cookie)
+    stream.close()
+    assert head.status == 403
+
+
+def test_user_text_cannot_forge_events() -> None:
+    attack = "x\n\nevent: datastar-patch-elements\ndata: elements <script>alert(1)</script>\r\ndata: mode remove\rz"
+    with running_server(injection_app()) as (host, port):
+        _, seed, cookie = open_page(host, port)
+        stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"], "text": ""}, cookie)
+        with stream:
+            stream.read_chunk()
+            post_action(host, port, "echo", {"via_ctx": seed["via_ctx"], "text": attack}, cookie)
+            received = b""
+            while received.count(b"\n\n") < 2:
+                received += stream.read_chunk()
+    events = received.decode().split("\n\n")
+    assert events[2:] == [""]  # exactly two events: the patch and the view
+    for event in events[:2]:
+        lines = event.split("\n")
+        assert lines[0] == "event: datastar-patch-elements"
+        framing = [line for line in lines[1:] if not line.startswith("data: elements ")]
+        assert framing in ([], ["data: selector #via-view", "data: mode inner"]), framing
+    echo = next(e for e in events if 'id="echo"' in e)
+    assert echo.split("\n")[1:] == [
+        'data: elements <p id="echo">x', "data: elements ", "data: elements event: datastar-patch-elements",
+        "data: elements data: elements <script>alert(1)</script>", "data: elements data: mode remove",
+        "data: elements z</p>"]
+
+
+def test_revival_after_the_server_process_restarts() -> None:
+    server = ServerProcess("examples.counter:app", free_port())
+    server.start()
+    try:
+        host, port = "127.0.0.1", server.port
+        _, seed, cookie = open_page(host, port)
+        signals = {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}
+        for n in range(3):
+            assert post_action(host, port, "increment", {**signals, "count": n}, cookie).status == 200
+        server.restart()
+        stream, head = open_stream(host, port, {**signals, "count": 3}, cookie)
+        with stream:
+            assert head.status == 200
+            received = b""
+            deadline = time.monotonic() + 5
+            while b'"count":3' not in received and time.monotonic() < deadline:
+                received += stream.read_chunk()
+            text = received.decode()
+            assert "data: selector #via-view" in text  # a full render of the rebuilt view
+            assert "<strong id=\"count\" data-text=\"$count\">3</strong>" in text
+            response = post_action(host, port, "increment", {**signals, "count": 3}, cookie)
+            assert response.status == 200
+            assert stream.read_chunk() == b'event: datastar-patch-signals\ndata: signals {"count":4}\n\n'
+    finally:
+        server.stop()
