@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-
 from examples.counter import app as counter_app
+
 from pyvia import App, Context
 from tests.helpers import RawClient, RawResponse, running_server
 from tests.processes import ServerProcess, free_port
@@ -134,7 +134,7 @@ def test_user_text_cannot_forge_events() -> None:
     attack = "x\n\nevent: datastar-patch-elements\ndata: elements <script>alert(1)</script>\r\ndata: mode remove\rz"
     with running_server(injection_app()) as (host, port):
         _, seed, cookie = open_page(host, port)
-        stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"], "text": ""}, cookie)
+        stream, _ = open_stream(host, port, {"via_ctx": seed["via_ctx"], "text": ""}, cookie)
         with stream:
             stream.read_chunk()
             post_action(host, port, "echo", {"via_ctx": seed["via_ctx"], "text": attack}, cookie)

@@ -224,7 +224,8 @@ def test_parse_signals_at_the_size_limit_is_accepted() -> None:
     frame = len(b'{"a":"","b":"","c":"","d":""}')
     share, extra = divmod(protocol.MAX_SIGNAL_BYTES - frame, 4)
     sizes = [share + extra, share, share, share]
-    raw = b"{" + b",".join(b'"%s":"%s"' % (k, b"x" * n) for k, n in zip((b"a", b"b", b"c", b"d"), sizes, strict=True)) + b"}"
+    pairs = zip((b"a", b"b", b"c", b"d"), sizes, strict=True)
+    raw = b"{" + b",".join(b'"%s":"%s"' % (k, b"x" * n) for k, n in pairs) + b"}"
     assert len(raw) == protocol.MAX_SIGNAL_BYTES
     assert max(sizes) <= protocol.MAX_STRING_LENGTH
     assert sum(len(v) for v in parse_signals(raw).values()) == sum(sizes)
