@@ -17,6 +17,7 @@ from pyvia.errors import (
 )
 from pyvia.forms import UploadedFile
 from pyvia.http import Request, Response
+from pyvia.scopes import Scope, SharedSignal
 from pyvia.signals import Signal
 
 __version__ = "0.1.0"
@@ -34,6 +35,8 @@ __all__ = [
     "RouteError",
     "RouteGroup",
     "ServiceError",
+    "Scope",
+    "SharedSignal",
     "Signal",
     "UploadedFile",
     "UsageError",

@@ -9,6 +9,7 @@ a bare 500, and the process keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import inspect
 import logging
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from pyvia import protocol
 from pyvia.assets import Bundle, load_bundle
+from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
@@ -38,6 +40,18 @@ from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSi
 from pyvia.lifecycle import State
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
+from pyvia.signals import check_name
+from pyvia.state import GlobalState, SessionData, SessionStore
+from pyvia.scopes import (
+    GLOBAL,
+    ROUTE,
+    SESSION,
+    TAB,
+    ScopeRegistry,
+    SharedSignal,
+    check_broadcast_target,
+    check_custom,
+)
 from pyvia.session import (
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
@@ -116,8 +130,8 @@ class _Interval:
             result = call_hook(self.fn, ctx)
             if inspect.isawaitable(result):
                 self.app._spawn(result, ctx, "timer")
-        except Exception:
-            log.exception("error in a timer of %s", ctx.route.pattern)
+        except Exception as exc:
+            self.app._report(exc, ctx, "timer")
         finally:
             ctx._end_batch()
         if ctx.state is not State.DESTROYED:
@@ -203,6 +217,19 @@ class App:
         self._sweep_handle: TimerHandle | None = None
         self._next_keep_alive = 0.0
         self._tasks: set[Any] = set()
+        self.broadcaster = Broadcaster(self, self.config.broadcast_tick)
+        self.scopes = ScopeRegistry(self.broadcaster.mark)
+        #: Process-wide state: ``app.global_state["visits"]``, with atomic ``increment``/``mutate``.
+        self.global_state = GlobalState()
+        self.sessions = SessionStore(self.config.max_sessions)
+        self._on_connect: list[Callable[..., Any]] = []
+        self._on_disconnect: list[Callable[..., Any]] = []
+        self._on_start: list[Callable[..., Any]] = []
+        self._on_stop: list[Callable[..., Any]] = []
+        self._on_error: list[Callable[..., Any]] = []
+        self._app_intervals: list[tuple[Callable[..., Any], float]] = []
+        self._app_timers: list[TimerHandle] = []
+        self.errors = 0
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
         self.raise_server_exceptions = False
 
@@ -255,6 +282,127 @@ class App:
     def url_for_action(self, name: str) -> str:
         return ACTION_PREFIX + name
 
+    # --- shared state and broadcasting -------------------------------------------------------------
+
+    def broadcast(self, scope: str) -> None:
+        """Mark a scope (``"global"``, ``"route:/chat"``, ``"room:lobby"``, ``"room:*"``) for the next flush."""
+        check_broadcast_target(scope)
+        for state in self.scopes.matching(scope):
+            self.broadcaster.mark(state)
+
+    def flush_broadcasts(self) -> int:
+        """Send every marked scope now, ignoring the tick and throttles; return the tabs written."""
+        return self.broadcaster.flush(force=True)
+
+    def broadcast_throttle(self, scope: str, min_interval_ms: float) -> None:
+        """Render ``scope`` (a name or ``*`` pattern) at most once per interval; the last state always goes out."""
+        if scope in (TAB, ROUTE, SESSION):
+            raise DeclarationError(f"broadcast_throttle needs a concrete scope or pattern, not {scope!r}")
+        check_broadcast_target(scope)
+        self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
+
+    def signal(self, scope: str, name: str, initial: Any = None) -> SharedSignal[Any]:
+        """A shared signal reached from outside any tab (timers, background tasks).
+
+        ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
+        even without members while the app holds it this way.
+        """
+        if scope in (TAB, ROUTE, SESSION):
+            raise DeclarationError(f"app.signal needs a concrete scope, not {scope!r}")
+        if not scope.startswith(("route:", "session:")) and scope != GLOBAL:
+            check_custom(scope)
+        check_name("signal", name, f"scope {scope!r}")
+        state = self.scopes.state(scope)
+        state.kept = True
+        return state.signal(name, initial)
+
+    def session_data(self, session_id: str) -> SessionData:
+        return self.sessions.get(session_id)
+
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+        seen: dict[str, Context] = {}
+        for state in self.scopes.matching(scope):
+            for ctx in state.members.values():
+                if ctx.state is State.CONNECTED:
+                    seen[ctx.id] = ctx
+        return list(seen.values())
+
+    def count_clients(self, scope: str = GLOBAL) -> int:
+        return len(self.clients(scope))
+
+    # --- hooks -----------------------------------------------------------------------------------
+
+    def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when a tab's stream opens."""
+        self._on_connect.append(fn)
+        return fn
+
+    def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when a tab's last stream closes."""
+        self._on_disconnect.append(fn)
+        return fn
+
+    def on_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn()`` (or ``async fn()``) when the server starts."""
+        self._on_start.append(fn)
+        return fn
+
+    def on_stop(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn()`` (or ``async fn()``) when the server stops."""
+        self._on_stop.append(fn)
+        return fn
+
+    def on_error(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Observe every error in user code: ``fn(exc, context_or_None, phase)``."""
+        self._on_error.append(fn)
+        return fn
+
+    def set_interval(self, fn: Callable[..., Any], ms: float) -> Callable[..., Any]:
+        """Call ``fn()`` every ``ms`` milliseconds while the server runs (errors are reported, not fatal)."""
+        if ms <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
+        self._app_intervals.append((fn, ms / 1000.0))
+        if self.clock is not None:
+            self._arm_app_interval(fn, ms / 1000.0)
+        return fn
+
+    def spawn(self, awaitable: Awaitable[Any]) -> None:
+        """Run a coroutine in the background; its errors are reported, never fatal."""
+        self._spawn(awaitable, None, "task")
+
+    def _arm_app_interval(self, fn: Callable[..., Any], period: float) -> None:
+        clock = self.clock
+        assert clock is not None
+        slot = len(self._app_timers)
+        self._app_timers.append(clock.call_later(period, lambda: None))
+
+        def tick() -> None:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    self._spawn(result, None, "timer")
+            except Exception as exc:
+                self._report(exc, None, "timer")
+            if self.clock is not None and slot < len(self._app_timers):
+                self._app_timers[slot] = clock.call_later(period, tick)
+
+        self._app_timers[slot].cancel()
+        self._app_timers[slot] = clock.call_later(period, tick)
+
+    def _report(self, exc: BaseException, ctx: Context | None, phase: str) -> None:
+        """Log an error from user code once, tell the on_error observers, never let it escape."""
+        self.errors += 1
+        where = ctx.route.pattern if ctx is not None else "app"
+        log.error("error in %s of %s", phase, where, exc_info=exc)
+        for fn in self._on_error:
+            try:
+                fn(exc, ctx, phase)
+            except Exception:
+                log.exception("an on_error observer failed")
+        if self.raise_server_exceptions:
+            raise exc
+
     # --- serving ---------------------------------------------------------------------------------
 
     async def startup(self) -> None:
@@ -269,12 +417,33 @@ class App:
         self._started_at = clock.now()
         self.bundle  # noqa: B018  # load now so a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+        for fn, period in self._app_intervals:
+            self._arm_app_interval(fn, period)
+        for fn in self._on_start:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    self._spawn(result, None, "start")
+            except Exception as exc:
+                self._report(exc, None, "start")
 
     async def shutdown(self, budget: float = 1.5) -> None:
         """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers."""
         if self._sweep_handle is not None:
             self._sweep_handle.cancel()
             self._sweep_handle = None
+        self.broadcaster.flush(force=True)
+        self.broadcaster.cancel()
+        for timer in self._app_timers:
+            timer.cancel()
+        self._app_timers = []
+        for fn in self._on_stop:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                self._report(exc, None, "stop")
         for ctx in list(self._connected.values()):
             ctx.stream.close()
 
@@ -420,6 +589,7 @@ class App:
         content = ctx.render_view(False)
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, protocol.DISCONNECTED_SIGNAL: True}
         seed.update(ctx.changed_signals(all_signals=True))
+        seed.update(ctx.shared_values())
         bundle = self.bundle
         head = bootstrap_head(seed, f"{BUNDLE_PATH}?v={bundle.version}", bundle.integrity, SSE_PATH, CLOSE_PATH)
         if self.config.head or ctx._head:
@@ -452,6 +622,8 @@ class App:
 
     def _register(self, ctx: Context) -> None:
         self.contexts[ctx.id] = ctx
+        for name in ctx._scopes:
+            self.scopes.join(ctx, name)
         ctx.state = State.CREATED
         self._set_deadline(ctx, self._now() + self.config.connect_timeout)
 
@@ -476,9 +648,12 @@ class App:
             ctx.revived = False
             view = ctx._view_frame()
             signals.update(ctx.changed_signals(all_signals=True))
+            signals.update(ctx.shared_values())
         else:
             signals.update(ctx.changed_signals())
         ctx.stream.send(protocol.patch_signals(signals), view, now)
+        for fn in self._on_connect:
+            self._run_hook(fn, ctx, "connect")
 
     def _on_stream_close(self, ctx: Context, sink: StreamSink) -> None:
         if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
@@ -492,16 +667,16 @@ class App:
         self._set_deadline(ctx, deadline)
         for fn in list(ctx._on_disconnect):
             self._run_hook(fn, ctx, "disconnect")
+        for fn in self._on_disconnect:
+            self._run_hook(fn, ctx, "disconnect")
 
     def _run_hook(self, fn: Callable[..., Any], ctx: Context, phase: str) -> None:
         try:
             result = call_hook(fn, ctx)
             if inspect.isawaitable(result):
                 self._spawn(result, ctx, phase)
-        except Exception:
-            log.exception("error in %s hook of %s", phase, ctx.route.pattern)
-            if self.raise_server_exceptions:
-                raise
+        except Exception as exc:
+            self._report(exc, ctx, phase)
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
         import asyncio
@@ -509,8 +684,9 @@ class App:
         async def guarded() -> None:
             try:
                 await awaitable
-            except Exception:
-                log.exception("error in %s of %s", phase, ctx.route.pattern if ctx else "app")
+            except Exception as exc:
+                with contextlib.suppress(Exception):  # nothing above a background task to raise to
+                    self._report(exc, ctx, phase)
 
         task = asyncio.ensure_future(guarded())
         self._tasks.add(task)
@@ -568,11 +744,14 @@ class App:
         for fn in ctx._on_cleanup:
             self._run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
+        for name in ctx._scopes:
+            self.scopes.leave(ctx, name)
         if self.config.revival_window > 0:
             self._graveyard[ctx.id] = (self._now() + self.config.revival_window, ctx.tab_state)
             self._graveyard.move_to_end(ctx.id)
         # drop what closures hold, so a destroyed context leaves no reference cycle
         ctx._signals = {}
+        ctx._shared = {}
         ctx._actions = {}
         ctx._view = None
         ctx._view_data = None

@@ -33,6 +33,10 @@ class Config:
     keep_alive: float = 15.0
     #: Period of the one sweep that runs timeouts and keep-alives for every tab.
     sweep_interval: float = 1.0
+    #: Minimum gap between broadcast flushes (25 ms, php-via 0.13).
+    broadcast_tick: float = 0.025
+    #: Sessions whose ``session_data`` is kept; the least recently used go first.
+    max_sessions: int = 10_000
     #: Unsent bytes on a tab's socket above which its view frames are held (1 MiB, php-via 0.13).
     max_stream_buffer: int = 1 << 20
     #: Origins (``scheme://host[:port]``) accepted on actions besides the request's own host.

@@ -19,11 +19,13 @@ from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
 from pyvia.render import VIEW_ID, body_of, is_document
+from pyvia.scopes import GLOBAL, TAB, Scope, SharedSignal, resolve
 from pyvia.signals import Signal, check_name
 from pyvia.stream import Stream
 
 if TYPE_CHECKING:
     from pyvia.app import App
+    from pyvia.state import SessionData
     from pyvia.clock import TimerHandle
     from pyvia.routing import Route
 
@@ -95,7 +97,8 @@ class Context:
         # identity, fixed at creation
         "app", "id", "route", "params", "session_id",
         # what the page declared
-        "_signals", "_actions", "_view", "_view_block", "_view_data",
+        "_signals", "_actions", "_view", "_view_block", "_view_data", "_share_render",
+        "_shared", "_scopes", "primary_scope",
         "_on_cleanup", "_on_disconnect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
@@ -119,6 +122,15 @@ class Context:
         self._actions: dict[str, Action] = {}
         self._view: str | ViewCallable | None = None
         self._view_block: str | None = None
+        self._share_render = False
+        #: Shared signals this tab declared, by browser id.
+        self._shared: dict[str, SharedSignal[Any]] = {}
+        #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
+        self._scopes: set[str] = {
+            Scope.route(route.pattern), Scope.session(session_id), GLOBAL,
+        }
+        #: Where ``c.broadcast()`` goes: ``"tab"`` (this tab only) until ``c.scope()`` says otherwise.
+        self.primary_scope = TAB
         self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
         self._on_cleanup: list[Callable[..., Any]] = []
         self._on_disconnect: list[Callable[..., Any]] = []
@@ -143,19 +155,95 @@ class Context:
 
     # --- declarations ---------------------------------------------------------------------------
 
-    def signal(self, initial: T, name: str, *, client_writable: bool = True) -> Signal[T]:
-        """Declare a tab signal. Declaring the same name again sets its value and returns it."""
+    @overload
+    def signal(self, initial: T, name: str, *, client_writable: bool | None = None) -> Signal[T]: ...
+
+    @overload
+    def signal(self, initial: T, name: str, *, scope: str, client_writable: bool | None = None
+               ) -> Signal[T]: ...
+
+    def signal(self, initial: T, name: str, *, scope: str = TAB, client_writable: bool | None = None
+               ) -> Signal[T]:
+        """Declare a signal of this tab, or (with ``scope=``) one shared by every tab of a scope.
+
+        A tab signal declared again gets the new value; a shared one keeps the shared value, and
+        declaring it joins this tab to its scope. Tab signals take the browser's values unless
+        ``client_writable=False``; shared ones only when ``client_writable=True``.
+        """
+        if scope != TAB:
+            return self._shared_signal(initial, name, scope, bool(client_writable))
+        writable = True if client_writable is None else client_writable
         existing = self._signals.get(name)
         if existing is not None:
             existing.value = initial
-            existing.client_writable = client_writable
+            existing.client_writable = writable
             return existing
         check_name("signal", name, f"page {self.route.pattern!r}")
         if name in self._actions:
             raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} has an action's name")
-        sig: Signal[T] = Signal(name, initial, client_writable=client_writable)
+        sig: Signal[T] = Signal(name, initial, client_writable=writable)
         self._signals[name] = sig
         return sig
+
+    def _shared_signal(self, initial: T, name: str, scope: str, client_writable: bool) -> SharedSignal[T]:
+        check_name("signal", name, f"page {self.route.pattern!r}")
+        concrete = resolve(scope, self.route.pattern, self.session_id)
+        state = self.app.scopes.state(concrete)
+        sig = state.signal(name, initial, client_writable=client_writable)
+        if client_writable:
+            sig.client_writable = True
+        if self._signals.get(name) is not None or self._actions.get(name) is not None:
+            raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
+        self._shared[sig.id] = sig
+        self._join(concrete)
+        return sig
+
+    # --- scopes ----------------------------------------------------------------------------------
+
+    def scope(self, scope: str) -> None:
+        """Set the primary scope (the target of ``c.broadcast()`` and of shared renders) and join it."""
+        if scope == TAB:
+            self.primary_scope = TAB
+            return
+        concrete = resolve(scope, self.route.pattern, self.session_id)
+        self.primary_scope = concrete
+        self._join(concrete)
+
+    def add_scope(self, scope: str) -> None:
+        """Join a scope now: this tab receives its broadcasts from here on."""
+        if scope == TAB:
+            return
+        self._join(resolve(scope, self.route.pattern, self.session_id))
+
+    def remove_scope(self, scope: str) -> None:
+        """Leave a scope: no more broadcasts from it; its shared signals stop reaching this tab."""
+        if scope == TAB:
+            raise DeclarationError("a tab cannot leave its own TAB scope")
+        concrete = resolve(scope, self.route.pattern, self.session_id)
+        self._scopes.discard(concrete)
+        for sid in [sid for sid, sig in self._shared.items() if sig.scope.name == concrete]:
+            del self._shared[sid]
+        if self.primary_scope == concrete:
+            self.primary_scope = TAB
+        if self.app.contexts.get(self.id) is self:
+            self.app.scopes.leave(self, concrete)
+
+    def _join(self, concrete: str) -> None:
+        self._scopes.add(concrete)
+        if self.app.contexts.get(self.id) is self:  # a live tab joins now; a new one at registration
+            self.app.scopes.join(self, concrete)
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """The concrete scope names this tab belongs to."""
+        return frozenset(self._scopes)
+
+    def broadcast(self) -> None:
+        """Re-render every tab of the primary scope at the next flush (this tab only for TAB)."""
+        if self.primary_scope == TAB:
+            self.sync()
+        else:
+            self.app.broadcast(self.primary_scope)
 
     @overload
     def action(self, fn: ActionCallback, name: str | None = None) -> Action: ...
@@ -190,8 +278,18 @@ class Context:
         data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
         *,
         block: str | None = None,
+        share_render: bool = False,
     ) -> None:
-        """Set the tab's view: a template name (``data``, ``block`` allowed) or ``fn(is_update) -> str``."""
+        """Set the tab's view: a template name (``data``, ``block`` allowed) or ``fn(is_update) -> str``.
+
+        ``share_render=True`` promises the update render is the same for every tab of the primary
+        scope on this route, so a broadcast renders it once and writes the same bytes to all.
+        """
+        if share_render and self.primary_scope == TAB:
+            raise DeclarationError(
+                f"share_render in page {self.route.pattern!r} needs a shared primary scope: call c.scope() first"
+            )
+        self._share_render = share_render
         if callable(view):
             if data is not None or block is not None:
                 raise DeclarationError("data= and block= go with a template name, not a callable view")
@@ -251,6 +349,18 @@ class Context:
         return self.state is State.DESTROYED
 
     @property
+    def session_data(self) -> SessionData:
+        """Data shared by every tab of this browser session (kept server-side, LRU-bounded)."""
+        return self.app.sessions.get(self.session_id)
+
+    def spawn(self, awaitable: Awaitable[Any]) -> None:
+        """Run a coroutine in the background; errors are reported with this tab, never fatal.
+
+        The task keeps running if the tab is destroyed; check ``c.is_destroyed`` in long loops.
+        """
+        self.app._spawn(awaitable, self, "task")
+
+    @property
     def cookies(self) -> dict[str, str]:
         return self.request.cookies
 
@@ -280,6 +390,8 @@ class Context:
     def render(self, template: str, data: Mapping[str, Any] | None = None, *, block: str | None = None) -> str:
         """Render a template with this tab's signals and actions injected by name."""
         ns: dict[str, Any] = {"c": self, **self._signals, **self._actions}
+        for sig in self._shared.values():
+            ns[sig.name] = sig
         if data:
             ns.update(data)
         return self.app.templates.render(template, ns, block)
@@ -379,10 +491,18 @@ class Context:
     def apply_client_signals(self, values: Mapping[str, Any]) -> None:
         """Write the browser's values into client-writable signals; unknown ids are ignored."""
         signals = self._signals
+        shared = self._shared
         for key, value in values.items():
             sig = signals.get(key)
-            if sig is not None and sig.client_writable:
+            if sig is None:
+                sig = shared.get(key)
+                if sig is not None and sig.client_writable and sig._value != value:
+                    sig.accept_client_value(value)
+            elif sig.client_writable:
                 sig.accept_client_value(value)
+
+    def shared_values(self) -> dict[str, Any]:
+        return {sid: sig._value for sid, sig in self._shared.items()}
 
     # --- running user code ----------------------------------------------------------------------
 

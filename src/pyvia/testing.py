@@ -175,12 +175,18 @@ class TestClient:
 
     def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN) -> None:
         self.app = app
-        self.clock = ManualClock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.origin = origin
         self.cookies: dict[str, str] = {}
         app.raise_server_exceptions = raise_server_exceptions
-        app.start(self.clock)
+        # A second client on a running app is another browser: same clock, own cookies.
+        self._owner = not isinstance(app.clock, ManualClock)
+        if self._owner:
+            self.clock = ManualClock()
+            app.start(self.clock)
+        else:
+            assert isinstance(app.clock, ManualClock)
+            self.clock = app.clock
 
     def __enter__(self) -> TestClient:
         return self
@@ -196,9 +202,12 @@ class TestClient:
         return self._loop
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.app.shutdown())
-        self.loop.close()
-        self._loop = None
+        if self._owner:
+            self.loop.run_until_complete(self.app.shutdown())
+            self.app.clock = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
 
     # --- plain requests ----------------------------------------------------------------------------
 

@@ -1,0 +1,251 @@
+"""Scopes: who shares a signal and who receives a broadcast.
+
+A scope is a name. Four are built in:
+
+* ``TAB`` — one tab; never shared (the default for signals and actions);
+* ``ROUTE`` — every tab on the same route *pattern*, resolved to ``route:/items/{id}``;
+* ``SESSION`` — every tab of one browser session, resolved to ``session:<hash>`` (a hash of the
+  session id, never the cookie itself);
+* ``GLOBAL`` — every tab.
+
+Any other name made of ``[A-Za-z0-9-]`` parts joined by ``:`` is a custom scope
+(``room:lobby``) that tabs join with ``c.add_scope`` or by declaring a signal in it. Broadcasts
+accept ``*`` wildcards (``room:*``). Every tab is a member of its route, session and the global
+scope from the start; custom scopes are joined explicitly.
+
+Invariant: a :class:`ScopeState` exists exactly while it has members or signals someone asked
+for outside a context; it is dropped with its signals when its last member leaves.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pyvia.errors import DeclarationError
+from pyvia.signals import Signal
+
+if TYPE_CHECKING:
+    from pyvia.context import Context
+
+T = TypeVar("T")
+
+__all__ = ["GLOBAL", "ROUTE", "SESSION", "TAB", "Scope", "ScopeRegistry", "ScopeState", "SharedSignal"]
+
+TAB = "tab"
+ROUTE = "route"
+SESSION = "session"
+GLOBAL = "global"
+
+_CUSTOM = re.compile(r"[A-Za-z0-9-]+(?::[A-Za-z0-9-]+)*\Z")
+_PATTERN = re.compile(r"[A-Za-z0-9*-]+(?::[A-Za-z0-9*-]+)*\Z")
+_MAX_SCOPE = 200
+
+
+class Scope:
+    """The built-in scope names, as ``Scope.TAB`` etc. (plain strings work as well)."""
+
+    TAB = TAB
+    ROUTE = ROUTE
+    SESSION = SESSION
+    GLOBAL = GLOBAL
+
+    @staticmethod
+    def route(pattern: str) -> str:
+        return "route:" + pattern
+
+    @staticmethod
+    def session(session_id: str) -> str:
+        return "session:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
+def resolve(scope: str, route_pattern: str, session_id: str) -> str:
+    """The concrete scope name for a tab on ``route_pattern`` in ``session_id``."""
+    if scope == ROUTE:
+        return Scope.route(route_pattern)
+    if scope == SESSION:
+        return Scope.session(session_id)
+    if scope == GLOBAL:
+        return GLOBAL
+    check_custom(scope)
+    return scope
+
+
+def check_custom(scope: str) -> str:
+    if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _CUSTOM.match(scope):
+        raise DeclarationError(
+            f"scope {scope!r} must be tab, route, session, global or parts of [A-Za-z0-9-] joined by ':' "
+            f"(at most {_MAX_SCOPE} characters), like 'room:lobby'"
+        )
+    if scope.split(":", 1)[0] in (TAB, ROUTE, SESSION) and ":" in scope:
+        raise DeclarationError(f"scope {scope!r}: the prefixes tab:, route: and session: are pyvia's")
+    return scope
+
+
+def check_broadcast_target(scope: str) -> str:
+    """Validate a name given to ``app.broadcast``: a concrete scope or a wildcard pattern."""
+    if scope in (TAB, ROUTE, SESSION):
+        raise DeclarationError(
+            f"app.broadcast({scope!r}) names no tabs: broadcast from a context (c.broadcast()) or give "
+            "a concrete scope such as 'route:/chat' or 'room:lobby'"
+        )
+    if scope.startswith(("route:", "session:")):
+        return scope
+    if scope == GLOBAL:
+        return scope
+    if len(scope) > _MAX_SCOPE or not _PATTERN.match(scope):
+        raise DeclarationError(f"broadcast target {scope!r} is not a scope name or a '*' pattern of one")
+    return scope
+
+
+def signal_id(scope: str, name: str) -> str:
+    """The browser id of a scoped signal: readable, and distinct from every tab signal id."""
+    if scope.startswith("route:"):
+        prefix = "route"  # a tab is on one route and in one session, so the kind is enough
+    elif scope.startswith("session:"):
+        prefix = "session"
+    else:
+        prefix = scope.replace(":", "_").replace("-", "_")
+    return f"{prefix}__{name}"
+
+
+class SharedSignal(Signal[T]):
+    """A signal whose one value is shared by every tab of its scope.
+
+    Writing it marks the scope for broadcast; the value reaches every member at the next flush.
+    In one process every read-modify-write that does not ``await`` in between is atomic;
+    :meth:`increment` and :meth:`mutate` keep that promise when state moves to a cluster.
+    """
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: ScopeState, name: str, initial: T, *, client_writable: bool) -> None:
+        super().__init__(name, initial, client_writable=client_writable)
+        self.scope = scope
+        self.id = signal_id(scope.name, name)
+
+    @property
+    def value(self) -> T:
+        return self._value
+
+    @value.setter
+    def value(self, new: T) -> None:
+        self._value = new
+        self._changed = True
+        self.scope.touch(self)
+
+    def increment(self, by: int = 1) -> int:
+        """Add ``by`` to an integer value and return the result, atomically."""
+        current = self._value
+        if not isinstance(current, int) or isinstance(current, bool):
+            raise TypeError(f"increment() needs an int signal; {self.id} holds {type(current).__name__}")
+        self.value = current + by  # type: ignore[assignment]  # checked int above
+        return self._value  # type: ignore[return-value]  # checked int above
+
+    def mutate(self, fn: Callable[[T], T]) -> T:
+        """Replace the value with ``fn(value)`` atomically; ``fn`` must not await."""
+        self.value = fn(self._value)
+        return self._value
+
+    def accept_client_value(self, value: Any) -> bool:
+        accepted = super().accept_client_value(value)
+        if accepted:
+            self._changed = True
+            self.scope.touch(self)
+        return accepted
+
+    def __repr__(self) -> str:
+        return f"SharedSignal({self.scope.name!r}, {self.name!r}, {self._value!r})"
+
+
+class ScopeState:
+    """The members and shared signals of one scope."""
+
+    __slots__ = ("dirty", "kept", "last_flush", "members", "name", "registry", "signals")
+
+    def __init__(self, registry: ScopeRegistry, name: str) -> None:
+        self.registry = registry
+        self.name = name
+        self.members: dict[str, Context] = {}
+        self.signals: dict[str, SharedSignal[Any]] = {}
+        self.dirty = False
+        self.kept = False  # asked for outside a context: survives having no members
+        self.last_flush = 0.0
+
+    def signal(self, name: str, initial: T, *, client_writable: bool = False) -> SharedSignal[T]:
+        existing = self.signals.get(name)
+        if existing is not None:
+            return existing
+        sig: SharedSignal[T] = SharedSignal(self, name, initial, client_writable=client_writable)
+        sig._changed = False  # the first declaration is already in every page that declares it
+        self.signals[name] = sig
+        return sig
+
+    def touch(self, sig: SharedSignal[Any]) -> None:
+        """A signal changed: the scope needs a broadcast."""
+        self.registry.on_change(self)
+
+    def take_changes(self) -> dict[str, Any]:
+        """The changed signals by browser id, marked as sent."""
+        out: dict[str, Any] = {}
+        for sig in self.signals.values():
+            if sig._changed:
+                out[sig.id] = sig._value
+                sig._changed = False
+        return out
+
+    def values(self) -> dict[str, Any]:
+        return {sig.id: sig._value for sig in self.signals.values()}
+
+
+class ScopeRegistry:
+    """All scopes of one process: membership, shared signals and wildcard lookup."""
+
+    __slots__ = ("_scopes", "on_change")
+
+    def __init__(self, on_change: Callable[[ScopeState], None]) -> None:
+        self._scopes: dict[str, ScopeState] = {}
+        self.on_change = on_change
+
+    def get(self, name: str) -> ScopeState | None:
+        return self._scopes.get(name)
+
+    def state(self, name: str) -> ScopeState:
+        state = self._scopes.get(name)
+        if state is None:
+            state = self._scopes[name] = ScopeState(self, name)
+        return state
+
+    def join(self, ctx: Context, name: str) -> ScopeState:
+        state = self.state(name)
+        state.members[ctx.id] = ctx
+        return state
+
+    def leave(self, ctx: Context, name: str) -> None:
+        state = self._scopes.get(name)
+        if state is None:
+            return
+        if state.members.get(ctx.id) is ctx:
+            del state.members[ctx.id]
+        if not state.members and not state.kept:
+            del self._scopes[name]
+
+    def matching(self, pattern: str) -> Iterator[ScopeState]:
+        """Scopes named ``pattern``, or matching it where it holds ``*`` wildcards."""
+        if "*" not in pattern:
+            state = self._scopes.get(pattern)
+            if state is not None:
+                yield state
+            return
+        for name, state in list(self._scopes.items()):
+            if fnmatch.fnmatchcase(name, pattern):
+                yield state
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def __iter__(self) -> Iterator[ScopeState]:
+        return iter(list(self._scopes.values()))

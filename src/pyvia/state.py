@@ -1,0 +1,116 @@
+"""Server-side stores outside any tab: global state and per-session data.
+
+Both are bounded: global state by key count, session data by session count with least-recently
+used eviction (php-via evicts the 1% least recently used past 10,000 sessions). Evictions are
+counted for stats. In one process, every read-modify-write that does not ``await`` in between is
+atomic; ``increment`` and ``mutate`` keep that promise when state moves to a cluster engine.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+from pyvia.errors import UsageError
+
+__all__ = ["GlobalState", "SessionData", "SessionStore"]
+
+
+class GlobalState(MutableMapping[str, Any]):
+    """Process-wide key/value state: ``app.global_state["visits"]``."""
+
+    __slots__ = ("_data", "max_keys")
+
+    def __init__(self, max_keys: int = 100_000) -> None:
+        self._data: dict[str, Any] = {}
+        self.max_keys = max_keys
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self._data and len(self._data) >= self.max_keys:
+            raise UsageError(f"global state is full ({self.max_keys} keys); delete keys or raise max_keys")
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def increment(self, key: str, by: int = 1) -> int:
+        """Add ``by`` to an integer (missing counts as 0) and return the result, atomically."""
+        current = self._data.get(key, 0)
+        if not isinstance(current, int) or isinstance(current, bool):
+            raise TypeError(f"increment() needs an int; global state {key!r} holds {type(current).__name__}")
+        self[key] = current + by
+        return current + by
+
+    def mutate(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Replace the value with ``fn(value)`` atomically (``fn`` gets ``default`` if missing)."""
+        value = fn(self._data.get(key, default))
+        self[key] = value
+        return value
+
+
+class SessionData(MutableMapping[str, Any]):
+    """One session's data: ``c.session_data["user"]``. Shared by every tab of the session."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"SessionData({self._data!r})"
+
+
+class SessionStore:
+    """Session data by session id, least recently used evicted past ``max_sessions``."""
+
+    __slots__ = ("_sessions", "evictions", "max_sessions")
+
+    def __init__(self, max_sessions: int = 10_000) -> None:
+        self._sessions: OrderedDict[str, SessionData] = OrderedDict()
+        self.max_sessions = max_sessions
+        self.evictions = 0
+
+    def get(self, session_id: str) -> SessionData:
+        data = self._sessions.get(session_id)
+        if data is None:
+            data = self._sessions[session_id] = SessionData()
+            if len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+                self.evictions += 1
+        else:
+            self._sessions.move_to_end(session_id)
+        return data
+
+    def peek(self, session_id: str) -> SessionData | None:
+        return self._sessions.get(session_id)
+
+    def clear(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
