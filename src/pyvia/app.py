@@ -40,8 +40,6 @@ from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSi
 from pyvia.lifecycle import State
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
-from pyvia.signals import check_name
-from pyvia.state import GlobalState, SessionData, SessionStore
 from pyvia.scopes import (
     GLOBAL,
     ROUTE,
@@ -61,6 +59,8 @@ from pyvia.session import (
     load_secret,
     new_session_id,
 )
+from pyvia.signals import check_name
+from pyvia.state import GlobalState, SessionData, SessionStore
 
 log = logging.getLogger("pyvia")
 

@@ -43,8 +43,16 @@ class Broadcaster:
     """Marks scopes and flushes them on the app's clock."""
 
     __slots__ = (
-        "_handle", "_last_duration", "_last_start", "_throttle_cache", "_throttles",
-        "app", "frames_sent", "flushes", "pending", "tick",
+        "_handle",
+        "_last_duration",
+        "_last_start",
+        "_throttle_cache",
+        "_throttles",
+        "app",
+        "flushes",
+        "frames_sent",
+        "pending",
+        "tick",
     )
 
     def __init__(self, app: App, tick: float) -> None:

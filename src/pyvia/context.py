@@ -25,9 +25,9 @@ from pyvia.stream import Stream
 
 if TYPE_CHECKING:
     from pyvia.app import App
-    from pyvia.state import SessionData
     from pyvia.clock import TimerHandle
     from pyvia.routing import Route
+    from pyvia.state import SessionData
 
 T = TypeVar("T")
 log = logging.getLogger("pyvia")
