@@ -638,13 +638,19 @@ class App:
             sink.close()
             return
         now = self._now()
+        # A reconnect may follow bytes lost with the old connection (a network cut, a tab cut off
+        # for reading too slowly): it gets a full render. The first connect after the page view
+        # only needs what happened since.
+        full = ctx.revived or ctx.state is not State.CREATED
+        if full:
+            ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
         signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False}
         view = None
-        if ctx.revived:
+        if full:
             ctx.revived = False
             view = ctx._view_frame()
             signals.update(ctx.changed_signals(all_signals=True))
@@ -709,9 +715,13 @@ class App:
             interval = self.config.keep_alive
             if interval > 0:
                 ping = protocol.keep_alive()
-                for ctx in self._connected.values():
+                patience = self.config.slow_tab_timeout
+                for ctx in list(self._connected.values()):
                     stream = ctx.stream
-                    if now - stream.last_write >= interval and stream.sink is not None:
+                    if stream.over_since and stream.is_stalled(now, patience):
+                        log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
+                        stream.close()
+                    elif now - stream.last_write >= interval and stream.sink is not None:
                         stream.sink.write(ping)
                         stream.last_write = now
                 self._next_keep_alive = now + interval / 3
@@ -752,6 +762,7 @@ class App:
         # drop what closures hold, so a destroyed context leaves no reference cycle
         ctx._signals = {}
         ctx._shared = {}
+        ctx._components = {}
         ctx._actions = {}
         ctx._view = None
         ctx._view_data = None

@@ -39,6 +39,9 @@ class Config:
     max_sessions: int = 10_000
     #: Unsent bytes on a tab's socket above which its view frames are held (1 MiB, php-via 0.13).
     max_stream_buffer: int = 1 << 20
+    #: A tab whose socket stays over ``max_stream_buffer`` this long is disconnected (it
+    #: reconnects and gets a full render); at four times the limit it is disconnected at once.
+    slow_tab_timeout: float = 30.0
     #: Origins (``scheme://host[:port]``) accepted on actions besides the request's own host.
     trusted_origins: Sequence[str] = ()
     #: Accept actions without an ``Origin`` header (always on in dev mode).

@@ -26,6 +26,7 @@ from pyvia.stream import Stream
 if TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.clock import TimerHandle
+    from pyvia.components import Component
     from pyvia.routing import Route
     from pyvia.state import SessionData
 
@@ -98,7 +99,7 @@ class Context:
         "app", "id", "route", "params", "session_id",
         # what the page declared
         "_signals", "_actions", "_view", "_view_block", "_view_data", "_share_render",
-        "_shared", "_scopes", "primary_scope",
+        "_shared", "_scopes", "primary_scope", "_components", "_updating",
         "_on_cleanup", "_on_disconnect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
@@ -123,6 +124,8 @@ class Context:
         self._view: str | ViewCallable | None = None
         self._view_block: str | None = None
         self._share_render = False
+        self._components: dict[str, Component] = {}
+        self._updating = False
         #: Shared signals this tab declared, by browser id.
         self._shared: dict[str, SharedSignal[Any]] = {}
         #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
@@ -306,6 +309,17 @@ class Context:
         self._view_block = block
         self._view_data = data
 
+    def component(self, setup: Callable[[Component], Any], name: str) -> Component:
+        """Declare a named component: ``setup(comp)`` declares its signals, actions and view."""
+        from pyvia.components import Component
+
+        if name in self._components:
+            raise DeclarationError(f"component {name!r} is declared twice in page {self.route.pattern!r}")
+        comp = Component(self, name)
+        self._components[name] = comp
+        setup(comp)
+        return comp
+
     def append_head(self, *markup: str) -> None:
         """Add markup to this page's ``<head>`` (after the app's own ``head`` includes)."""
         self._head.extend(markup)
@@ -389,7 +403,7 @@ class Context:
 
     def render(self, template: str, data: Mapping[str, Any] | None = None, *, block: str | None = None) -> str:
         """Render a template with this tab's signals and actions injected by name."""
-        ns: dict[str, Any] = {"c": self, **self._signals, **self._actions}
+        ns: dict[str, Any] = {"c": self, **self._signals, **self._actions, **self._components}
         for sig in self._shared.values():
             ns[sig.name] = sig
         if data:
@@ -400,6 +414,7 @@ class Context:
         view = self._view
         if view is None:
             return ""
+        self._updating = is_update
         if isinstance(view, str):
             data = self._view_data() if callable(self._view_data) else self._view_data
             return self.render(view, data, block=self._view_block if is_update else None)

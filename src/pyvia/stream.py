@@ -18,7 +18,7 @@ from pyvia.http import StreamSink
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("held_view", "last_write", "max_buffer", "pending", "sink")
+    __slots__ = ("held_view", "last_write", "max_buffer", "over_since", "pending", "sink")
 
     def __init__(self, max_buffer: int) -> None:
         self.sink: StreamSink | None = None
@@ -26,6 +26,8 @@ class Stream:
         self.held_view: bytes | None = None
         self.last_write = 0.0
         self.max_buffer = max_buffer
+        #: When the socket's unsent bytes went over ``max_buffer`` (0 = not over).
+        self.over_since = 0.0
 
     @property
     def is_connected(self) -> bool:
@@ -38,6 +40,7 @@ class Stream:
         if old is not None and old is not sink and not old.is_closed:
             old.close()
         self.last_write = now
+        self.over_since = 0.0
         backlog = self._take_backlog()
         if backlog:
             sink.write(backlog)
@@ -71,6 +74,22 @@ class Stream:
         if data:
             sink.write(data)
             self.last_write = now
+            buffered = sink.buffered
+            if buffered <= self.max_buffer:
+                self.over_since = 0.0
+            elif not self.over_since:
+                self.over_since = now
+            if buffered > 4 * self.max_buffer:
+                self.close()  # a reader this far behind only grows memory: it reconnects to a full render
+
+    def is_stalled(self, now: float, patience: float) -> bool:
+        """Whether the socket has stayed over the limit for longer than ``patience`` seconds."""
+        if not self.over_since or self.sink is None:
+            return False
+        if self.sink.buffered <= self.max_buffer:
+            self.over_since = 0.0
+            return False
+        return now - self.over_since > patience
 
     def _take_backlog(self) -> bytes:
         parts = self.pending

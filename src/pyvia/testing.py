@@ -86,18 +86,30 @@ def parse_events(data: bytes) -> tuple[list[Event], bytes]:
 
 
 class _Sink:
-    __slots__ = ("_buffer", "closed", "tab")
+    __slots__ = ("_buffer", "_unread", "closed", "paused", "tab")
 
     def __init__(self, tab: Tab) -> None:
         self.tab = tab
         self._buffer = b""
+        self._unread: list[bytes] = []
         self.closed = False
+        self.paused = False
 
     def write(self, data: bytes) -> None:
         if self.closed:
             raise RuntimeError("write to a closed stream")
         self.tab.writes += 1
+        if self.paused:
+            self._unread.append(data)
+            return
         events, self._buffer = parse_events(self._buffer + data)
+        for ev in events:
+            self.tab._receive(ev)
+
+    def resume(self) -> None:
+        self.paused = False
+        unread, self._unread = self._unread, []
+        events, self._buffer = parse_events(self._buffer + b"".join(unread))
         for ev in events:
             self.tab._receive(ev)
 
@@ -107,7 +119,8 @@ class _Sink:
 
     @property
     def buffered(self) -> int:
-        return 0
+        """Bytes written but not read: what a socket would hold for a tab that stopped reading."""
+        return sum(map(len, self._unread))
 
     @property
     def is_closed(self) -> bool:
@@ -329,6 +342,20 @@ class Tab:
             sink.closed = True
             stream.closed()
             self.client.clock.run_due()
+
+    def pause(self) -> None:
+        """Stop reading the stream, as a stalled browser would: writes pile up as unsent bytes."""
+        assert self._sink is not None, "the tab has no stream"
+        self._sink.paused = True
+
+    def resume(self) -> None:
+        """Read what piled up, in order."""
+        if self._sink is not None:
+            self._sink.resume()
+
+    @property
+    def unread_bytes(self) -> int:
+        return self._sink.buffered if self._sink is not None else 0
 
     def _stream_ended(self, sink: _Sink) -> None:
         if self._sink is sink and self._stream is not None:
