@@ -1,0 +1,126 @@
+"""Presence, app timers, background tasks, start/stop hooks and error reporting."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pyvia import App, Context, Scope
+from pyvia.testing import TestClient
+
+
+def test_presence_and_connect_hooks() -> None:
+    app = App()
+    log: list[str] = []
+    app.on_client_connect(lambda c: log.append(f"+{c.route.pattern}"))
+    app.on_client_disconnect(lambda c: log.append(f"-{c.route.pattern}"))
+
+    @app.page("/room/{name}")
+    def room(c: Context, name: str) -> None:
+        c.add_scope(f"room:{name}")
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app) as client:
+        a, b, c = client.open("/room/x"), client.open("/room/x"), client.open("/room/y")
+        assert app.count_clients("room:x") == 2
+        assert app.count_clients("room:*") == 3
+        assert app.count_clients() == 3
+        assert {ctx.id for ctx in app.clients("room:y")} == {c.id}
+        b.disconnect()
+        assert app.count_clients("room:x") == 1
+        assert log == ["+/room/{name}"] * 3 + ["-/room/{name}"]
+        client.get("/room/x")  # a page whose stream is not open yet is not a client
+        assert app.count_clients("room:x") == 1
+        assert a.is_connected
+
+
+def test_app_interval_drives_shared_state_and_survives_errors() -> None:
+    app = App()
+    errors: list[tuple[str, str]] = []
+    app.on_error(lambda exc, ctx, phase: errors.append((phase, str(exc))))
+    ticks = app.signal("global", "ticks", 0)
+    calls = {"n": 0}
+
+    def tick() -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("flaky")
+        ticks.increment()
+
+    app.set_interval(tick, 200)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.signal(0, "ticks", scope=Scope.GLOBAL)
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        tab = client.open("/")
+        client.clock.advance(1.05)
+        assert calls["n"] == 5
+        assert tab.signals["global__ticks"] == 4
+        assert errors == [("timer", "flaky")]
+
+
+def test_spawned_tasks_report_errors_and_start_stop_hooks_run() -> None:
+    app = App()
+    seen: list[str] = []
+    app.on_start(lambda: seen.append("start"))
+    app.on_stop(lambda: seen.append("stop"))
+    app.on_error(lambda exc, ctx, phase: seen.append(f"{phase}:{exc}:{ctx is not None}"))
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        done = c.signal("", "done")
+
+        @c.action
+        async def work() -> None:
+            async def job() -> None:
+                await asyncio.sleep(0)
+                done.value = "yes"
+                c.sync_signals()
+
+            async def broken() -> None:
+                raise ValueError("boom")
+
+            c.spawn(job())
+            c.spawn(broken())
+
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        tab = client.open("/")
+        tab.action("work")
+        client.loop.run_until_complete(asyncio.sleep(0.01))
+        assert tab.signals["done"] == "yes"
+        assert "task:boom:True" in seen
+    assert seen[0] == "start" and seen[-1] == "stop"
+
+
+def test_render_error_during_a_broadcast_spares_the_other_tabs() -> None:
+    app = App()
+    phases: list[str] = []
+    app.on_error(lambda exc, ctx, phase: phases.append(phase))
+
+    @app.page("/{kind}")
+    def page(c: Context, kind: str) -> None:
+        c.add_scope("room:all")
+        n = c.signal(0, "n", scope="room:all")
+
+        def view() -> str:
+            if kind == "bad" and n.value:
+                raise RuntimeError("render failed")
+            return f"<p id='n'>{n.value}</p>"
+
+        @c.action
+        def inc() -> None:
+            n.increment()
+
+        c.view(view)
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        good, bad = client.open("/good"), client.open("/bad")
+        good.action("inc")
+        app.flush_broadcasts()
+        assert "<p id='n'>1</p>" in good.html
+        assert bad.signals["room_all__n"] == 1  # the signals still reached the failing tab
+        assert phases == ["render"]
