@@ -615,6 +615,10 @@ class App:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
+    def now(self) -> float:
+        """The app clock's time in seconds (monotonic; a manual clock under pyvia.testing)."""
+        return self._now()
+
     def _now(self) -> float:
         if self.clock is None:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
