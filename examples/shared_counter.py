@@ -8,6 +8,13 @@ the same bytes to every tab.
 from pyvia import App, Context, Scope
 
 app = App(title="Shared counter")
+PAGE_SCOPE = Scope.route("/")
+
+
+@app.on_client_connect
+@app.on_client_disconnect
+def presence_changed(c: Context) -> None:
+    app.broadcast(PAGE_SCOPE)  # the "N watching" line changes
 
 
 @app.page("/")
