@@ -197,10 +197,15 @@ class App:
         self._middleware: list[Middleware] = []
         self._ids = ContextIds(load_secret(self.config.secret))
         self._bundle: Bundle | None = None
+        self._bundle_url = ""
         self._downloads = Downloads()
         self._not_found: Callable[[Request], Any] | None = None
         self._error_page: Callable[[Request, BaseException], Any] | None = None
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
+        # URLs the browser is given: under base_path when the app is mounted below "/"
+        self._base = self.config.base_path
+        self._sse_url = self._base + SSE_PATH[1:]
+        self._close_url = self._base + CLOSE_PATH[1:]
         # every live tab, by context id
         self.contexts: dict[str, Context] = {}
         self._connected: dict[str, Context] = {}
@@ -280,7 +285,11 @@ class App:
         return fn
 
     def url_for_action(self, name: str) -> str:
-        return ACTION_PREFIX + name
+        return self._base + ACTION_PREFIX[1:] + name
+
+    def url(self, path: str) -> str:
+        """An absolute URL path for ``path`` under the app's ``base_path`` (``/x`` → ``/live/x``)."""
+        return self._base + path.lstrip("/")
 
     # --- shared state and broadcasting -------------------------------------------------------------
 
@@ -457,6 +466,7 @@ class App:
     def bundle(self) -> Bundle:
         if self._bundle is None:
             self._bundle = load_bundle(self.config.datastar_js)
+            self._bundle_url = f"{self._base}{BUNDLE_PATH[1:]}?v={self._bundle.version}"
         return self._bundle
 
     # --- dispatch ----------------------------------------------------------------------------------
@@ -591,7 +601,7 @@ class App:
         seed.update(ctx.changed_signals(all_signals=True))
         seed.update(ctx.shared_values())
         bundle = self.bundle
-        head = bootstrap_head(seed, f"{BUNDLE_PATH}?v={bundle.version}", bundle.integrity, SSE_PATH, CLOSE_PATH)
+        head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,

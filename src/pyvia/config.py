@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyvia.errors import ConfigError
+
+_BASE_PATH = re.compile(r"/(?:[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*/?)?\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,9 @@ class Config:
     #: Markup added to every page's ``<head>`` / before ``</body>``.
     head: Sequence[str] = ()
     foot: Sequence[str] = ()
+    #: URL prefix the browser sees when the app is mounted below ``/`` (``"/live/"``); used to
+    #: make URLs, not to route (a mounting front end or proxy strips it).
+    base_path: str = "/"
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -64,6 +70,12 @@ class Config:
             raise ConfigError(f"sweep_interval={self.sweep_interval!r}: must be a number of seconds > 0")
         if not isinstance(self.max_stream_buffer, int) or self.max_stream_buffer < 0:
             raise ConfigError(f"max_stream_buffer={self.max_stream_buffer!r}: must be a byte count >= 0")
+        if not isinstance(self.base_path, str) or not _BASE_PATH.match(self.base_path):
+            raise ConfigError(
+                f"base_path={self.base_path!r}: must be '/' or '/segment[/segment…]' of [A-Za-z0-9_.-], like '/live'"
+            )
+        if not self.base_path.endswith("/"):
+            object.__setattr__(self, "base_path", self.base_path + "/")
         for origin in self.trusted_origins:
             if not isinstance(origin, str) or "://" not in origin:
                 raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")

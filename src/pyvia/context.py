@@ -473,7 +473,7 @@ class Context:
 
     def download(self, source: str | Any | Iterable[bytes], filename: str, *, media_type: str | None = None) -> str:
         """Register a one-shot download for this tab's session and return its URL."""
-        return self.app._downloads.add(self.session_id, source, filename, media_type)
+        return self.app.url(self.app._downloads.add(self.session_id, source, filename, media_type))
 
     def _signal_frame(self) -> bytes:
         changed = self.changed_signals()
