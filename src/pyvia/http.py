@@ -46,6 +46,18 @@ class Headers:
         for name, value in items or ():
             self.add(name, value)
 
+    @classmethod
+    def from_raw(cls, raw: list[tuple[bytes, bytes]]) -> Headers:
+        """Build from a parser's (name, value) byte pairs in one pass: the native server's hot path.
+
+        Bytes are decoded as latin-1 (RFC 9110 §5.5: field values are octets; latin-1 keeps them all).
+        """
+        headers = cls.__new__(cls)
+        items = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in raw]
+        headers._items = items
+        headers._map = dict(items)
+        return headers
+
     def add(self, name: str, value: str) -> None:
         name = name.lower()
         self._items.append((name, value))

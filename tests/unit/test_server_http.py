@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyvia.http import Headers
 from pyvia.server.http import (
     CONNECTION_CLOSE,
     CONNECTION_KEEP_ALIVE,
@@ -154,3 +155,28 @@ def test_split_target(target: bytes, expected: tuple[str, str]) -> None:
 def test_split_target_refuses_other_forms(target: bytes) -> None:
     with pytest.raises(ValueError):
         split_target(target)
+
+
+def test_headers_from_raw_match_headers_built_one_by_one() -> None:
+    raw = [(b"Host", b"x"), (b"Cookie", b"a=1"), (b"COOKIE", b"b=2"), (b"X-Caf", b"caf\xc3\xa9")]
+    fast = Headers.from_raw(raw)
+    slow = Headers()
+    for name, value in raw:
+        slow.add(name.decode("latin-1"), value.decode("latin-1"))
+    assert list(fast) == list(slow)
+    assert fast.get("cookie") == "b=2" and fast.get_all("cookie") == ["a=1", "b=2"]
+    assert "HOST" in fast and len(fast) == 4
+
+
+def test_equal_header_sets_give_equal_heads_and_different_ones_do_not_mix() -> None:
+    headers = [("content-type", "text/html")]
+    assert encode_response(200, headers, b"a") == encode_response(200, list(headers), b"a")
+    assert encode_response(404, headers, b"a").startswith(b"HTTP/1.1 404 ")
+    assert b"connection: close" in encode_response(200, headers, b"a", connection=CONNECTION_CLOSE)
+    assert b"connection" not in encode_response(200, headers, b"a")
+
+
+@pytest.mark.parametrize("value", [5, None, b"bytes"])
+def test_header_values_must_be_text(value: object) -> None:
+    with pytest.raises(ValueError, match="x-n"):
+        encode_response(200, [("x-n", value)], b"")  # type: ignore[list-item]  # the point of the test

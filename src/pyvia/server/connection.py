@@ -1,0 +1,714 @@
+"""One HTTP/1.1 connection of the native server, and the registry that times connections out.
+
+:class:`HttpProtocol` is an ``asyncio.Protocol`` fed by httptools. Parser callbacks only collect
+(uvicorn's rule); a complete request is answered at once when nothing is ahead of it, otherwise it
+waits in a short pipeline queue so responses leave in request order. Refusals, head building and
+chunk framing are the pure functions of :mod:`pyvia.server.http`.
+
+Rules this module keeps:
+
+1. One ``transport.write`` per complete response (head and body joined) and one per stream event.
+2. A request costs no task unless ``App.handle`` returns an awaitable.
+3. No timer per connection: a connection records a ``deadline`` and the one sweep of its
+   :class:`ConnectionRegistry` enforces it. A deadline of 0 means "none": while the application
+   owes a response, and for the whole life of a stream.
+4. An application error becomes a plain 500 and is logged; the connection keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
+
+from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+
+from pyvia.http import Headers, Request, Response, StreamResponse
+from pyvia.server import http as wire
+
+if TYPE_CHECKING:
+    from pyvia.server import ServedApp
+    from pyvia.server.http import ServerLimits
+
+__all__ = ["ConnectionRegistry", "HttpProtocol"]
+
+logger = logging.getLogger("pyvia.server")
+
+# What the parser is in the middle of. Trailers arrive while _BODY and are ignored.
+_IDLE, _HEAD, _BODY = 0, 1, 2
+
+#: Seconds a refused connection keeps reading (and dropping) after its answer, so the bytes the
+#: client is still sending do not make the kernel answer RST, which can destroy the unread
+#: response on the client side (the "lingering close" of Apache and nginx).
+_LINGER = 2.0
+
+_NO_HEADERS = Headers()
+
+_METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")}
+
+
+class _Reject(Exception):
+    """Raised inside a parser callback to stop parsing and answer ``status`` (then close)."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback to stop reading requests, silently (queue full, closing)."""
+
+
+class ConnectionRegistry:
+    """The open connections of one server and the single sweep that enforces their deadlines.
+
+    The runner creates one per server; each :class:`HttpProtocol` adds itself when it connects.
+    One ``call_later`` chain, every ``interval`` seconds, closes the connections whose deadline
+    has passed (DESIGN.md: one periodic sweep, nothing per connection while idle).
+    """
+
+    __slots__ = ("_connections", "_handle", "_interval", "_waiter", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = 1.0) -> None:
+        self.loop = loop
+        self._interval = interval
+        self._connections: set[HttpProtocol] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._connections)
+
+    def __iter__(self) -> Iterator[HttpProtocol]:
+        return iter(list(self._connections))
+
+    def add(self, conn: HttpProtocol) -> None:
+        self._connections.add(conn)
+
+    def discard(self, conn: HttpProtocol) -> None:
+        self._connections.discard(conn)
+        if not self._connections and self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def start(self) -> None:
+        """Start the sweep."""
+        if self._handle is None:
+            self._handle = self.loop.call_later(self._interval, self._sweep)
+
+    def stop(self) -> None:
+        """Stop the sweep."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def sweep(self, now: float) -> None:
+        """Time out every connection whose deadline is at or before ``now``."""
+        expired = [c for c in self._connections if 0.0 < c.deadline <= now]
+        for conn in expired:
+            try:
+                conn.timeout()
+            except Exception:  # a bug in one connection must not stop the sweep for the others
+                logger.exception("error while timing out a connection")
+
+    def _sweep(self) -> None:
+        self.sweep(self.loop.time())
+        self._handle = self.loop.call_later(self._interval, self._sweep)
+
+    def shutdown(self) -> None:
+        """Close idle connections; busy ones close once their response is written."""
+        for conn in list(self._connections):
+            conn.shutdown()
+
+    def abort_all(self) -> None:
+        """Close every connection now, whatever it is doing (the end of the shutdown budget)."""
+        for conn in list(self._connections):
+            conn.abort()
+
+    async def wait_empty(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the last connection to go; True if none is left."""
+        if not self._connections:
+            return True
+        self._waiter = self.loop.create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._waiter), max(timeout, 0.0))
+        except TimeoutError:
+            return not self._connections
+        finally:
+            self._waiter = None
+        return True
+
+
+class _Sink:
+    """The :class:`pyvia.http.StreamSink` of a native connection: one write per event.
+
+    The head of the response waits in ``_head`` until the first event (or the end of ``open``), so
+    a stream that sends its first event while being opened costs one write for both.
+    """
+
+    __slots__ = ("_chunked", "_closed", "_conn", "_head", "_transport")
+
+    def __init__(self, conn: HttpProtocol, transport: asyncio.Transport, head: bytes, chunked: bool) -> None:
+        self._conn = conn
+        self._transport = transport
+        self._head: bytes | None = head
+        self._chunked = chunked
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` as one chunk; ignored once the sink is closed or ``data`` is empty."""
+        if self._closed or not data:
+            return
+        if self._chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._head is not None:
+            data = self._head + data
+            self._head = None
+        self._transport.write(data)
+
+    def flush_head(self) -> None:
+        if self._head is not None and not self._closed:
+            self._transport.write(self._head)
+            self._head = None
+
+    def close(self) -> None:
+        """End the body (``0\\r\\n\\r\\n``) and the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        data = wire.LAST_CHUNK if self._chunked else b""
+        if self._head is not None:
+            data = self._head + data
+            self._head = None
+        if data:
+            self._transport.write(data)
+        self._conn._stream_finished()
+
+    def peer_gone(self) -> None:
+        self._closed = True
+        self._head = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes the transport holds for this peer: the core's slow-client signal."""
+        if self._closed:
+            return 0
+        return self._transport.get_write_buffer_size()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One client connection: parse requests, hand them to the app, write the answers in order."""
+
+    __slots__ = (  # noqa: RUF023 - grouped by lifetime (STYLE.md), not sorted
+        # Server-wide, shared by every connection.
+        "_app",
+        "_limits",
+        "_loop",
+        "_registry",
+        "_scheme",
+        # Per connection.
+        "_busy",
+        "_client",
+        "_closing",
+        "_final",
+        "_lingering",
+        "_parser",
+        "_queue",
+        "_reading_paused",
+        "_sink",
+        "_stream",
+        "_task",
+        "_transport",
+        "_writing_paused",
+        "deadline",
+        "draining",
+        # Per request being parsed.
+        "_body",
+        "_body_size",
+        "_continue",
+        "_head_raw",
+        "_head_size",
+        "_headers",
+        "_http10",
+        "_parse",
+        "_raw_headers",
+        "_url",
+        # Per request being answered asynchronously.
+        "_pending",
+    )
+
+    def __init__(self, app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits, scheme: str = "http"):
+        self._app = app
+        self._limits = limits
+        self._loop = registry.loop
+        self._registry = registry
+        self._scheme = scheme
+
+        self._busy = False  # a response is owed: handler running, or a stream open
+        self._client = ""
+        self._closing = False  # close() or abort() was called: write nothing more
+        self._final: bytes | None = None  # not None: read no more requests; write it, then close
+        self._lingering = False  # answered and half-closed: reading only to drop what arrives
+        self._parser = HttpRequestParser(self)
+        self._queue: deque[tuple[Request, bool, bool]] = deque()
+        self._reading_paused = False
+        self._sink: _Sink | None = None
+        self._stream: StreamResponse | None = None
+        self._task: asyncio.Future[object] | None = None
+        self._transport: asyncio.Transport  # set in connection_made
+        self._writing_paused = False
+        #: Loop time after which the sweep calls :meth:`timeout`; 0.0 for none (rule 3).
+        self.deadline = 0.0
+        #: Set by :meth:`shutdown`: answer what is in flight with ``connection: close``.
+        self.draining = False
+
+        self._body: list[bytes] | None = None
+        self._body_size = 0
+        self._continue = False
+        self._head_raw = 0
+        self._head_size = 0
+        self._headers = _NO_HEADERS
+        self._http10 = False
+        self._parse = _IDLE
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._url = b""
+
+        self._pending: tuple[Request, bool, bool] | None = None
+
+    # --- asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # OSError: a Unix socket; AttributeError: a transport without a real socket.
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple | list) and peer:
+            self._client = str(peer[0])
+        # A fresh connection is an idle one: browsers preconnect and send later.
+        self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+        self._registry.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._registry.discard(self)
+        self.deadline = 0.0
+        self._queue.clear()
+        self._parser = None  # type: ignore[assignment]  # break the parser <-> protocol cycle
+        stream, self._stream = self._stream, None
+        if stream is not None and self._sink is not None and not self._sink.is_closed:
+            self._sink.peer_gone()
+            try:
+                stream.closed()
+            except Exception:
+                logger.exception("error in stream close callback")
+
+    def data_received(self, data: bytes) -> None:
+        if self._final is not None or self._closing:
+            return  # streaming, refusing or closing: what the peer sends now is not read
+        if self._parse == _HEAD:
+            self._head_raw += len(data)
+        try:
+            self._parser.feed_data(data)
+        except HttpParserUpgrade:
+            # Upgrade or CONNECT: the request was answered as plain HTTP; what follows is another
+            # protocol, which this server does not speak.
+            self._stop_reading(b"")
+            return
+        except HttpParserError as exc:
+            if self._closing or self._final is not None:
+                return  # e.g. bytes after "Connection: close": already answered, already leaving
+            cause = exc.__context__
+            if isinstance(cause, _Reject):
+                self._stop_reading(wire.ERRORS[cause.status])
+            elif isinstance(cause, _Stop):
+                self._stop_reading(b"")
+            elif cause is None:
+                self._stop_reading(wire.ERRORS[400])
+            elif isinstance(cause, Exception):
+                logger.error("internal error while parsing a request", exc_info=cause)
+                self._stop_reading(wire.ERRORS[500])
+            else:
+                raise cause from None  # KeyboardInterrupt, SystemExit: not ours to swallow
+            return
+        if self._parse == _HEAD and self._head_raw > self._limits.max_head:
+            # One header line still buffered by httptools: cap memory before it completes.
+            self._stop_reading(wire.ERRORS[431])
+        elif (self._queue or self._busy) and not self._reading_paused and not self._closing and (
+            len(self._queue) >= self._limits.max_pipelined or self._writing_paused
+        ):
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        if self._lingering:
+            return None
+        if self._stream is not None or not (self._busy or self._queue):
+            return None  # nothing owed: close (a stream's peer is gone)
+        if self._scheme == "https":
+            return None  # TLS cannot half-close; asyncio closes the transport anyway
+        self._final = b""
+        return True  # keep the write side open for the answers still owed
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self._stream is None:
+            # The peer is slow to read a response: read no more requests, and give it the
+            # keep-alive timeout to make progress.
+            if not self._reading_paused and not self._closing:
+                self._reading_paused = True
+                self._transport.pause_reading()
+            if not self._busy:
+                self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._stream is None and not self._closing:
+            self._next()
+
+    # --- httptools callbacks: collect only -----------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._final is not None or self._closing:
+            raise _Stop  # pipelined after a stream, a close or a refusal: not read
+        self._parse = _HEAD
+        self._url = b""
+        self._raw_headers = []
+        self._head_size = 0
+        self._head_raw = 0
+        self._body = None
+        self._body_size = 0
+        self._continue = False
+        if not self._busy:
+            self.deadline = self._loop.time() + self._limits.header_timeout
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self._limits.max_request_line:
+            raise _Reject(414)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Trailers land here too, after the headers were taken: they count, then are ignored.
+        raw = self._raw_headers
+        raw.append((name, value))
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > self._limits.max_header_bytes or len(raw) > self._limits.max_header_count:
+            raise _Reject(431)
+
+    def on_headers_complete(self) -> None:
+        self._parse = _BODY
+        version = self._parser.get_http_version()
+        if version == "1.1":
+            self._http10 = False
+        elif version == "1.0":
+            self._http10 = True
+        else:
+            raise _Reject(505)
+        self._headers = headers = Headers.from_raw(self._raw_headers)
+        if not self._http10 and headers.get("host") is None:
+            raise _Reject(400)  # RFC 9112 §3.2: MUST answer 400
+        length = headers.get("content-length")
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if length is not None:
+                raise _Reject(400)  # request smuggling (RFC 9112 §6.1); httptools also refuses it
+            if coding.strip().lower() != "chunked":
+                raise _Reject(501)
+        if length is not None and int(length) > self._limits.max_body:
+            raise _Reject(413)  # refused before the body is sent, with or without Expect
+        expect = headers.get("expect")
+        if expect is not None:
+            if expect.strip().lower() != "100-continue":
+                raise _Reject(417)
+            if not self._http10 and (coding is not None or (length is not None and int(length) > 0)):
+                if self._busy or self._queue:
+                    self._continue = True  # sent when this request's turn comes (_next)
+                else:
+                    self._transport.write(wire.CONTINUE)
+        if not self._busy:
+            self.deadline = self._loop.time() + self._limits.body_timeout
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._limits.max_body:
+            raise _Reject(413)
+        if self._body is None:
+            self._body = [body]
+        else:
+            self._body.append(body)
+        self._continue = False  # the client did not wait for it
+        if not self._busy:
+            self.deadline = self._loop.time() + self._limits.body_timeout
+
+    def on_message_complete(self) -> None:
+        self._parse = _IDLE
+        parser = self._parser
+        raw_method = parser.get_method()
+        method = _METHODS.get(raw_method) or raw_method.decode("ascii")
+        try:
+            path, query = wire.split_target(self._url)
+        except ValueError:
+            raise _Reject(400) from None
+        body = self._body
+        request = Request(
+            method,
+            path,
+            query,
+            self._headers,
+            b"" if body is None else body[0] if len(body) == 1 else b"".join(body),
+            self._client,
+            self._scheme,
+        )
+        self._body = None
+        keep_alive = parser.should_keep_alive() and not self.draining
+        if self._busy or self._queue or self._writing_paused:
+            if len(self._queue) >= self._limits.max_pipelined:
+                raise _Stop  # answer what is queued, then close; the client retries the rest
+            self._queue.append((request, keep_alive, self._http10))
+            return
+        self._dispatch(request, keep_alive, self._http10)
+        if not self._busy and not self._closing:
+            self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+
+    # --- answering -------------------------------------------------------------------------------------
+
+    def _dispatch(self, request: Request, keep_alive: bool, http10: bool) -> None:
+        """Hand one request to the app; answer now unless it gave an awaitable (rule 2)."""
+        self._busy = True
+        self.deadline = 0.0
+        try:
+            result = self._app.handle(request)
+        except Exception:
+            logger.exception("error handling %s %s", request.method, request.path)
+            self._write_500(request, keep_alive, http10)
+            return
+        if isinstance(result, Response):
+            self._write_response(result, request, keep_alive, http10)
+        elif isinstance(result, StreamResponse):
+            self._start_stream(result, request, keep_alive, http10)
+        else:
+            try:
+                task = asyncio.ensure_future(result, loop=self._loop)  # type: ignore[arg-type]
+            except TypeError:
+                logger.error("handle() returned %r for %s %s, not a response", result, request.method, request.path)
+                self._write_500(request, keep_alive, http10)
+                return
+            self._task = task
+            self._pending = (request, keep_alive, http10)
+            task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Future[object]) -> None:
+        self._task = None
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        request, keep_alive, http10 = pending
+        if task.cancelled():
+            if not self._closing:
+                logger.error("handler task for %s %s was cancelled", request.method, request.path)
+                self._write_500(request, keep_alive, http10)
+                self._next()
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("error handling %s %s", request.method, request.path, exc_info=exc)
+            result: object = None
+        else:
+            result = task.result()
+        if self._closing:
+            return  # the client left while the handler ran
+        if isinstance(result, Response):
+            self._write_response(result, request, keep_alive, http10)
+        elif isinstance(result, StreamResponse):
+            self._start_stream(result, request, keep_alive, http10)
+        else:
+            if exc is None:
+                logger.error("handle() for %s %s resolved to %r, not a response", request.method,
+                             request.path, result)
+            self._write_500(request, keep_alive, http10)
+        self._next()
+
+    def _connection_header(self, keep_alive: bool, http10: bool) -> str:
+        if keep_alive and not self.draining:
+            return wire.CONNECTION_KEEP_ALIVE if http10 else ""
+        return wire.CONNECTION_CLOSE
+
+    def _write_response(self, response: Response, request: Request, keep_alive: bool, http10: bool) -> None:
+        keep_alive = keep_alive and not self.draining
+        try:
+            data = wire.encode_response(
+                response.status,
+                response.headers,
+                response.body,
+                head_only=request.method == "HEAD",
+                connection=self._connection_header(keep_alive, http10),
+            )
+        except Exception:
+            logger.exception("invalid response to %s %s", request.method, request.path)
+            self._write_500(request, keep_alive, http10)
+            return
+        self._transport.write(data)
+        self._answered(keep_alive)
+
+    def _write_500(self, request: Request, keep_alive: bool, http10: bool) -> None:
+        keep_alive = keep_alive and not self.draining
+        self._transport.write(wire.internal_error(
+            head_only=request.method == "HEAD", connection=self._connection_header(keep_alive, http10)
+        ))
+        self._answered(keep_alive)
+
+    def _answered(self, keep_alive: bool) -> None:
+        self._busy = False
+        if not keep_alive:
+            self._close()
+
+    def _start_stream(self, stream: StreamResponse, request: Request, keep_alive: bool, http10: bool) -> None:
+        try:
+            head = wire.encode_stream_head(stream.status, stream.headers, chunked=not http10)
+        except Exception:
+            logger.exception("invalid stream response to %s %s", request.method, request.path)
+            self._write_500(request, keep_alive, http10)
+            self._call_closed(stream)
+            return
+        if request.method == "HEAD":
+            self._transport.write(head)
+            self._call_closed(stream)
+            self._answered(keep_alive and not self.draining)
+            return
+        # From here the connection belongs to the stream: no more requests are read (Datastar
+        # opens each stream on its own connection), and it closes when the stream ends.
+        self._final = b""
+        self._queue.clear()
+        self.deadline = 0.0
+        sink = _Sink(self, self._transport, head, chunked=not http10)
+        self._sink = sink
+        self._stream = stream
+        try:
+            stream.open(sink)
+        except Exception:
+            logger.exception("error opening stream for %s %s", request.method, request.path)
+            if not sink.is_closed:
+                sink.peer_gone()
+                self._stream = None
+                self._call_closed(stream)
+                self._close()
+            return
+        sink.flush_head()
+
+    def _call_closed(self, stream: StreamResponse) -> None:
+        try:
+            stream.closed()
+        except Exception:
+            logger.exception("error in stream close callback")
+
+    def _stream_finished(self) -> None:
+        """The core closed the sink: the body is complete, the connection ends."""
+        self._stream = None
+        self._busy = False
+        self._close()
+
+    def _next(self) -> None:
+        """After a response or a resumed write: answer queued requests, then settle the state."""
+        while self._queue and not self._busy and not self._closing and not self._writing_paused:
+            request, keep_alive, http10 = self._queue.popleft()
+            self._dispatch(request, keep_alive, http10)
+        if self._busy or self._closing:
+            return
+        if self._writing_paused:
+            # The peer must read what it has before more is answered; resume_writing calls back.
+            self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+            return
+        if self._final is not None:
+            if self._final:
+                self._transport.write(self._final)
+            self._close(linger=bool(self._final))
+            return
+        if self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        if self._parse == _IDLE:
+            self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+        elif self._parse == _HEAD:
+            self.deadline = self._loop.time() + self._limits.header_timeout
+        else:
+            if self._continue:
+                self._continue = False
+                self._transport.write(wire.CONTINUE)
+            self.deadline = self._loop.time() + self._limits.body_timeout
+
+    def _stop_reading(self, final: bytes) -> None:
+        """Read no more requests; write ``final`` (if any) once the owed answers are out, then close."""
+        self._final = final
+        if not self._busy and not self._queue:
+            if final:
+                self._transport.write(final)
+            self._close(linger=bool(final))
+
+    def _close(self, linger: bool = False) -> None:
+        """Close after what was written; with ``linger``, half-close and drop input for a while first."""
+        if self._closing:
+            return
+        self._closing = True
+        transport = self._transport
+        if linger and transport.can_write_eof():
+            transport.write_eof()
+            self._lingering = True
+            self.deadline = self._loop.time() + _LINGER
+            if self._reading_paused:
+                self._reading_paused = False
+                transport.resume_reading()
+        else:
+            self.deadline = 0.0
+            transport.close()
+
+    # --- called by the registry -------------------------------------------------------------------------
+
+    def timeout(self) -> None:
+        """The deadline passed: the request is too slow (408) or the connection too long idle."""
+        if self._lingering:
+            self._lingering = False
+            self.deadline = 0.0
+            self._transport.close()
+            return
+        if self._closing or self._busy:
+            return
+        self.deadline = 0.0
+        if self._writing_paused:
+            self._closing = True
+            self._transport.abort()  # the peer stopped reading: do not wait to flush
+            return
+        late = self._final is None and self._parse != _IDLE and not self._queue
+        if late:
+            self._transport.write(wire.ERRORS[408])  # nothing was answered for this request yet
+        self._final = b""
+        self._close(linger=late)
+
+    def shutdown(self) -> None:
+        """Graceful stop: close if idle, else finish the request in flight with ``connection: close``."""
+        self.draining = True
+        if self._lingering:
+            self._lingering = False
+            self._transport.close()
+            return
+        if self._closing or self._stream is not None:
+            return  # streams are the app's to end (App.shutdown); abort() ends what is left
+        if not self._busy and not self._queue and self._parse == _IDLE:
+            self._final = b""
+            self._close()
+
+    def abort(self) -> None:
+        """Close now (the shutdown budget is spent); a handler still running is cancelled."""
+        if self._task is not None:
+            self._task.cancel()
+        self._closing = True
+        self._transport.abort()

@@ -1,0 +1,169 @@
+"""Start and stop the native server: the listening socket, TLS, signals and the graceful stop.
+
+The order of a stop, on SIGTERM, SIGINT or ``stop``: stop accepting; ``await app.shutdown(budget/2)``
+(the app asks its streams to reconnect and closes them); close idle keep-alive connections; let the
+requests in flight finish within what is left of ``graceful_timeout``; close whatever remains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+
+from pyvia.server import ServedApp
+from pyvia.server.connection import ConnectionRegistry, HttpProtocol
+from pyvia.server.http import ServerLimits
+
+__all__ = ["DEFAULT_LIMITS", "bind_socket", "make_ssl_context", "run", "serve"]
+
+logger = logging.getLogger("pyvia.server")
+
+DEFAULT_LIMITS = ServerLimits()
+
+#: Ready notification: an Event to set, or a callback given the bound (host, port).
+Ready = asyncio.Event | Callable[[str, int], object] | None
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound, non-blocking TCP socket with SO_REUSEADDR (a restart need not wait for TIME_WAIT).
+
+    The event loop calls ``listen(backlog)`` on it in ``create_server``.
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def make_ssl_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
+    """A TLS server context (1.2 or later) announcing ``http/1.1`` by ALPN: this server speaks no h2."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _format_address(sock: socket.socket) -> tuple[str, int]:
+    address = sock.getsockname()
+    return str(address[0]), int(address[1])
+
+
+async def serve(
+    app: ServedApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 3000,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    limits: ServerLimits = DEFAULT_LIMITS,
+    backlog: int = 4096,
+    graceful_timeout: float = 3.0,
+    sock: socket.socket | None = None,
+    ready: Ready = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``app`` until SIGTERM/SIGINT (main thread only) or until ``stop`` is set.
+
+    ``sock`` is an already bound socket to serve on instead of binding ``host:port`` (several
+    workers sharing one socket). ``backlog`` is the accept queue; 4096 matches the kernel's
+    ``somaxconn`` on our machines (machine-limits.md, setup) so bursts of reconnecting tabs are
+    queued, not refused. ``ready`` is set, or called with the bound (host, port), once connections
+    are accepted.
+    """
+    if keyfile is not None and certfile is None:
+        raise ValueError("keyfile given without certfile: pass both to serve over TLS")
+    loop = asyncio.get_running_loop()
+    ssl_context = make_ssl_context(certfile, keyfile) if certfile is not None else None
+    scheme = "https" if ssl_context is not None else "http"
+    own_sock = sock is None
+    if sock is None:
+        sock = bind_socket(host, port)
+    registry = ConnectionRegistry(loop, limits.sweep_interval)
+    server: asyncio.Server | None = None
+    try:
+        await app.startup()
+        server = await loop.create_server(
+            lambda: HttpProtocol(app, registry, limits, scheme),
+            sock=sock,
+            backlog=backlog,
+            ssl=ssl_context,
+            ssl_handshake_timeout=limits.header_timeout if ssl_context is not None else None,
+        )
+        registry.start()
+        stop_event = stop if stop is not None else asyncio.Event()
+        signals = _install_signal_handlers(loop, stop_event)
+        bound_host, bound_port = _format_address(sock)
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
+        if isinstance(ready, asyncio.Event):
+            ready.set()
+        elif ready is not None:
+            ready(bound_host, bound_port)
+        try:
+            await stop_event.wait()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            await _stop(app, server, registry, graceful_timeout)
+    finally:
+        registry.stop()
+        if server is None and own_sock:
+            sock.close()
+
+
+def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:
+    """SIGTERM and SIGINT set ``stop``; only possible in the main thread (tests run elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):  # not a Unix loop
+            continue
+        installed.append(sig)
+    return installed
+
+
+async def _stop(app: ServedApp, server: asyncio.Server, registry: ConnectionRegistry, budget: float) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    server.close()  # stop accepting; open connections are ours to end
+    half = budget / 2
+    try:
+        await asyncio.wait_for(app.shutdown(half), half)
+    except TimeoutError:
+        logger.warning("app.shutdown() did not finish within %.2f s", half)
+    except Exception:
+        logger.exception("error in app.shutdown()")
+    registry.shutdown()
+    left = budget - (loop.time() - started)
+    if not await registry.wait_empty(left):
+        logger.warning("closing %d connection(s) still open after %.2f s", len(registry), budget)
+        registry.abort_all()
+        await registry.wait_empty(0.5)  # let connection_lost run (stream close callbacks)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.wait_closed(), 0.5)
+
+
+def run(app: ServedApp, **options: object) -> None:
+    """Serve ``app`` on uvloop until SIGTERM or Ctrl-C; ``options`` are those of :func:`serve`."""
+    import uvloop
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvloop.run(serve(app, **options))  # type: ignore[arg-type]  # options are serve()'s keywords
