@@ -1,0 +1,91 @@
+"""The ``pyvia`` command: ``pyvia run MODULE:ATTR [--host H] [--port P] [--cert F --key F]``.
+
+A wrong ``MODULE:ATTR`` gets one line saying what is wrong, without a traceback; an error raised
+by the user's own module while it is imported keeps its traceback, since that is where the fix is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+__all__ = ["AppNotFound", "load_app", "main"]
+
+
+class AppNotFound(Exception):
+    """``MODULE:ATTR`` does not name a pyvia App; the message says why."""
+
+
+def load_app(spec: str) -> Any:
+    """Import ``MODULE`` (the current directory first on ``sys.path``) and return its App ``ATTR``.
+
+    ``ATTR`` may be dotted (``module:holder.app``). Raises :class:`AppNotFound`.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppNotFound(f"expected MODULE:ATTR, such as 'myapp:app', got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise AppNotFound(f"no module named {missing!r} (looked in {cwd} and on sys.path)") from None
+        raise  # the module exists but imports something missing: its traceback says where
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise AppNotFound(f"module {module_name!r} has no attribute {attr!r}") from None
+    from pyvia.app import App
+
+    if not isinstance(target, App):
+        raise AppNotFound(f"{spec!r} is {type(target).__name__!r}, not a pyvia App (create one with app = App())")
+    return target
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyvia", description="Real-time, server-rendered web apps.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", help="serve an app on the native server",
+                              description="Serve an app on the native server until SIGTERM or Ctrl-C.")
+    run.add_argument("app", metavar="MODULE:ATTR", help="where the App is, such as myapp:app")
+    run.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    run.add_argument("--port", type=int, default=3000, help="port to listen on (default: %(default)s)")
+    run.add_argument("--cert", dest="certfile", metavar="FILE", help="TLS certificate chain (PEM); needs --key")
+    run.add_argument("--key", dest="keyfile", metavar="FILE", help="TLS private key (PEM); needs --cert")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``pyvia`` script and of ``python -m pyvia``.
+
+    Always ends with SystemExit carrying the exit status (0 after a clean stop, 1 when the
+    server cannot start, 2 for a usage error, 130 for Ctrl-C during start), as argparse does.
+    """
+    raise SystemExit(_run(_parser().parse_args(argv)))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if (args.certfile is None) != (args.keyfile is None):
+        print("pyvia run: error: --cert and --key go together", file=sys.stderr)
+        return 2
+    try:
+        app = load_app(args.app)
+    except AppNotFound as exc:
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        app.run(host=args.host, port=args.port, certfile=args.certfile, keyfile=args.keyfile)
+    except KeyboardInterrupt:  # Ctrl-C before the server installed its own handler
+        return 130
+    except OSError as exc:  # the port is taken, the address is not ours, the certificate is unreadable
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
