@@ -13,6 +13,8 @@ import contextlib
 import heapq
 import inspect
 import logging
+import math
+import secrets
 import time
 import typing
 from collections import OrderedDict, deque
@@ -28,12 +30,15 @@ from pyvia.config import Config
 from pyvia.context import Context, call_hook
 from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
 from pyvia.errors import (
+    ActionTimeout,
     ClientError,
     ContextNotFound,
     DeclarationError,
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    RateLimited,
+    ServiceError,
 )
 from pyvia.forms import Form, UploadedFile, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
@@ -45,11 +50,13 @@ from pyvia.scopes import (
     ROUTE,
     SESSION,
     TAB,
+    Scope,
     ScopeRegistry,
     SharedSignal,
     check_broadcast_target,
     check_custom,
 )
+from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.session import (
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
@@ -71,6 +78,15 @@ BUNDLE_PATH = "/datastar.js"
 _DESTROY_SLICE = 0.005  # seconds of destroying per loop turn (php-via 0.14 uses 10 ms slices)
 _GRAVEYARD_CAP = 100_000
 _RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
+_SECURITY_HEADERS = (
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("x-frame-options", "SAMEORIGIN"),
+)
+# Datastar evaluates its attribute expressions with Function(), hence 'unsafe-eval'.
+_CSP = ("default-src 'self'; script-src 'self' 'nonce-{nonce}' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'")
+_ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
 
@@ -202,6 +218,10 @@ class App:
         self._not_found: Callable[[Request], Any] | None = None
         self._error_page: Callable[[Request, BaseException], Any] | None = None
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
+        self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
+        self._proxies = TrustedProxies(self.config.trusted_proxies)
+        # rotated session id -> (new id, until when the old one is still honoured)
+        self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._base = self.config.base_path
         self._sse_url = self._base + SSE_PATH[1:]
@@ -492,6 +512,9 @@ class App:
         if isinstance(exc, ClientError):
             log.info("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
+        if isinstance(exc, ServiceError):
+            log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc)
+            return Response.text(exc.public_message, exc.status, [("retry-after", str(exc.retry_after))])
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise exc
         log.error("error in %s %s %s", request.kind or "request", request.method, request.path, exc_info=exc)
@@ -579,9 +602,44 @@ class App:
 
     def _session_of(self, request: Request) -> str | None:
         value = request.cookies.get(self._session_cookie)
-        return value if is_session_id(value) else None
+        if not is_session_id(value):
+            return None
+        if self._rotated:
+            rotated = self._rotated.get(value)  # type: ignore[arg-type]  # checked by is_session_id
+            if rotated is not None and rotated[1] >= self._now():
+                return rotated[0]  # a request already in flight when the session was rotated
+        return value
+
+    def regenerate_session(self, ctx: Context) -> str:
+        """Give ``ctx``'s browser a new session id (at login or logout); return it.
+
+        Every live tab of the old session moves to the new one, with its session data and session
+        scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
+        """
+        old = ctx.session_id
+        new = new_session_id()
+        now = self._now()
+        self._rotated[old] = (new, now + _ROTATION_OVERLAP)
+        while len(self._rotated) > _GRAVEYARD_CAP:
+            self._rotated.popitem(last=False)
+        data = self.sessions.peek(old)
+        if data is not None:
+            self.sessions.clear(old)
+            self.sessions.get(new).update(data)
+        old_scope, new_scope = Scope.session(old), Scope.session(new)
+        for tab in [c for c in self.contexts.values() if c.session_id == old]:
+            tab.session_id = new
+            if old_scope in tab._scopes:
+                tab._scopes.discard(old_scope)
+                self.scopes.leave(tab, old_scope)
+                tab._scopes.add(new_scope)
+                self.scopes.join(tab, new_scope)
+        ctx._cookies_out.append(self._session_cookie_header(new))
+        return new
 
     def _page(self, request: Request, route: Route) -> Any:
+        if self.config.content_security_policy:
+            request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
         session_id = self._session_of(request) or new_session_id()
         params = request.path_params
         ctx = Context(self, self._ids.make(route.pattern, params, session_id), route, params, session_id, request)
@@ -601,7 +659,9 @@ class App:
         seed.update(ctx.changed_signals(all_signals=True))
         seed.update(ctx.shared_values())
         bundle = self.bundle
-        head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url)
+        nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
+        head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url,
+                              nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
@@ -610,6 +670,10 @@ class App:
         response = Response.html(doc)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
+        if self.config.security_headers:
+            response.headers.extend(_SECURITY_HEADERS)
+        if nonce:
+            response.headers.append(("content-security-policy", _CSP.format(nonce=nonce)))
         self._take_cookies(ctx, response)
         return response
 
@@ -906,10 +970,18 @@ class App:
         if host is None or urlsplit(origin).netloc.lower() != host.lower():
             raise Forbidden(f"untrusted origin {origin!r}")
 
+    def client_address(self, request: Request) -> str:
+        """The client's address: the peer's, or what a trusted proxy says it is."""
+        return self._proxies.client_address(request)
+
     def _action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
         self._check_origin(request)
+        wait = self._limiter.check(self.client_address(request), self._now())
+        if wait:
+            raise RateLimited(f"action rate limit for {self.client_address(request)}",
+                              headers=[("retry-after", str(max(1, math.ceil(wait))))])
         form = parse_form(request) if request.content_type in (
             "application/x-www-form-urlencoded", "multipart/form-data") else None
         if form is not None:
@@ -956,8 +1028,12 @@ class App:
         return self._with_middleware(request, ctx.route, endpoint)
 
     async def _await_action(self, ctx: Context, pending: Awaitable[Any]) -> Response:
+        import asyncio
+
         try:
-            await pending
+            await asyncio.wait_for(pending, self.config.action_timeout)
+        except TimeoutError:
+            raise ActionTimeout(f"an action of {ctx.route.pattern} ran past {self.config.action_timeout} s") from None
         finally:
             ctx._end_batch()
         return self._action_response(ctx)

@@ -175,7 +175,7 @@ class Context:
         """
         if scope != TAB:
             return self._shared_signal(initial, name, scope, bool(client_writable))
-        writable = True if client_writable is None else client_writable
+        writable = (not self.app.config.strict_tab_signals) if client_writable is None else client_writable
         existing = self._signals.get(name)
         if existing is not None:
             existing.value = initial
@@ -366,6 +366,10 @@ class Context:
     def session_data(self) -> SessionData:
         """Data shared by every tab of this browser session (kept server-side, LRU-bounded)."""
         return self.app.sessions.get(self.session_id)
+
+    def regenerate_session(self) -> str:
+        """Rotate this browser's session id (call it at login and logout); return the new id."""
+        return self.app.regenerate_session(self)
 
     def spawn(self, awaitable: Awaitable[Any]) -> None:
         """Run a coroutine in the background; errors are reported with this tab, never fatal.

@@ -13,8 +13,10 @@
     │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
     │  ├─ NotFound             404
     │  ├─ MethodNotAllowed     405
-    │  └─ PayloadTooLarge      413
+    │  ├─ PayloadTooLarge      413
+    │  └─ RateLimited          429  (with ``Retry-After``)
     └─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
+       └─ ActionTimeout    504  an action ran past ``action_timeout``
 
 Client errors are raised as one internal type and turned into a short plain-text answer at the
 dispatch boundary, with one log line and no traceback. Anything else raised by user code is
@@ -24,6 +26,7 @@ logged once with its phase, route and context id, and answered with a bare 500.
 from __future__ import annotations
 
 __all__ = [
+    "ActionTimeout",
     "ClientError",
     "ConfigError",
     "ContextNotFound",
@@ -34,6 +37,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PyviaError",
+    "RateLimited",
     "RouteError",
     "ServiceError",
     "UsageError",
@@ -102,11 +106,22 @@ class PayloadTooLarge(ClientError):
     public_message = "Content Too Large"
 
 
+class RateLimited(ClientError):
+    status = 429
+    public_message = "Too Many Requests"
+
+
 class ServiceError(PyviaError):
     """The server cannot answer now; the client should retry after :attr:`retry_after` seconds."""
 
     status = 503
+    public_message = "Service Unavailable"
 
-    def __init__(self, detail: str = "Service Unavailable", *, retry_after: int = 1) -> None:
-        super().__init__(detail)
+    def __init__(self, detail: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(detail or self.public_message)
         self.retry_after = retry_after
+
+
+class ActionTimeout(ServiceError):
+    status = 504
+    public_message = "Action timed out"

@@ -82,7 +82,8 @@ def signals_attr(values: Mapping[str, Any]) -> str:
 
 
 def bootstrap_head(
-    signals: Mapping[str, Any], bundle_url: str, integrity: str, sse_url: str, close_url: str
+    signals: Mapping[str, Any], bundle_url: str, integrity: str, sse_url: str, close_url: str,
+    *, nonce: str | None = None,
 ) -> str:
     """The tags that seed the tab's signals, load Datastar and keep the stream open.
 
@@ -91,13 +92,15 @@ def bootstrap_head(
     own retries resend the first request's), which revival needs after a restart.
     """
     get = f"@get('{sse_url}', {{openWhenHidden: true, retryMaxCount: 0}})"
+    nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
     return (
         f'<meta id="via-boot" data-signals="{signals_attr(signals)}" '
         f'data-indicator="_connecting" data-init="{html.escape(get)}" '
         f'data-on-interval__duration.1s="{html.escape("$_connecting || " + get)}" '
         f'data-effect="$_disconnected = !$_connecting" '
         f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
-        f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"></script>'
+        f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"{nonce_attr}>'
+        "</script>"
     )
 
 

@@ -396,14 +396,14 @@ class Tab:
 
     # --- acting ------------------------------------------------------------------------------------
 
-    def action(self, name: str, **signals: Any) -> Response:
+    def action(self, name: str, /, **signals: Any) -> Response:
         """POST an action by name with the tab's signals (overridden by ``signals``)."""
         payload = {**self._outgoing(), **signals}
         self.signals.update(signals)
         response = self.client.post(f"/_action/{name}", json=payload)
         return response
 
-    def post(self, url: str, **signals: Any) -> Response:
+    def post(self, url: str, /, **signals: Any) -> Response:
         payload = {**self._outgoing(), **signals}
         self.signals.update(signals)
         return self.client.post(url, json=payload)
