@@ -91,7 +91,8 @@ def bootstrap_head(
     while it is down, so every reconnect carries the signals the browser holds *now* (Datastar's
     own retries resend the first request's), which revival needs after a restart.
     """
-    get = f"@get('{sse_url}', {{openWhenHidden: true, retryMaxCount: 0}})"
+    # a failed connect (server restarting) is expected: the interval retries, nothing to report
+    get = f"@get('{sse_url}', {{openWhenHidden: true, retryMaxCount: 0}}).catch(() => {{}})"
     nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
     return (
         f'<meta id="via-boot" data-signals="{signals_attr(signals)}" '

@@ -70,6 +70,9 @@ class Proxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+            if not from_client:  # the second pipe of the pair to end closes both sockets
+                src.close()
+                dst.close()
 
     def cut_all(self) -> None:
         with self.lock:
@@ -78,7 +81,6 @@ class Proxy:
             for s in pair:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                    s.close()
 
     def stream_requests(self) -> int:
         with self.lock:
@@ -90,8 +92,10 @@ class Proxy:
         self.cut_all()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium for one test module. Playwright's sync API keeps an asyncio loop running in this
+    thread while it is open, so it must be closed before other modules run their own loops."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install test (it installs Debian's chromium)")
     with sync_playwright() as p:

@@ -173,7 +173,7 @@ def test_revival_after_the_server_process_restarts() -> None:
             while b'"count":3' not in received and time.monotonic() < deadline:
                 received += stream.read_chunk()
             text = received.decode()
-            assert "data: selector #via-view" in text  # a full render of the rebuilt view
+            assert "data: elements   <section id=\"counter\">" in text  # a full render of the rebuilt view
             assert "<strong id=\"count\" data-text=\"$count\">3</strong>" in text
             response = post_action(host, port, "increment", {**signals, "count": 3}, cookie)
             assert response.status == 200

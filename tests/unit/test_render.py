@@ -200,7 +200,7 @@ def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
     assert json.loads(meta["data-signals"] or "") == {"via_ctx": "id1", "count": 0}
     assert script == {"type": "module", "src": "/datastar.js?v=1", "integrity": "sha384-abc",
                       "crossorigin": "anonymous"}
-    assert meta["data-init"] == "@get('/_sse', {openWhenHidden: true, retryMaxCount: 0})"
+    assert meta["data-init"] == "@get('/_sse', {openWhenHidden: true, retryMaxCount: 0}).catch(() => {})"
 
 
 @pytest.mark.parametrize(
