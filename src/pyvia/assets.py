@@ -1,6 +1,6 @@
 """The Datastar client bundle: fetched from PyPI at set-up time, served from memory.
 
-The bundle is never committed (DESIGN.md decision 2). ``python -m pyvia.assets`` (run by the
+The bundle is never committed (DESIGN.md decision 2). ``python -m pyvia.fetch_assets`` (run by the
 README's set-up commands) downloads the ``starhtml`` 0.7.0 wheel, which ships Datastar v1.0.1 as
 ``starhtml/static/js/datastar-core.js``, and keeps that file with the wheel's licence files in
 ``pyvia/_vendor/``. The app serves it at ``/datastar.js?v=<content hash>`` with a year-long
@@ -57,7 +57,7 @@ def load_bundle(path: str | os.PathLike[str] | None = None) -> Bundle:
         return Bundle.from_bytes(source.read_bytes())
     except FileNotFoundError:
         raise ConfigError(
-            f"the Datastar bundle is missing at {source}; run `python -m pyvia.assets` once to fetch it"
+            f"the Datastar bundle is missing at {source}; run `python -m pyvia.fetch_assets` once to fetch it"
         ) from None
 
 
@@ -80,10 +80,3 @@ def fetch(dest: Path = VENDOR_DIR) -> Path:
     (dest / "DATASTAR-NOTICE").write_text(_NOTICE)
     return dest / BUNDLE_NAME
 
-
-if __name__ == "__main__":
-    target = VENDOR_DIR / BUNDLE_NAME
-    if target.exists() and "--force" not in sys.argv:
-        print(f"Datastar bundle present: {target}")
-    else:
-        print(f"fetched {fetch()}")

@@ -71,7 +71,7 @@ class Config:
     #: URL prefix the browser sees when the app is mounted below ``/`` (``"/live/"``); used to
     #: make URLs, not to route (a mounting front end or proxy strips it).
     base_path: str = "/"
-    #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.assets``).
+    #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
