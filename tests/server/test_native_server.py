@@ -317,6 +317,7 @@ def test_too_large_body_gets_413(app: EchoApp) -> None:
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello on the plain port
         b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
         b"GET / HTTP/1.1\r\n\r\n",  # HTTP/1.1 without Host (RFC 9112 3.2)
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",  # RFC 9112 6.1
         b"GET example.com HTTP/1.1\r\nHost: x\r\n\r\n",
     ],
 )

@@ -63,6 +63,14 @@ def test_head_only_keeps_content_length_and_drops_the_body() -> None:
     assert data == b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
 
 
+def test_head_without_the_body_keeps_the_declared_length_or_sends_none() -> None:
+    declared = encode_response(200, [("content-type", "text/html"), ("content-length", "1234")], b"", head_only=True)
+    assert declared == b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 1234\r\n\r\n"
+    unknown = encode_response(200, [("content-type", "text/html")], b"", head_only=True)
+    assert unknown == b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n\r\n"  # never a wrong length
+    assert encode_response(200, [("content-length", "12; x")], b"", head_only=True) == b"HTTP/1.1 200 OK\r\n\r\n"
+
+
 @pytest.mark.parametrize("status", [101, 204, 304])
 def test_bodiless_statuses_carry_no_length_and_no_body(status: int) -> None:
     data = encode_response(status, [("etag", '"x"')], b"ignored")

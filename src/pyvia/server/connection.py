@@ -342,10 +342,22 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 raise cause from None  # KeyboardInterrupt, SystemExit: not ours to swallow
             return
-        if self._parse == _HEAD and self._head_raw > self._limits.max_head:
-            # One header line still buffered by httptools: cap memory before it completes.
-            self._stop_reading(wire.ERRORS[431])
-        elif (self._queue or self._busy) and not self._reading_paused and not self._closing and (
+        if self._final is not None or self._closing:
+            return  # a stream started, or a refusal or close is under way
+        # Deadlines are set here, once per read, not in the callbacks of each request (rule 3).
+        parse = self._parse
+        if parse == _HEAD:
+            if self._head_raw > self._limits.max_head:
+                # One header line still buffered by httptools: cap memory before it completes.
+                self._stop_reading(wire.ERRORS[431])
+                return
+            if self._head_raw == 0 and not self._busy:  # the first piece of this head
+                self.deadline = self._loop.time() + self._limits.header_timeout
+        elif not self._busy:
+            # Idle: the keep-alive timeout runs. Mid-body: the body must keep arriving.
+            limits = self._limits
+            self.deadline = self._loop.time() + (limits.keep_alive_timeout if parse == _IDLE else limits.body_timeout)
+        if (self._queue or self._busy) and not self._reading_paused and (
             len(self._queue) >= self._limits.max_pipelined or self._writing_paused
         ):
             self._reading_paused = True
@@ -390,8 +402,6 @@ class HttpProtocol(asyncio.Protocol):
         self._body = None
         self._body_size = 0
         self._continue = False
-        if not self._busy:
-            self.deadline = self._loop.time() + self._limits.header_timeout
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -421,8 +431,10 @@ class HttpProtocol(asyncio.Protocol):
         length = headers.get("content-length")
         coding = headers.get("transfer-encoding")
         if coding is not None:
-            if length is not None:
-                raise _Reject(400)  # request smuggling (RFC 9112 §6.1); httptools also refuses it
+            if length is not None or self._http10:
+                # Request smuggling (RFC 9112 §6.1, which also makes HTTP/1.0 framing by
+                # Transfer-Encoding faulty); httptools refuses the first case too.
+                raise _Reject(400)
             if coding.strip().lower() != "chunked":
                 raise _Reject(501)
         if length is not None and int(length) > self._limits.max_body:
@@ -436,8 +448,6 @@ class HttpProtocol(asyncio.Protocol):
                     self._continue = True  # sent when this request's turn comes (_next)
                 else:
                     self._transport.write(wire.CONTINUE)
-        if not self._busy:
-            self.deadline = self._loop.time() + self._limits.body_timeout
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -448,8 +458,6 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self._body.append(body)
         self._continue = False  # the client did not wait for it
-        if not self._busy:
-            self.deadline = self._loop.time() + self._limits.body_timeout
 
     def on_message_complete(self) -> None:
         self._parse = _IDLE
@@ -478,8 +486,6 @@ class HttpProtocol(asyncio.Protocol):
             self._queue.append((request, keep_alive, self._http10))
             return
         self._dispatch(request, keep_alive, self._http10)
-        if not self._busy and not self._closing:
-            self.deadline = self._loop.time() + self._limits.keep_alive_timeout
 
     # --- answering -------------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ Invariants:
 1. Every head built here is one ``bytes`` object, encoded once, with no CR, LF or NUL coming from a
    caller's header name or value: anything that could split a response raises :class:`ValueError`.
 2. Framing is the server's job. ``content-length``, ``transfer-encoding`` and ``connection`` given
-   by the application are dropped; the server writes its own from the body and the connection's state.
+   by the application are dropped; the server writes its own from the body and the connection's
+   state (the one exception: a HEAD answered without its body keeps the app's ``content-length``).
 3. Canned error responses carry ``connection: close``: after a protocol error the byte stream can
    no longer be trusted, so the connection ends.
 """
@@ -197,8 +198,9 @@ def encode_response(
 ) -> bytes:
     """A whole response (head and body) as one bytes object, ready for one ``write``.
 
-    ``head_only`` (a HEAD request) keeps ``content-length`` but leaves the body out. 1xx, 204 and
-    304 responses carry neither (RFC 9110 §8.6, §15.3.5, §15.4.5). ``connection`` is
+    ``head_only`` (a HEAD request) keeps ``content-length`` but leaves the body out; with an empty
+    body the app's own ``content-length`` is kept, if it gave one. 1xx, 204 and 304 responses carry
+    neither (RFC 9110 §8.6, §15.3.5, §15.4.5). ``connection`` is
     :data:`CONNECTION_CLOSE`, :data:`CONNECTION_KEEP_ALIVE` or ``""``.
 
     Raises ValueError for a status outside 100-599, a header name that is not a token, a value
@@ -207,9 +209,23 @@ def encode_response(
     head = _cached_head(status, headers, connection)
     if status < 200 or status == 204 or status == 304:
         return head + b"\r\n"
-    if head_only or not body:
-        return b"%bcontent-length: %d\r\n\r\n" % (head, len(body))
+    if head_only:
+        return _head_only(head, headers, body)
+    if not body:
+        return head + b"content-length: 0\r\n\r\n"
     return b"%bcontent-length: %d\r\n\r\n%b" % (head, len(body), body)
+
+
+def _head_only(head: bytes, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+    """The answer to HEAD: the GET's length, if known. RFC 9110 §8.6 forbids a wrong one, so an
+    app that answers HEAD without the body states the length with its own ``content-length``, or
+    none is sent."""
+    if body:
+        return b"%bcontent-length: %d\r\n\r\n" % (head, len(body))
+    for name, value in headers:
+        if name.lower() == "content-length" and value.strip().isdigit() and value.isascii():
+            return b"%bcontent-length: %d\r\n\r\n" % (head, int(value))
+    return head + b"\r\n"
 
 
 def encode_stream_head(
