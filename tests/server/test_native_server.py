@@ -14,10 +14,12 @@ import time
 from typing import Any
 
 import pytest
+import uvloop
 
 from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.server import ServedApp
 from pyvia.server.http import ServerLimits
+from pyvia.server.runner import serve
 from tests.helpers import RawClient, ServerThread, get, post, running_server
 
 EVENTS = [b"event: datastar-patch-signals\ndata: signals {\"n\":1}\n\n", b": keep-alive\n\n", b"data: x\n\n"]
@@ -553,3 +555,19 @@ def test_a_socket_bound_by_the_caller_is_served(app: EchoApp) -> None:
     with running_server(app, sock=sock), RawClient("127.0.0.1", port) as c:
         c.send(get("/shared"))
         assert echoed(c.read_response())["path"] == "/shared"
+
+
+def test_serve_sets_a_ready_event_stops_on_its_stop_event_and_refuses_a_key_without_a_certificate(
+    app: EchoApp,
+) -> None:
+    async def main() -> None:
+        ready, stop = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(serve(app, port=0, ready=ready, stop=stop))
+        await asyncio.wait_for(ready.wait(), 5)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        with pytest.raises(ValueError, match="keyfile given without certfile"):
+            await serve(app, port=0, keyfile="key.pem")
+
+    uvloop.run(main())
+    assert app.started and app.shutdown_budgets == [1.5]

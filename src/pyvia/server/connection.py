@@ -333,10 +333,14 @@ class HttpProtocol(asyncio.Protocol):
                 return  # e.g. bytes after "Connection: close": already answered, already leaving
             cause = exc.__context__
             if isinstance(cause, _Reject):
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("refused a request from %s with %d", self._client, cause.status)
                 self._stop_reading(wire.ERRORS[cause.status])
             elif isinstance(cause, _Stop):
                 self._stop_reading(b"")
             elif cause is None:
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("malformed request from %s: %s", self._client, exc)
                 self._stop_reading(wire.ERRORS[400])
             elif isinstance(cause, Exception):
                 logger.error("internal error while parsing a request", exc_info=cause)
