@@ -1,0 +1,835 @@
+"""Content codings for pages and streams: negotiation, one-shot page compression, per-tab stream
+encoders and the per-process budget on their memory.
+
+Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
+
+1. No I/O and no asyncio. Everything takes values and returns bytes or decisions; the stream layer
+   writes the bytes and closes sinks.
+2. A stream encoder exists only while it is needed: it is created on the first event (an idle tab
+   holds none), sized from that event (window ≈ log2(2 x frame), 16…22), flushed after every
+   event so the browser can decode each one at once, and dropped when the stream ends or the
+   budget asks for its memory back.
+3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: 83 ms
+   per 127 KB frame and 44 MB per stream (``machine-limits.md`` §3c). Every compressor here is
+   built with an explicit level and window.
+
+Releasing an encoder's memory differs per coding (:class:`Release`):
+
+* ``zstd``: the frame is ended (``COMPRESSOBJ_FLUSH_FINISH``) and the next event starts a new
+  frame with a new compressor. A body made of several complete frames is valid zstd and Chromium
+  decodes it (DESIGN.md), so the stream goes on: :attr:`Release.CONTINUE`.
+* ``br`` and ``gzip``: the coded stream can only be ended. The caller writes the tail, ends the
+  response, and the browser reconnects (Datastar does so on its own): :attr:`Release.RECONNECT`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import brotli
+import zstandard
+
+from pyvia.http import Request, Response
+
+__all__ = [
+    "BR",
+    "CODINGS",
+    "DEFAULT_PREFERENCE",
+    "GZIP",
+    "IDENTITY",
+    "PAGE_LEVELS",
+    "STATIC_LEVELS",
+    "STREAM_LEVELS",
+    "ZSTD",
+    "Compression",
+    "EncoderBudget",
+    "Levels",
+    "Negotiator",
+    "Release",
+    "Released",
+    "StreamEncoder",
+    "add_vary",
+    "available_memory",
+    "compress",
+    "default_budget",
+    "estimate_memory",
+    "is_compressible",
+    "negotiate",
+    "parse_accept_encoding",
+    "window_for",
+]
+
+ZSTD = "zstd"
+BR = "br"
+GZIP = "gzip"
+IDENTITY = "identity"
+#: The codings this module can produce.
+CODINGS = (ZSTD, BR, GZIP)
+#: Server preference when the client rates codings equally. zstd first: 3-4x less CPU than
+#: brotli q4 at the same memory, 49 B vs 44 B per 2 KB patch (``machine-limits.md`` §3a and
+#: ``bench/compression.py``); brotli next; gzip only for clients offering nothing better.
+DEFAULT_PREFERENCE = (ZSTD, BR, GZIP)
+
+MIN_WINDOW = 16
+MAX_WINDOW = 22
+_GZIP_WBITS = 31  # 16 + 15: a gzip wrapper around a 32 KB deflate window
+_MAX_ELEMENTS = 64  # Accept-Encoding elements looked at; more is an abuse, not a browser
+
+
+_LEVEL_RANGES = {ZSTD: (1, 22), BR: (0, 11), GZIP: (1, 9)}
+
+
+def _check_level(coding: str, level: object) -> None:
+    low, high = _LEVEL_RANGES[coding]
+    if not isinstance(level, int) or not low <= level <= high:
+        raise ValueError(f"{coding} level {level!r} must be an integer in {low}..{high}")
+
+
+@dataclass(frozen=True, slots=True)
+class Levels:
+    """A compression level per coding, for one kind of body (pages, streams, static files)."""
+
+    zstd: int = 3
+    br: int = 4
+    gzip: int = 6
+
+    def __post_init__(self) -> None:
+        for coding in CODINGS:
+            _check_level(coding, getattr(self, coding))
+
+    def of(self, coding: str) -> int:
+        return int(getattr(self, coding))
+
+
+#: Streams (``bench/compression.py``, 300-event sessions; 96 KB board frames / 2 KB patches):
+#: zstd 3 — 60 µs and 4.4 KB per board, 1.4 µs and 46 B per patch, 565 / 164 KiB per encoder
+#: (level 1 is a tie: ±10% bytes either way depending on the patch shape). brotli 4 — 181 µs and
+#: 3.2 KB, 7.5 µs and 45 B, 1,158 / 739 KiB; not q1 (it cannot refer to earlier events: 5:1 on
+#: patches, ``machine-limits.md`` §3c), not q5 (+53% / +25% CPU for 21% / 9% fewer bytes); q2
+#: if CPU is short (2.2 µs, 55 B). gzip 1 — 159 µs and 7.9 KB, 4.9 µs and 76 B; level 6 saves
+#: 14% / 24% of the bytes for 2.3x / 1.4x the CPU, and gzip only serves clients offering neither
+#: zstd nor br (Chromium 156 offers both, even over plain HTTP to localhost; checked here), so
+#: it is kept cheap.
+STREAM_LEVELS = Levels(zstd=3, br=4, gzip=1)
+#: Pages are compressed whole and the compressor is dropped at once, so only CPU counts: on a
+#: 23 KB page zstd 3 takes 7 µs, brotli 5 57 µs (6% smaller than q4 for +14 µs; q9 is 1 ms),
+#: gzip 6 42 µs, against 0.5-1 ms to render the page (``machine-limits.md`` §4).
+PAGE_LEVELS = Levels(zstd=3, br=5, gzip=6)
+#: Static files are compressed once, off the event loop: the best each coding offers.
+STATIC_LEVELS = Levels(zstd=19, br=11, gzip=9)
+
+_COMPRESSIBLE_TYPES = frozenset({
+    "application/javascript", "application/json", "application/manifest+json", "application/wasm",
+    "application/xml", "application/xhtml+xml", "application/rss+xml", "application/atom+xml",
+    "application/ld+json", "application/geo+json", "application/x-javascript", "image/svg+xml",
+    "image/x-icon", "image/vnd.microsoft.icon", "font/ttf", "font/otf", "application/vnd.ms-fontobject",
+})
+
+
+def is_compressible(content_type: str) -> bool:
+    """Whether a body of this media type gains from compression (text, JSON, JS, SVG, wasm...)."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime.startswith("text/") or mime in _COMPRESSIBLE_TYPES or mime.endswith(("+json", "+xml"))
+
+
+# --- negotiation --------------------------------------------------------------------------------
+
+def parse_accept_encoding(header: str) -> dict[str, float]:
+    """The codings of an ``Accept-Encoding`` value with their q-values (RFC 9110 §12.5.3).
+
+    Names are lower-cased and ``x-gzip`` counts as ``gzip``. An element whose q-value is not a
+    number in 0..1 is dropped (it is invalid, so it says nothing); when a coding is named twice
+    the first rating counts. Never raises.
+    """
+    out: dict[str, float] = {}
+    for element in header.split(",", _MAX_ELEMENTS)[:_MAX_ELEMENTS]:
+        name, _, params = element.partition(";")
+        name = name.strip().lower()
+        if not name:
+            continue
+        q = 1.0
+        if params:
+            for param in params.split(";"):
+                key, _, value = param.partition("=")
+                if key.strip().lower() == "q":
+                    try:
+                        q = float(value.strip())
+                    except ValueError:
+                        q = -1.0
+                    break
+            if not 0.0 <= q <= 1.0:  # also false for NaN
+                continue
+        if name == "x-gzip":
+            name = GZIP
+        out.setdefault(name, q)
+    return out
+
+
+def negotiate(header: str | None, preference: Sequence[str] = DEFAULT_PREFERENCE) -> str:
+    """Choose the coding to send: one of ``preference`` or ``"identity"``.
+
+    The client's q-values rank first; among codings it rates equally the server's
+    ``preference`` order decides. ``q=0`` refuses a coding, ``*`` rates every coding not named,
+    unknown codings are ignored. ``identity`` is chosen when the client rates it above every
+    coding we can produce, when the header is missing (RFC 9110 allows anything then, but tools
+    such as curl send no header and expect plain bytes) or empty, or when nothing else is
+    acceptable — even if the client said ``identity;q=0``, since a 406 would leave the tab blank:
+    that refusal is honoured whenever another coding is acceptable.
+    """
+    if not header:
+        return IDENTITY
+    rated = parse_accept_encoding(header)
+    star = rated.get("*")
+    best, best_q = IDENTITY, 0.0
+    for coding in preference:
+        q = rated.get(coding, star if star is not None else 0.0)
+        if q > best_q:
+            best, best_q = coding, q
+    if best == IDENTITY:
+        return IDENTITY
+    identity_q = rated.get(IDENTITY)
+    if identity_q is None:
+        identity_q = star if star is not None else 0.0  # unnamed identity: the last resort
+    return IDENTITY if identity_q > best_q else best
+
+
+class Negotiator:
+    """:func:`negotiate` with a configured preference and a small cache.
+
+    Browsers send a handful of distinct ``Accept-Encoding`` values, so the answer for each is
+    kept (at most 256 entries; the cache is emptied when full, which only costs a re-parse).
+    """
+
+    __slots__ = ("_cache", "preference")
+
+    def __init__(self, preference: Iterable[str] = DEFAULT_PREFERENCE) -> None:
+        order = tuple(c.strip().lower() for c in preference)
+        for coding in order:
+            if coding not in CODINGS:
+                raise ValueError(f"unknown coding {coding!r} in the preference {order!r}; use some of {CODINGS}")
+        if len(set(order)) != len(order):
+            raise ValueError(f"the coding preference {order!r} names a coding twice")
+        self.preference = order
+        self._cache: dict[str | None, str] = {}
+
+    def choose(self, header: str | None) -> str:
+        try:
+            return self._cache[header]
+        except KeyError:
+            pass
+        coding = negotiate(header, self.preference)
+        if len(self._cache) >= 256:
+            self._cache.clear()
+        self._cache[header] = coding
+        return coding
+
+    def for_request(self, request: Request) -> str:
+        """The coding for ``request``, reading every ``Accept-Encoding`` header it carries."""
+        headers = request.headers
+        if "accept-encoding" not in headers:
+            return IDENTITY
+        values = headers.get_all("accept-encoding")
+        return self.choose(values[0] if len(values) == 1 else ", ".join(values))
+
+
+# --- one-shot compression -----------------------------------------------------------------------
+
+def window_for(size: int, low: int = MIN_WINDOW, high: int = MAX_WINDOW) -> int:
+    """Window log2 for frames of ``size`` bytes: ⌈log2(2 x size)⌉, clamped to ``low..high``.
+
+    A window smaller than a frame cannot reach back to the previous frame: brotli q4 with a
+    64 KB window on 127 KB frames loses a third of its ratio and costs 60% more CPU
+    (``machine-limits.md`` §3c). Twice the frame holds the previous one whole.
+    """
+    if size <= 0:
+        return low
+    return max(low, min(high, math.ceil(math.log2(2 * size))))
+
+
+#: A stream's zstd tables are sized from its window: hash_log = window - 3 and chain_log =
+#: window - 4, capped at the level's own (17 and 16 for level 3). Measured by
+#: ``bench/compression.py`` on Game-of-Life frames (window 18), 2 KB cards, chat lists and
+#: signal patches (window 16): bytes within 1% of plain ``from_level(3, window_log=w)`` (4% fewer
+#: on the signals), CPU the same or lower, and RSS per encoder 883 → 167 KiB (window 16, after
+#: 64 KB of patches) and 1,162 → 588 KiB (window 18, window filled).
+#: None turns the sizing off (the bench's comparison rows).
+_ZSTD_TABLE_SLACK: int | None = 3
+_zstd_params: dict[tuple[int, int], zstandard.ZstdCompressionParameters] = {}
+
+
+def _zstd_stream_params(level: int, window: int) -> zstandard.ZstdCompressionParameters:
+    key = (level, window)
+    params = _zstd_params.get(key)
+    if params is None:
+        params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
+        slack = _ZSTD_TABLE_SLACK
+        if slack is not None:
+            params = zstandard.ZstdCompressionParameters.from_level(
+                level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
+                chain_log=max(6, min(params.chain_log, window - slack - 1)))
+        _zstd_params[key] = params
+    return params
+
+
+def _zstd_compressor(level: int, window: int | None) -> zstandard.ZstdCompressor:
+    if window is None:
+        return zstandard.ZstdCompressor(level=level)
+    return zstandard.ZstdCompressor(compression_params=_zstd_stream_params(level, window))
+
+
+def compress(data: bytes, coding: str, level: int, *, window: int | None = None) -> bytes:
+    """``data`` compressed whole in ``coding`` (a fresh compressor; safe from any thread).
+
+    ``window`` (log2) defaults to one sized from ``data``, capped at 24 for brotli (its maximum);
+    zstd picks its own from the known size. ``identity`` returns ``data`` unchanged.
+    """
+    if coding == BR:
+        lgwin = window if window is not None else window_for(len(data), MIN_WINDOW, 24)
+        return bytes(brotli.compress(data, mode=brotli.MODE_TEXT, quality=level, lgwin=lgwin))
+    if coding == ZSTD:
+        return bytes(_zstd_compressor(level, window).compress(data))
+    if coding == GZIP:
+        gz = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
+        return gz.compress(data) + gz.flush()
+    if coding == IDENTITY:
+        return data
+    raise ValueError(f"unknown coding {coding!r}; expected one of {(*CODINGS, IDENTITY)}")
+
+
+# --- memory estimates ---------------------------------------------------------------------------
+
+#: Resident memory (KiB) of one streaming encoder, measured by ``python -m bench.compression
+#: --memory-grid`` in a fresh process per row (RSS growth over K encoders / K, the method of
+#: ``machine-limits.md`` §3b): (coding, level) → window log2 → (after 64 KB of 2 KB patches: the
+#: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows use
+#: the window-sized tables below. gzip's window is always 15.
+_MEMORY_KIB: dict[tuple[str, int], dict[int, tuple[int, int]]] = {
+    ("zstd", 1): {16: (150, 229), 18: (182, 458), 20: (181, 1205), 22: (182, 4334)},
+    ("zstd", 3): {16: (167, 243), 18: (311, 588), 20: (887, 1912), 22: (886, 5038)},
+    ("zstd", 6): {16: (162, 242), 18: (281, 555), 20: (763, 1783), 22: (2682, 6840)},
+    ("br", 1): {16: (24, 287), 18: (24, 554), 20: (24, 554), 22: (24, 600)},
+    ("br", 2): {16: (371, 484), 18: (373, 869), 20: (373, 2408), 22: (373, 8574)},
+    ("br", 4): {16: (676, 786), 18: (678, 1174), 20: (678, 2713), 22: (678, 8874)},
+    ("br", 5): {16: (677, 788), 18: (1464, 1967), 20: (1465, 3502), 22: (1465, 9681)},
+    ("gzip", 1): {15: (207, 230)},
+    ("gzip", 6): {15: (207, 228)},
+    ("gzip", 9): {15: (207, 229)},
+}
+_SMALL_FEED = 64 * 1024
+_ZSTD_FLUSH_BLOCK = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+
+
+def _memory_row(coding: str, level: int, window: int) -> tuple[int, int]:
+    """(small, saturated) bytes for a configuration, from the nearest measured row.
+
+    An unmeasured level takes the nearest measured one of the same coding (the higher on a tie;
+    levels above the table, which no stream should use, are underestimated); an unmeasured
+    window takes the next larger measured one (an overestimate), and beyond the table the ring
+    buffer is counted as growing by 2 bytes per window byte.
+    """
+    levels = [lv for (c, lv) in _MEMORY_KIB if c == coding]
+    if not levels:
+        raise ValueError(f"no memory figures for coding {coding!r}")
+    windows = _MEMORY_KIB[(coding, min(levels, key=lambda lv: (abs(lv - level), -lv)))]
+    if coding == GZIP:
+        window = 15
+    above = [w for w in sorted(windows) if w >= window]
+    if above:
+        small, saturated = windows[above[0]]
+    else:
+        top = max(windows)
+        small, saturated = windows[top]
+        saturated += 2 * ((1 << window) - (1 << top)) // 1024
+    return small * 1024, saturated * 1024
+
+
+def estimate_memory(coding: str, level: int, window: int, fed: int) -> int:
+    """Estimated resident bytes of a streaming encoder that has compressed ``fed`` bytes.
+
+    The model follows the measurements: the hash tables are touched by the first events (the
+    "small" figure, reached at once), then the window's buffers fill as input flows until
+    ``2**window`` more bytes have gone through (the "saturated" figure); in between the
+    estimate grows linearly. An encoder's memory never shrinks until it is dropped.
+    """
+    small, saturated = _memory_row(coding, level, window)
+    return _interpolate(small, saturated, _saturation_point(coding, window), fed)
+
+
+def _saturation_point(coding: str, window: int) -> int:
+    return _SMALL_FEED + (1 << (15 if coding == GZIP else window))
+
+
+def _interpolate(small: int, saturated: int, full_at: int, fed: int) -> int:
+    if fed <= _SMALL_FEED:
+        return small
+    if fed >= full_at:
+        return saturated
+    return small + (saturated - small) * (fed - _SMALL_FEED) // (full_at - _SMALL_FEED)
+
+
+def available_memory(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process could still use: the least of ``MemAvailable`` and the cgroup's
+    headroom (v2 ``memory.max - memory.current`` or v1 ``limit_in_bytes - usage_in_bytes``).
+
+    Returns None when none of them can be read.
+    """
+    found: list[int] = []
+    try:
+        for line in Path(proc, "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    own = ""
+    try:
+        for line in Path(proc, "self", "cgroup").read_text().splitlines():
+            _hid, controllers, path = line.split(":", 2)
+            if controllers == "" or "memory" in controllers.split(","):
+                own = own or path
+    except (OSError, ValueError):
+        pass
+    candidates = []
+    for base in {own.strip("/"), ""}:
+        candidates.append((Path(cgroup, base, "memory.max"), Path(cgroup, base, "memory.current")))
+        candidates.append((Path(cgroup, "memory", base, "memory.limit_in_bytes"),
+                           Path(cgroup, "memory", base, "memory.usage_in_bytes")))
+    for limit_path, usage_path in candidates:
+        try:
+            raw = limit_path.read_text().strip()
+            if raw == "max":
+                continue
+            limit = int(raw)
+            if limit >= 1 << 60:  # v1's "no limit"
+                continue
+            found.append(max(0, limit - int(usage_path.read_text().strip())))
+        except (OSError, ValueError):
+            continue
+    return min(found) if found else None
+
+
+def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 512 << 20) -> int:
+    """The default cap on stream-encoder memory for one process: ``fraction`` of
+    :func:`available_memory`, shared by ``workers`` processes (``fallback`` when unknown).
+
+    A quarter leaves the rest to contexts, sockets, renders and the kernel's socket buffers. On
+    the 24 GB dev box (6 GB) that holds ~10,000 zstd-3 streams of large frames (588 KiB each,
+    window 18) or ~5,200 brotli-4 ones (1,174 KiB) before any encoder is released.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction {fraction!r} must be in (0, 1]")
+    free = available_memory()
+    total = fallback if free is None else int(free * fraction)
+    return max(16 << 20, total // max(1, workers))
+
+
+# --- stream encoders and their budget -----------------------------------------------------------
+
+class Release(enum.Enum):
+    """What the stream must do after an encoder gave its memory back."""
+
+    #: zstd: the tail ends a frame; keep the stream, the next event starts a new frame.
+    CONTINUE = "continue"
+    #: brotli, gzip: the tail ends the coded body; end the response so the tab reconnects.
+    RECONNECT = "reconnect"
+
+
+class Released(NamedTuple):
+    """The result of :meth:`StreamEncoder.release`: bytes to write, then what to do."""
+
+    data: bytes
+    action: Release
+
+
+class EncoderBudget:
+    """The per-process account of stream-encoder memory, and the cap on it.
+
+    Every :class:`StreamEncoder` given this budget reports its estimated memory here
+    (:func:`estimate_memory`). When :attr:`is_over` turns true, the stream layer asks
+    :meth:`victims` for the least recently used encoders whose release brings the total back
+    under ``low_water`` and releases each (:meth:`StreamEncoder.release`). Single-threaded: use
+    it from the event loop only.
+    """
+
+    __slots__ = ("_active", "_tick", "count", "created", "limit", "low_water", "peak", "releases", "total")
+
+    def __init__(self, limit: int | None = None, *, low_water: float = 0.9) -> None:
+        self.limit = default_budget() if limit is None else int(limit)
+        if self.limit <= 0:
+            raise ValueError(f"the encoder budget must be positive, not {limit!r}")
+        if not 0 < low_water <= 1:
+            raise ValueError(f"low_water {low_water!r} must be in (0, 1]")
+        #: After a reclaim the total is at most ``limit * low_water``, so the next one waits.
+        self.low_water = int(self.limit * low_water)
+        self.total = 0  # estimated bytes held by live encoders
+        self.count = 0  # live encoders (created, not yet released)
+        self.created = 0  # encoders ever created (a zstd stream creates one per frame)
+        self.releases = 0  # encoders released to free memory (not counting streams that ended)
+        self.peak = 0
+        self._tick = 0
+        self._active: set[StreamEncoder] = set()
+
+    @property
+    def is_over(self) -> bool:
+        return self.total > self.limit
+
+    def victims(self) -> list[StreamEncoder]:
+        """Live encoders to release, least recently used first, to get back under ``low_water``.
+
+        Returns an empty list when the total is within the limit. Sorting happens only here,
+        under pressure; the hot path only stamps a counter.
+        """
+        if self.total <= self.limit:
+            return []
+        out: list[StreamEncoder] = []
+        excess = self.total - self.low_water
+        for encoder in sorted(self._active, key=_last_use):
+            if excess <= 0:
+                break
+            out.append(encoder)
+            excess -= encoder.memory
+        return out
+
+    def stats(self) -> dict[str, int]:
+        """Figures for ``/metrics``: bytes held (estimated), live encoders, releases, limit."""
+        return {"bytes": self.total, "encoders": self.count, "created": self.created,
+                "releases": self.releases, "peak_bytes": self.peak, "limit_bytes": self.limit}
+
+    def _add(self, encoder: StreamEncoder) -> None:
+        self._active.add(encoder)
+        self.count += 1
+        self.created += 1
+        self._grow(encoder.memory)
+
+    def _grow(self, delta: int) -> None:
+        self.total += delta
+        if self.total > self.peak:
+            self.peak = self.total
+
+    def _remove(self, encoder: StreamEncoder, *, released: bool) -> None:
+        self._active.discard(encoder)
+        self.count -= 1
+        self.total -= encoder.memory
+        if released:
+            self.releases += 1
+
+    def __repr__(self) -> str:
+        return f"EncoderBudget(total={self.total}, count={self.count}, limit={self.limit}, releases={self.releases})"
+
+
+def _last_use(encoder: StreamEncoder) -> int:
+    return encoder._used
+
+
+class StreamEncoder:
+    """The content coding of one tab's event stream.
+
+    :meth:`encode` compresses one event (or one batch, written together) and flushes, so the
+    returned bytes decode to exactly that input at once. The compressor is created by the first
+    :meth:`encode` — never before, so an idle tab holds no compressor — with a window sized from
+    that first frame unless ``window`` was given (zstd sizes the window of each new frame again
+    and keeps the larger). :meth:`release` gives the memory back mid-stream (see
+    :class:`Release`); :meth:`finish` ends the body when the stream closes; :meth:`discard`
+    forgets everything when the peer is already gone. gzip ignores ``window`` (always 15).
+
+    ``owner`` is for the caller (e.g. the tab's stream), so it can act on
+    :meth:`EncoderBudget.victims`. Not thread-safe: one event loop drives it.
+    """
+
+    __slots__ = ("_budget", "_c", "_fed", "_fixed_window", "_full_at", "_memory", "_saturated", "_small",
+                 "_used", "coding", "is_finished", "level", "owner", "window")
+
+    def __init__(
+        self,
+        coding: str,
+        *,
+        level: int | None = None,
+        window: int | None = None,
+        budget: EncoderBudget | None = None,
+        owner: object = None,
+    ) -> None:
+        if coding not in CODINGS:
+            raise ValueError(f"a stream encoder needs one of {CODINGS}, not {coding!r}")
+        if window is not None and not 10 <= window <= 24:
+            raise ValueError(f"window log2 {window!r} must be in 10..24")
+        self.coding = coding
+        self.level = STREAM_LEVELS.of(coding) if level is None else level
+        _check_level(coding, self.level)
+        self._fixed_window = window
+        #: Window log2; 0 until the first event sizes it.
+        self.window = window or 0
+        self._budget = budget
+        self.owner = owner
+        self._c: Any = None  # the live compressor (None: idle or released)
+        self._fed = 0  # bytes fed to the live compressor, counted until its estimate stops growing
+        self._small = 0
+        self._saturated = 0
+        self._full_at = 0
+        self._memory = 0
+        self._used = 0  # budget tick of the last encode: the LRU order of EncoderBudget.victims
+        self.is_finished = False
+
+    @property
+    def is_active(self) -> bool:
+        """Whether a compressor (and its memory) is held right now."""
+        return self._c is not None
+
+    @property
+    def memory(self) -> int:
+        """Estimated resident bytes held now (0 when idle or released)."""
+        return self._memory
+
+    def encode(self, data: bytes) -> bytes:
+        """Compress and flush ``data``; the result decodes to ``data`` with no further bytes.
+
+        Raises RuntimeError after :meth:`finish`, or after a brotli/gzip :meth:`release`.
+        """
+        c = self._c
+        if c is None:
+            c = self._start(len(data))
+        coding = self.coding
+        if coding == ZSTD:
+            out = c.compress(data) + c.flush(_ZSTD_FLUSH_BLOCK)
+        elif coding == BR:
+            out = c.process(data) + c.flush()
+        else:
+            out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+        budget = self._budget
+        if budget is not None:
+            budget._tick += 1
+            self._used = budget._tick
+        if self._fed < self._full_at:
+            self._fed += len(data)
+            memory = _interpolate(self._small, self._saturated, self._full_at, self._fed)
+            if memory != self._memory:
+                if budget is not None:
+                    budget._grow(memory - self._memory)
+                self._memory = memory
+        return out
+
+    def encode_keepalive(self, data: bytes) -> bytes:
+        """Encode filler (an SSE comment) without making the encoder look used.
+
+        A zstd encoder holding no compressor (idle or released) answers with a small standalone
+        frame and stays without one, so a keep-alive every 15 s does not undo a release. Other
+        cases go through :meth:`encode` (a brotli or gzip body cannot hold a detached piece),
+        without moving the encoder up the budget's least-recently-used order.
+        """
+        if self._c is None and self.coding == ZSTD and not self.is_finished:
+            return _standalone_zstd_frame(data)
+        used = self._used
+        out = self.encode(data)
+        self._used = used
+        return out
+
+    def release(self) -> Released:
+        """Give the compressor's memory back, keeping the stream decodable.
+
+        Returns the tail to write and :attr:`Release.CONTINUE` (zstd: the frame is ended, the
+        next :meth:`encode` starts another) or :attr:`Release.RECONNECT` (brotli, gzip: the body
+        is ended, end the response). Releasing an idle zstd encoder returns no bytes.
+        Raises RuntimeError when the encoder is finished.
+        """
+        if self.is_finished:
+            raise RuntimeError(f"this {self.coding} stream encoder is finished; there is nothing to release")
+        if self.coding == ZSTD:
+            return Released(self._end(released=True), Release.CONTINUE)
+        never_started = self._c is None  # brotli/gzip never go back to idle once started
+        tail = self._end(released=True)
+        self.is_finished = True
+        return Released(_EMPTY_BODY[self.coding] if never_started else tail, Release.RECONNECT)
+
+    def finish(self) -> bytes:
+        """End the coded body (the stream is closing): the bytes to write last. Idempotent."""
+        if self.is_finished:
+            return b""
+        never_started = self._c is None and self.coding != ZSTD
+        tail = self._end(released=False)
+        self.is_finished = True
+        # A brotli or gzip body needs at least its header and end; an empty zstd body is valid.
+        return _EMPTY_BODY[self.coding] if never_started else tail
+
+    def discard(self) -> None:
+        """Drop the compressor without producing bytes (the peer is gone)."""
+        if self._c is not None:
+            self._c = None
+            self._drop(released=False)
+        self.is_finished = True
+
+    def _start(self, first: int) -> Any:
+        if self.is_finished:
+            raise RuntimeError(f"this {self.coding} stream encoder is finished; the stream must reconnect")
+        coding = self.coding
+        if coding == GZIP:
+            self.window = 15
+        elif self._fixed_window is None:
+            self.window = max(self.window, window_for(first))
+        if coding == ZSTD:
+            c: Any = _zstd_compressor(self.level, self.window).compressobj()
+        elif coding == BR:
+            c = brotli.Compressor(mode=brotli.MODE_TEXT, quality=self.level, lgwin=self.window)
+        else:
+            c = zlib.compressobj(self.level, zlib.DEFLATED, _GZIP_WBITS)
+        self._c = c
+        self._small, self._saturated = _memory_row(coding, self.level, self.window)
+        self._full_at = _saturation_point(coding, self.window)
+        self._fed = 0
+        self._memory = self._small
+        if self._budget is not None:
+            self._budget._add(self)
+        return c
+
+    def _end(self, *, released: bool) -> bytes:
+        c, self._c = self._c, None
+        if c is None:
+            return b""
+        if self.coding == ZSTD:
+            tail = c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+        elif self.coding == BR:
+            tail = c.finish()
+        else:
+            tail = c.flush(zlib.Z_FINISH)
+        self._drop(released=released)
+        return bytes(tail)
+
+    def _drop(self, *, released: bool) -> None:
+        if self._budget is not None:
+            self._budget._remove(self, released=released)
+        self._memory = 0
+        self._fed = 0
+        self._full_at = 0
+
+    def __repr__(self) -> str:
+        state = "finished" if self.is_finished else "active" if self._c is not None else "idle"
+        return (f"StreamEncoder({self.coding!r}, level={self.level}, window={self.window}, {state}, "
+                f"memory={self._memory})")
+
+
+def _empty(coding: str) -> bytes:
+    if coding == BR:
+        return bytes(brotli.Compressor(quality=0, lgwin=10).finish())
+    gz = zlib.compressobj(1, zlib.DEFLATED, _GZIP_WBITS)
+    return gz.compress(b"") + gz.flush()
+
+
+_EMPTY_BODY = {BR: _empty(BR), GZIP: _empty(GZIP)}
+_standalone_frames: dict[bytes, bytes] = {}
+
+
+def _standalone_zstd_frame(data: bytes) -> bytes:
+    """``data`` as one complete zstd frame (cached: keep-alive comments are few and short)."""
+    frame = _standalone_frames.get(data)
+    if frame is None:
+        frame = bytes(zstandard.ZstdCompressor(level=1).compress(data))
+        if len(data) <= 256 and len(_standalone_frames) < 64:
+            _standalone_frames[data] = frame
+    return frame
+
+
+# --- the per-app settings -----------------------------------------------------------------------
+
+class Compression:
+    """Compression settings of an app, and the objects built from them once.
+
+    The app calls :meth:`coding_for` per page or stream request, :meth:`encode_page` on a page
+    response, :meth:`stream_headers` for a stream's head, and :meth:`stream_encoder` to get the
+    tab's encoder (None for identity). ``enabled=False`` turns everything into identity.
+    """
+
+    __slots__ = ("budget", "enabled", "min_size", "negotiator", "page_levels", "stream_levels", "stream_window")
+
+    def __init__(
+        self,
+        *,
+        preference: Iterable[str] = DEFAULT_PREFERENCE,
+        page_levels: Levels = PAGE_LEVELS,
+        stream_levels: Levels = STREAM_LEVELS,
+        stream_window: int | None = None,
+        budget: EncoderBudget | int | None = None,
+        min_size: int = 512,
+        enabled: bool = True,
+    ) -> None:
+        if stream_window is not None and not 10 <= stream_window <= 24:
+            raise ValueError(f"stream_window {stream_window!r} must be a window log2 in 10..24, or None (per stream)")
+        self.negotiator = Negotiator(preference)
+        self.page_levels = page_levels
+        self.stream_levels = stream_levels
+        self.stream_window = stream_window
+        self.budget = budget if isinstance(budget, EncoderBudget) else EncoderBudget(budget)
+        self.min_size = min_size
+        self.enabled = enabled
+
+    def coding_for(self, request: Request) -> str:
+        return self.negotiator.for_request(request) if self.enabled else IDENTITY
+
+    def encode_page(self, request: Request, response: Response) -> Response:
+        """Compress a complete response in place when the client accepts it; returns it.
+
+        Left alone: bodies under ``min_size``, types that do not compress, responses that
+        already carry ``content-encoding`` or ``cache-control: no-transform``, and statuses
+        without a body. ``Vary: Accept-Encoding`` is added whenever the answer could vary, and a
+        strong ``ETag`` gets the coding as a suffix so every variant has its own.
+        """
+        if not self.enabled or len(response.body) < self.min_size or response.status in (204, 206, 304):
+            return response
+        content_type = ""
+        for name, value in response.headers:
+            lname = name.lower()
+            if lname == "content-type":
+                content_type = value
+            elif lname == "content-encoding" or (lname == "cache-control" and "no-transform" in value.lower()):
+                return response
+        if not is_compressible(content_type):
+            return response
+        add_vary(response.headers)
+        coding = self.negotiator.for_request(request)
+        if coding == IDENTITY:
+            return response
+        body = compress(response.body, coding, self.page_levels.of(coding))
+        if len(body) >= len(response.body):
+            return response
+        response.body = body
+        response.headers.append(("content-encoding", coding))
+        for i, (name, value) in enumerate(response.headers):
+            if name.lower() == "etag" and value.endswith('"') and not value.startswith("W/"):
+                response.headers[i] = (name, f'{value[:-1]}-{coding}"')
+        return response
+
+    def stream_headers(self, coding: str) -> list[tuple[str, str]]:
+        """Headers to add to a stream's head for ``coding`` (always ``Vary``)."""
+        if coding == IDENTITY:
+            return [("vary", "Accept-Encoding")]
+        return [("content-encoding", coding), ("vary", "Accept-Encoding")]
+
+    def stream_encoder(self, coding: str, *, owner: object = None) -> StreamEncoder | None:
+        """A lazy encoder for one stream in ``coding``, or None for identity."""
+        if coding == IDENTITY:
+            return None
+        return StreamEncoder(coding, level=self.stream_levels.of(coding), window=self.stream_window,
+                             budget=self.budget, owner=owner)
+
+    def reclaim(self) -> list[tuple[StreamEncoder, Released]]:
+        """Release the encoders :meth:`EncoderBudget.victims` names; return each with its result.
+
+        The caller writes each ``Released.data`` to the encoder's stream (``encoder.owner``) and,
+        for :attr:`Release.RECONNECT`, then ends that stream.
+        """
+        return [(encoder, encoder.release()) for encoder in self.budget.victims()]
+
+
+def add_vary(headers: list[tuple[str, str]], field: str = "Accept-Encoding") -> None:
+    """Add ``field`` to the ``Vary`` header of ``headers`` (in place), unless already there."""
+    for i, (name, value) in enumerate(headers):
+        if name.lower() == "vary":
+            parts = [p.strip().lower() for p in value.split(",")]
+            if field.lower() not in parts and "*" not in parts:
+                headers[i] = (name, f"{value}, {field}")
+            return
+    headers.append(("vary", field))
+
