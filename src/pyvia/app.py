@@ -444,6 +444,7 @@ class App:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
         self.clock = clock
         self._started_at = clock.now()
+        self._limiter.reset()  # its times came from the previous clock
         self.bundle  # noqa: B018  # load now so a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
         for fn, period in self._app_intervals:

@@ -86,12 +86,15 @@ class RateLimiter:
         self.evictions = 0
         self.limited = 0
 
+    def reset(self) -> None:
+        self._buckets.clear()
+
     def check(self, address: str, now: float) -> float:
         """Take one token; return 0 if allowed, else the seconds until one is available."""
         if self.rate <= 0:
             return 0.0
         tokens, last = self._buckets.pop(address, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
         if tokens >= 1.0:
             self._buckets[address] = (tokens - 1.0, now)
             wait = 0.0
