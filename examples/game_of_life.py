@@ -61,7 +61,8 @@ def render_board() -> str:
 
 toggle_expr = (
     "evt.target.parentElement.id == 'board' && "
-    "@post('/_action/toggle?cell=' + [...evt.target.parentElement.children].indexOf(evt.target))"
+    "@post('/_action/toggle?cell=' + [...evt.target.parentElement.children].indexOf(evt.target), "
+    "{requestCancellation: 'disabled'})"
 )
 
 

@@ -64,7 +64,10 @@ class Action:
         return self.name
 
     def __str__(self) -> str:
-        return f"@post('{self.url}')"
+        # Datastar aborts a request still in flight when the same element posts again; the
+        # server may have run it anyway, so a quick second click would lose the first one's
+        # outcome on the client. Every click is an intent: never cancel.
+        return f"@post('{self.url}', {{requestCancellation: 'disabled'}})"
 
     def __html__(self) -> str:
         return str(self).replace("'", "&#39;")
