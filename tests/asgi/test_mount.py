@@ -5,9 +5,10 @@ Mounted apps get no lifespan from Starlette, so these also cover the start on th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def test_the_mounted_counter_works_end_to_end(mounted: tuple[ServerThread, str])
     text = page.body.decode()
     assert "@get(&#x27;/live/_sse&#x27;" in text
     assert "sendBeacon('/live/_session/close'" in text
-    assert "@post(&#39;/live/_action/increment&#39;)" in text
+    assert "@post(&#39;/live/_action/increment&#39;" in text
     bundle_url = re.search(r'src="(/live/datastar.js\?v=[0-9a-f]+)"', text).group(1)  # type: ignore[union-attr]
     assert request(host, port, "GET", bundle_url).body.startswith(b"// Datastar v1.0")
     signals = {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}
@@ -106,3 +107,27 @@ def test_without_base_path_the_app_routes_under_the_mount_but_its_urls_miss_it(
         with stream:
             assert head.status == 200 and stream.read_chunk() == FIRST
     assert "create it with App(base_path='/live')" in caplog.text
+
+
+def test_the_site_s_lifespan_can_start_and_stop_the_mounted_app() -> None:
+    app = counter_app(base_path="/live")
+    seen: list[str] = []
+    app.on_start(lambda: seen.append("start"))
+    app.on_stop(lambda: seen.append("stop"))
+    live = asgi(app)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(site: Starlette) -> AsyncIterator[None]:
+        await live.startup()
+        yield
+        await live.shutdown()
+
+    site = Starlette(routes=[Mount("/live", app=live)], lifespan=lifespan)
+    server = ServerThread(site).start()
+    try:
+        assert server.call(lambda: list(seen)) == ["start"]  # before any request
+        open_page(server.host, server.port, "/live/")
+        assert server.call(lambda: list(seen)) == ["start"]  # the first request starts nothing more
+    finally:
+        server.stop()
+    assert seen == ["start", "stop"]
