@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
+import brotli
 import pytest
 from examples.counter import app as counter_app
 
@@ -241,3 +244,21 @@ def test_the_adapter_runs_on_the_plain_asyncio_loop_too() -> None:
             stream.read_chunk()
             assert post_action(server.host, server.port, "increment", signals, cookie).status == 200
             assert read_events(stream, b'{"count":7}').endswith(b'{"count":7}\n\n')
+
+
+def test_a_compressed_stream_is_flushed_event_by_event(counter_server: ServerThread) -> None:
+    # The core compresses a stream the browser accepts (br here) and flushes each event; the
+    # adapter passes the coding and every flushed piece through as it is.
+    host, port = counter_server.host, counter_server.port
+    _, seed, cookie = open_page(host, port)
+    signals = {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}
+    client = RawClient(host, port)
+    client.send(f"GET /_sse?datastar={quote(json.dumps(signals))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Cookie: {cookie}\r\nAccept-Encoding: br\r\n\r\n".encode())
+    with client:
+        head = client.read_head()
+        assert head.header("content-encoding") == "br"
+        decoder = brotli.Decompressor()
+        assert decoder.process(client.read_chunk()) == FIRST
+        assert post_action(host, port, "increment", signals, cookie).status == 200
+        assert decoder.process(client.read_chunk()) == b'event: datastar-patch-signals\ndata: signals {"count":1}\n\n'
