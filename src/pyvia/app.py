@@ -9,6 +9,7 @@ a bare 500, and the process keeps serving.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import heapq
 import inspect
@@ -26,6 +27,7 @@ from pyvia import protocol
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
+from pyvia.compress import ZSTD, Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
 from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
@@ -68,6 +70,8 @@ from pyvia.session import (
 )
 from pyvia.signals import check_name
 from pyvia.state import GlobalState, SessionData, SessionStore
+from pyvia.static import Asset, StaticFiles
+from pyvia.stream import Stream
 
 log = logging.getLogger("pyvia")
 
@@ -103,16 +107,17 @@ class _Revived:
 class _TabStream:
     """Connects one stream response to its tab, remembering which sink is its own."""
 
-    __slots__ = ("app", "ctx", "sink")
+    __slots__ = ("app", "coding", "ctx", "sink")
 
-    def __init__(self, app: App, ctx: Context) -> None:
+    def __init__(self, app: App, ctx: Context, coding: str) -> None:
         self.app = app
         self.ctx = ctx
+        self.coding = coding
         self.sink: StreamSink | None = None
 
     def open(self, sink: StreamSink) -> None:
         self.sink = sink
-        self.app._on_stream_open(self.ctx, sink)
+        self.app._on_stream_open(self.ctx, sink, self.coding)
 
     def close(self) -> None:
         if self.sink is not None:
@@ -219,6 +224,14 @@ class App:
         self._error_page: Callable[[Request, BaseException], Any] | None = None
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
         self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
+        self.compression = Compression(
+            preference=self.config.compression_preference,
+            budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
+            enabled=self.config.compression,
+        )
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._bundle_asset: Asset | None = None
+        self.static: StaticFiles | None = None
         self._proxies = TrustedProxies(self.config.trusted_proxies)
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -445,7 +458,7 @@ class App:
         self.clock = clock
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
-        self.bundle  # noqa: B018  # load now so a missing bundle fails at start, not on a page
+        self._start_assets()  # a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
         for fn, period in self._app_intervals:
             self._arm_app_interval(fn, period)
@@ -476,6 +489,14 @@ class App:
                 self._report(exc, None, "stop")
         for ctx in list(self._connected.values()):
             ctx.stream.close()
+        for closable in (self.static, self._bundle_asset):
+            if closable is not None:
+                closable.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+        self.static = None
+        self._bundle_asset = None
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM."""
@@ -489,6 +510,23 @@ class App:
             self._bundle = load_bundle(self.config.datastar_js)
             self._bundle_url = f"{self._base}{BUNDLE_PATH[1:]}?v={self._bundle.version}"
         return self._bundle
+
+    def _executor_for_assets(self) -> concurrent.futures.ThreadPoolExecutor:
+        """One low-priority thread precompresses static files off the loop (the codecs release the GIL)."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyvia-precompress")
+        return self._executor
+
+    def _start_assets(self) -> None:
+        bundle = self.bundle
+        if self._bundle_asset is None:
+            self._bundle_asset = Asset(bundle.body, content_type="text/javascript; charset=utf-8",
+                                       version=bundle.version, executor=self._executor_for_assets())
+        if self.config.static_dir is not None and self.static is None:
+            self.static = StaticFiles(self.config.static_dir, cache_control=self.config.static_cache_control,
+                                      executor=self._executor_for_assets(),
+                                      preference=self.config.compression_preference)
+            self.static.start()
 
     # --- dispatch ----------------------------------------------------------------------------------
 
@@ -541,6 +579,12 @@ class App:
         if path == BUNDLE_PATH:
             request.kind = "asset"
             return self._bundle_response(request)
+        static = self.static
+        if static is not None and "." in path.rsplit("/", 1)[-1]:
+            request.kind = "asset"
+            found = static.get(path, request)
+            if found is not None:
+                return found
         if path == CLOSE_PATH:
             request.kind = "beacon"
             return self._close_beacon(request)
@@ -669,6 +713,7 @@ class App:
                              foot="\n".join([*self.config.foot, *ctx._foot]), lang=self.config.lang)
         self._register(ctx)
         response = Response.html(doc)
+        self.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
         if self.config.security_headers:
@@ -711,7 +756,7 @@ class App:
         self._seq += 1
         heapq.heappush(self._deadlines, (deadline, self._seq, ctx))
 
-    def _on_stream_open(self, ctx: Context, sink: StreamSink) -> None:
+    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity") -> None:
         if ctx.state is State.DESTROYED:
             sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
@@ -723,7 +768,7 @@ class App:
         full = ctx.revived or ctx.state is not State.CREATED
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
-        ctx.stream.attach(sink, now)
+        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream))
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
@@ -795,17 +840,36 @@ class App:
             if interval > 0:
                 ping = protocol.keep_alive()
                 patience = self.config.slow_tab_timeout
+                idle_release = self.config.encoder_idle_release
                 for ctx in list(self._connected.values()):
                     stream = ctx.stream
                     if stream.over_since and stream.is_stalled(now, patience):
                         log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
                         stream.close()
-                    elif now - stream.last_write >= interval and stream.sink is not None:
-                        stream.sink.write(ping)
-                        stream.last_write = now
+                    elif now - stream.last_write >= interval:
+                        stream.keep_alive(ping, now)
+                    encoder = stream.encoder
+                    if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
+                            and encoder.coding == ZSTD and stream.sink is not None:
+                        stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
                 self._next_keep_alive = now + interval / 3
+        if self.compression.budget.is_over:
+            self._reclaim_encoders()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+
+    def _reclaim_encoders(self) -> None:
+        """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;
+        brotli and gzip cannot restart mid-stream, so those tabs are asked to reconnect)."""
+        for encoder, released in self.compression.reclaim():
+            stream = encoder.owner
+            if not isinstance(stream, Stream) or stream.sink is None:
+                continue
+            if released.data:
+                stream.sink.write(released.data)
+            if released.action is Release.RECONNECT:
+                stream.encoder = None
+                stream.close()
 
     def _destroy_slice(self) -> None:
         """Destroy queued contexts for a few milliseconds, then yield the loop."""
@@ -888,8 +952,10 @@ class App:
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
-            tab = _TabStream(self, ctx)
-            return StreamResponse(list(protocol.SSE_HEADERS), on_open=tab.open, on_close=tab.close)
+            coding = self.compression.coding_for(req)
+            tab = _TabStream(self, ctx, coding)
+            headers = [*protocol.SSE_HEADERS, *self.compression.stream_headers(coding)]
+            return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
 
         return self._with_middleware(request, ctx.route, endpoint)
 
@@ -1065,18 +1131,13 @@ class App:
         return Response(200)
 
     def _bundle_response(self, request: Request) -> Response:
-        if request.method not in ("GET", "HEAD"):
+        if self._bundle_asset is None:
+            self._start_assets()
+        assert self._bundle_asset is not None
+        found = self._bundle_asset.get(request)
+        if found is None:
             raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
-        bundle = self.bundle
-        etag = f'"{bundle.version}"'
-        headers = [
-            ("content-type", "text/javascript; charset=utf-8"),
-            ("cache-control", "public, max-age=31536000, immutable"),
-            ("etag", etag),
-        ]
-        if request.headers.get("if-none-match") == etag:
-            return Response(304, headers)
-        return Response(200, headers, bundle.body)
+        return found
 
 
 def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:

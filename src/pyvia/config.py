@@ -71,6 +71,18 @@ class Config:
     #: URL prefix the browser sees when the app is mounted below ``/`` (``"/live/"``); used to
     #: make URLs, not to route (a mounting front end or proxy strips it).
     base_path: str = "/"
+    #: Compress pages and streams when the browser accepts it, in this order of preference
+    #: (zstd costs a third of brotli's CPU for about the same bytes: bench/RESULTS.md).
+    compression: bool = True
+    compression_preference: Sequence[str] = ("zstd", "br", "gzip")
+    #: Cap on the memory of all stream encoders (bytes); default: a quarter of what is available.
+    encoder_budget: int | None = None
+    #: A zstd stream idle this long ends its frame and frees its encoder (the stream stays open).
+    encoder_idle_release: float = 60.0
+    #: A folder served as static files (paths with an extension are looked up there first).
+    static_dir: str | None = None
+    #: ``Cache-Control`` of static files: a string, or ``fn(relative_path, mime) -> str``.
+    static_cache_control: Any = "no-cache"
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

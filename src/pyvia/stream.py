@@ -8,23 +8,29 @@ Policy (pure decisions, no I/O of its own; the sink is the front end's):
   events are always written;
 * no stream (between page view and connect, or during a reconnect) → events wait in the
   outbox, view frames coalesced to the latest, and are written on the next connect.
+
+Compression happens at the moment of writing, never while queuing, so held and coalesced frames
+stay plain; each HTTP response has its own encoder (created lazily by its first event).
 """
 
 from __future__ import annotations
 
+from pyvia.compress import StreamEncoder
 from pyvia.http import StreamSink
 
 
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("held_view", "last_write", "max_buffer", "over_since", "pending", "sink")
+    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "over_since", "pending", "sink")
 
     def __init__(self, max_buffer: int) -> None:
         self.sink: StreamSink | None = None
+        self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
         self.held_view: bytes | None = None
-        self.last_write = 0.0
+        self.last_write = 0.0  # any bytes, keep-alive comments included
+        self.last_event = 0.0  # real events only: what "idle" means for releasing an encoder
         self.max_buffer = max_buffer
         #: When the socket's unsent bytes went over ``max_buffer`` (0 = not over).
         self.over_since = 0.0
@@ -33,22 +39,37 @@ class Stream:
     def is_connected(self) -> bool:
         return self.sink is not None
 
-    def attach(self, sink: StreamSink, now: float) -> None:
+    def attach(self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None) -> None:
         """Take a new sink (a newer stream of the same tab replaces an older one)."""
-        old = self.sink
+        if self.sink is not None and self.sink is not sink:
+            self.close()
         self.sink = sink
-        if old is not None and old is not sink and not old.is_closed:
-            old.close()
-        self.last_write = now
+        self.encoder = encoder
+        self.last_write = self.last_event = now
         self.over_since = 0.0
         backlog = self._take_backlog()
         if backlog:
-            sink.write(backlog)
+            self._write(sink, backlog)
+
+    def _write(self, sink: StreamSink, data: bytes) -> None:
+        encoder = self.encoder
+        sink.write(encoder.encode(data) if encoder is not None else data)
+
+    def keep_alive(self, ping: bytes, now: float) -> None:
+        """Write a comment so proxies keep the idle stream open (a released zstd encoder stays released)."""
+        sink = self.sink
+        if sink is not None:
+            encoder = self.encoder
+            sink.write(encoder.encode_keepalive(ping) if encoder is not None else ping)
+            self.last_write = now
 
     def detach(self, sink: StreamSink) -> bool:
         """Forget ``sink`` if it is the current one; return whether the tab is now without a stream."""
         if self.sink is sink:
             self.sink = None
+            if self.encoder is not None:
+                self.encoder.discard()  # the peer is gone: nothing more to finish
+                self.encoder = None
             return True
         return False
 
@@ -72,8 +93,8 @@ class Stream:
         if view is not None:
             data = view + data if data else view
         if data:
-            sink.write(data)
-            self.last_write = now
+            self._write(sink, data)
+            self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:
                 self.over_since = 0.0
@@ -100,6 +121,14 @@ class Stream:
         return b"".join(parts)
 
     def close(self) -> None:
+        """End the current response (its encoder's last block first); the tab may reconnect."""
         sink, self.sink = self.sink, None
+        encoder, self.encoder = self.encoder, None
         if sink is not None and not sink.is_closed:
+            if encoder is not None:
+                tail = encoder.finish()
+                if tail:
+                    sink.write(tail)
             sink.close()
+        elif encoder is not None:
+            encoder.discard()

@@ -18,13 +18,16 @@ import asyncio
 import html as html_lib
 import inspect
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urlencode
 
+import brotli
 import orjson
+import zstandard
 
 from pyvia import protocol
 from pyvia.app import App
@@ -85,12 +88,56 @@ def parse_events(data: bytes) -> tuple[list[Event], bytes]:
     return events, rest.encode()
 
 
-class _Sink:
-    __slots__ = ("_buffer", "_unread", "closed", "paused", "tab")
+class _Decoder:
+    """Decodes a compressed stream write by write, as a browser does (zstd may hold many frames)."""
 
-    def __init__(self, tab: Tab) -> None:
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        self.wire_bytes = 0
+        self._obj: Any = self._new()
+
+    def _new(self) -> Any:
+        if self.coding == "zstd":
+            return zstandard.ZstdDecompressor().decompressobj()
+        if self.coding == "br":
+            return brotli.Decompressor()
+        if self.coding == "gzip":
+            return zlib.decompressobj(wbits=31)
+        return None
+
+    def decode(self, data: bytes) -> bytes:
+        self.wire_bytes += len(data)
+        if self._obj is None:
+            return data
+        if self.coding == "br":
+            return self._obj.process(data)
+        out = b""
+        while data:
+            out += self._obj.decompress(data)
+            if not self._obj.eof:
+                break
+            data = self._obj.unused_data
+            self._obj = self._new()
+        return out
+
+
+def decoded_body(response: Response) -> bytes:
+    """The body as the browser sees it, whatever its ``Content-Encoding``."""
+    coding = dict(response.headers).get("content-encoding", "identity")
+    decoder = _Decoder(coding)
+    body = decoder.decode(response.body)
+    if coding == "zstd" and not body and response.body:
+        body = zstandard.ZstdDecompressor().decompress(response.body, max_output_size=64 << 20)
+    return body
+
+
+class _Sink:
+    __slots__ = ("_buffer", "_decoder", "_unread", "closed", "paused", "tab")
+
+    def __init__(self, tab: Tab, coding: str = "identity") -> None:
         self.tab = tab
         self._buffer = b""
+        self._decoder = _Decoder(coding)
         self._unread: list[bytes] = []
         self.closed = False
         self.paused = False
@@ -99,19 +146,25 @@ class _Sink:
         if self.closed:
             raise RuntimeError("write to a closed stream")
         self.tab.writes += 1
+        self.tab.wire_bytes += len(data)
         if self.paused:
             self._unread.append(data)
             return
-        events, self._buffer = parse_events(self._buffer + data)
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        plain = self._decoder.decode(data)
+        if plain and self._decoder.coding != "identity" and not plain.endswith(b"\n\n"):
+            raise AssertionError("a compressed event did not decode whole as soon as it was written")
+        events, self._buffer = parse_events(self._buffer + plain)
         for ev in events:
             self.tab._receive(ev)
 
     def resume(self) -> None:
         self.paused = False
         unread, self._unread = self._unread, []
-        events, self._buffer = parse_events(self._buffer + b"".join(unread))
-        for ev in events:
-            self.tab._receive(ev)
+        for data in unread:
+            self._feed(data)
 
     def close(self) -> None:
         self.closed = True
@@ -186,8 +239,11 @@ class TestClient:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN) -> None:
+    def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN,
+                 accept_encoding: str | None = None) -> None:
         self.app = app
+        #: Sent with every request, as a browser sends it (None: no header, so identity).
+        self.accept_encoding = accept_encoding
         self._loop: asyncio.AbstractEventLoop | None = None
         self.origin = origin
         self.cookies: dict[str, str] = {}
@@ -246,6 +302,8 @@ class TestClient:
             hdrs.add("origin", self.origin)
         for k, v in (headers or {}).items():
             hdrs.add(k, v)
+        if self.accept_encoding is not None:
+            hdrs.add("accept-encoding", self.accept_encoding)
         if cookies and self.cookies:
             hdrs.add("cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
         req = Request(method=method, path=path, query_string=query, headers=hdrs, body=body, client="127.0.0.1")
@@ -287,7 +345,7 @@ class Tab:
     def __init__(self, client: TestClient, path: str, response: Response) -> None:
         self.client = client
         self.path = path
-        self.page = response.body.decode()
+        self.page = decoded_body(response).decode()
         boot = select(self.page, "meta#via-boot")
         if len(boot) != 1:
             raise AssertionError("the page has no pyvia bootstrap (meta#via-boot)")
@@ -295,8 +353,10 @@ class Tab:
         self.id: str = self.signals[protocol.CONTEXT_SIGNAL]
         self.html = _inner_of(self.page, VIEW_ID)
         self.events: list[Event] = []
-        #: How many writes the tab's streams received (one per event batch).
+        #: How many writes the tab's streams received (one per event batch), and their bytes.
         self.writes = 0
+        self.wire_bytes = 0
+        self.stream_coding = "identity"
         self.scripts: list[str] = []
         self._seen = 0
         self._sink: _Sink | None = None
@@ -315,7 +375,8 @@ class Tab:
         result = self.client.request("GET", f"/_sse?{query}")
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
-            sink = _Sink(self)
+            self.stream_coding = dict(result.headers).get("content-encoding", "identity")
+            sink = _Sink(self, self.stream_coding)
             self._sink, self._stream = sink, result
             result.open(sink)
             self.client.clock.run_due()

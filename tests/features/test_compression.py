@@ -1,0 +1,100 @@
+"""Compressed pages and streams as a browser receives them: every event decodes when it arrives."""
+
+from __future__ import annotations
+
+import brotli
+import pytest
+import zstandard
+
+from pyvia import App, Context, Scope
+from pyvia.testing import TestClient
+
+BROWSER = "gzip, deflate, br, zstd"
+
+
+def make_app(**options: object) -> App:
+    app = App(**options)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.scope(Scope.ROUTE)
+        n = c.signal(0, "n", scope=Scope.ROUTE)
+
+        @c.action
+        def inc() -> None:
+            n.increment()
+
+        c.view(lambda: "<ul id='cells'>" + "".join(f"<li class='{'on' if (i * n.value) % 3 else 'off'}'>{i}</li>"
+                                                    for i in range(300)) + "</ul>", share_render=True)
+
+    return app
+
+
+@pytest.mark.parametrize(("accept", "coding"), [
+    (BROWSER, "zstd"), ("br, gzip", "br"), ("gzip", "gzip"), ("zstd;q=0, br;q=0.5, gzip;q=0.4", "br"), (None, "identity"),
+])
+def test_streams_are_negotiated_and_decode_event_by_event(accept: str | None, coding: str) -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding=accept) as client:
+        a, b = client.open("/"), client.open("/")
+        assert b.stream_coding == coding
+        for _ in range(20):
+            a.action("inc")
+            app.flush_broadcasts()
+        assert b.signals["route__n"] == 20
+        assert "<li class='on'>1</li>" in b.html
+        if coding != "identity":
+            plain = sum(len(e.elements) for e in b.events)
+            assert b.wire_bytes * 5 < plain  # the frames repeat: compression pays
+
+
+def test_pages_are_compressed_with_vary() -> None:
+    with TestClient(make_app(), accept_encoding="br") as client:
+        page = client.get("/")
+        headers = dict(page.headers)
+        assert headers["content-encoding"] == "br"
+        assert "Accept-Encoding" in headers["vary"]
+        assert b"via-boot" in brotli.decompress(page.body)
+
+
+def test_idle_zstd_stream_releases_its_encoder_and_keeps_working() -> None:
+    app = make_app(encoder_idle_release=30, keep_alive=15)
+    with TestClient(app, accept_encoding="zstd") as client:
+        a, b = client.open("/"), client.open("/")
+        a.action("inc")
+        app.flush_broadcasts()
+        encoder = b.context.stream.encoder
+        assert encoder is not None and encoder.is_active and encoder.memory > 0
+        client.clock.advance(40)
+        assert not encoder.is_active  # frame ended, memory given back
+        assert app.compression.budget.stats()["releases"] >= 1
+        a.action("inc")
+        app.flush_broadcasts()
+        assert b.signals["route__n"] == 2  # a new frame started on the same stream
+        assert encoder.is_active
+
+
+def test_over_budget_brotli_tabs_are_asked_to_reconnect_and_zstd_tabs_keep_their_stream() -> None:
+    app = make_app(encoder_budget=1)
+    with TestClient(app, accept_encoding="br") as client, TestClient(app, accept_encoding="zstd") as zclient:
+        br_tab, z_tab = client.open("/"), zclient.open("/")
+        br_tab.action("inc")
+        app.flush_broadcasts()
+        client.clock.advance(1.1)  # the sweep sees the budget exceeded
+        assert not br_tab.is_connected
+        assert z_tab.is_connected
+        br_tab.reconnect()
+        assert br_tab.signals["route__n"] == 1
+
+
+def test_bundle_is_served_precompressed_once_ready() -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding="zstd") as client:
+        url = client.get("/").body  # page (compressed)
+        assert app._bundle_asset is not None and app._bundle_asset.wait(10)
+        response = client.get(app._bundle_url)
+        headers = dict(response.headers)
+        assert headers["content-encoding"] == "zstd"
+        assert headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert zstandard.ZstdDecompressor().decompress(response.body, max_output_size=1 << 20) == app.bundle.body
+        assert url
