@@ -11,8 +11,8 @@ Rules this module keeps:
    ``max_body`` bytes, else 413 before the app runs), the client's address and the scheme.
 2. A sink's ``write`` never blocks and never starts a task: bytes queue in the sink, and the task
    the server runs for the connection sends everything queued as one ``http.response.body``
-   message. ``buffered`` counts the bytes queued or being sent, so the core's slow-tab policy
-   sees a client that stops reading as soon as the server's flow control holds a send.
+   message. ``buffered`` counts the bytes of a send the server's flow control holds plus those
+   queued behind it, so the core's slow-tab policy sees a client that stops reading.
 3. The peer going away (``http.disconnect``, ``send`` raising, the task cancelled) calls
    ``stream.closed()`` exactly once, unless the core closed the sink first. Disconnects are seen
    by one extra task per stream awaiting ``receive()``: servers such as uvicorn drop a ``send`` to
@@ -344,22 +344,22 @@ async def _send_response(send: Send, response: Response, head_only: bool,
 class _Sink:
     """The :class:`pyvia.http.StreamSink` of one ASGI stream: a queue the connection's task drains."""
 
-    __slots__ = ("_chunks", "_closed", "_gone", "_wake", "buffered_bytes")
+    __slots__ = ("_chunks", "_closed", "_gone", "_in_flight", "_queued", "_wake")
 
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
         self._closed = False  # closed by the core: send what is queued, then end the body
         self._gone = False  # the peer left: drop what is queued
         self._wake: asyncio.Future[None] | None = None  # set while the task waits for work
-        #: Bytes queued plus those in a ``send`` that has not returned.
-        self.buffered_bytes = 0
+        self._queued = 0  # bytes in _chunks
+        self._in_flight = 0  # bytes in a send() that has not returned
 
     def write(self, data: bytes) -> None:
         """Queue ``data`` (one or more whole events); ignored once closed or when empty."""
         if self._closed or self._gone or not data:
             return
         self._chunks.append(data)
-        self.buffered_bytes += len(data)
+        self._queued += len(data)
         self._poke()
 
     def close(self) -> None:
@@ -371,8 +371,16 @@ class _Sink:
 
     @property
     def buffered(self) -> int:
-        """Bytes written and not yet taken by the server: the core's slow-client signal."""
-        return 0 if self._closed or self._gone else self.buffered_bytes
+        """Bytes the server has not taken: the core's slow-client signal.
+
+        That is the bytes of a ``send`` still waiting (the server's flow control holds it) plus
+        those queued behind it. Bytes queued while no send waits leave on the next loop turn,
+        as the native server's transport writes at once when the socket takes them: they are not
+        counted, or every event would look like a backlog of its own size.
+        """
+        if self._closed or self._gone or not self._in_flight:
+            return 0
+        return self._in_flight + self._queued
 
     @property
     def is_closed(self) -> bool:
@@ -386,7 +394,7 @@ class _Sink:
     def peer_gone(self) -> None:
         self._gone = True
         self._chunks = []
-        self.buffered_bytes = 0
+        self._queued = self._in_flight = 0
         self._poke()
 
     def _on_disconnect(self, watcher: asyncio.Future[None]) -> None:
@@ -449,10 +457,11 @@ async def _serve_stream(stream: StreamResponse, receive: Receive, send: Send, he
             if sink._chunks:
                 chunks, sink._chunks = sink._chunks, []
                 data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                sink._queued = 0
+                sink._in_flight = len(data)
                 last = sink._closed  # nothing can be queued after close: this is the end
                 await send({"type": "http.response.body", "body": data, "more_body": not last})
-                if not sink._gone:
-                    sink.buffered_bytes -= len(data)
+                sink._in_flight = 0
                 if last:
                     ended = True
                     break

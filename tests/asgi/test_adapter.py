@@ -413,6 +413,7 @@ def test_events_written_while_a_send_is_held_are_counted_then_sent_as_one_messag
         await turns()
         assert sink.buffered == 0
         sink.write(b"c\n\n")
+        assert sink.buffered == 0  # nothing holds the task: it sends this on the next turn
         await turns()
         sink.close()
         assert sink.is_closed and sink.buffered == 0

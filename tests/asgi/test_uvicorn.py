@@ -262,3 +262,47 @@ def test_a_compressed_stream_is_flushed_event_by_event(counter_server: ServerThr
         assert decoder.process(client.read_chunk()) == FIRST
         assert post_action(host, port, "increment", signals, cookie).status == 200
         assert decoder.process(client.read_chunk()) == b'event: datastar-patch-signals\ndata: signals {"count":1}\n\n'
+
+
+def test_a_tab_that_stops_reading_is_cut_off_by_the_core() -> None:
+    # The client reads nothing: the kernel buffers fill, uvicorn holds the adapter's send, the
+    # queue grows, and ``buffered`` tells the core, which ends the stream past 4 x max_stream_buffer.
+    app = App(max_stream_buffer=64 * 1024)
+    big = "x" * (256 * 1024)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        @c.action
+        def flood() -> None:
+            c.patch_elements(f'<p id="big">{big}</p>')
+
+        c.view(lambda: f'<button data-on:click="{flood}">flood</button>')
+
+    with serving(asgi(app)) as server:
+        host, port = server.host, server.port
+        _, seed, cookie = open_page(host, port)
+        ctx_id = seed["via_ctx"]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, port))
+        client = RawClient.__new__(RawClient)
+        client.sock, client.buffer = sock, b""
+        client.send(f"GET /_sse?datastar={quote(json.dumps({'via_ctx': ctx_id}))} HTTP/1.1\r\n"
+                    f"Host: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        server.wait_for(lambda: app.contexts[ctx_id].state is State.CONNECTED)
+        floods = 0
+        while floods < 60 and not server.call(lambda: app.contexts[ctx_id].stream.sink is None):
+            assert post_action(host, port, "flood", {"via_ctx": ctx_id}, cookie).status == 200
+            floods += 1
+        assert server.call(lambda: app.contexts[ctx_id].stream.sink is None), "the core never ended the stream"
+        assert floods < 60
+        with client:
+            client.sock.settimeout(5)
+            assert client.read_head().status == 200
+            events = b""
+            while chunk := client.read_chunk():  # once the client reads again, the body ends properly
+                events += chunk
+        # Events are never dropped (only view frames are): what was written before the cut arrives whole.
+        *blocks, rest = events.split(b"\n\n")
+        assert rest == b"" and all(block.startswith(b"event: datastar-patch-") for block in blocks)
+        assert sum(block.endswith(b"</p>") for block in blocks) >= 1
