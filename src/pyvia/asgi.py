@@ -329,6 +329,7 @@ async def _send_response(send: Send, response: Response, head_only: bool,
         status, body, headers = 500, b"Internal Server Error", _encode_headers(_TEXT_PLAIN)
     if status < 200 or status == 204 or status == 304:
         body = b""  # RFC 9110 §6.4.1: no content, and no content-length either
+        headers = list(headers)  # the cached list is never handed to a server
     else:
         headers = [*headers, (b"content-length", b"%d" % len(body))]
     try:
@@ -430,7 +431,7 @@ async def _serve_stream(stream: StreamResponse, receive: Receive, send: Send, he
         _call_closed(stream)
         await _send_response(send, Response.text(STATUS_PHRASES[500], 500), head_only)
         return
-    start = {"type": "http.response.start", "status": stream.status, "headers": headers}
+    start = {"type": "http.response.start", "status": stream.status, "headers": list(headers)}
     if head_only:
         _call_closed(stream)
         with contextlib.suppress(OSError):
