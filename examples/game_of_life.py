@@ -41,7 +41,7 @@ def step(board: list[bool]) -> list[bool]:
 
 
 app.global_state["board"] = new_board(seed=1)
-generation = app.signal(Scope.route(PAGE), "generation", 0)
+generation = app.signal(0, "generation", scope=Scope.route(PAGE))
 
 
 def tick() -> None:

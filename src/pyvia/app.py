@@ -88,7 +88,8 @@ _SECURITY_HEADERS = (
     ("x-frame-options", "SAMEORIGIN"),
 )
 # Datastar evaluates its attribute expressions with Function(), hence 'unsafe-eval'.
-_CSP = ("default-src 'self'; script-src 'self' 'nonce-{nonce}' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+# 'strict-dynamic' lets scripts Datastar itself inserts (c.exec_script) run without a nonce of their own.
+_CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'")
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
@@ -235,6 +236,7 @@ class App:
         self._proxies = TrustedProxies(self.config.trusted_proxies)
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._base = self.config.base_path
         self._sse_url = self._base + SSE_PATH[1:]
@@ -343,8 +345,8 @@ class App:
         check_broadcast_target(scope)
         self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
 
-    def signal(self, scope: str, name: str, initial: Any = None) -> SharedSignal[Any]:
-        """A shared signal reached from outside any tab (timers, background tasks).
+    def signal(self, initial: Any, name: str, *, scope: str) -> SharedSignal[Any]:
+        """A shared signal reached from outside any tab (timers, background tasks), like ``c.signal``.
 
         ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
         even without members while the app holds it this way.
@@ -432,8 +434,9 @@ class App:
         self._app_timers[slot].cancel()
         self._app_timers[slot] = clock.call_later(period, tick)
 
-    def _report(self, exc: BaseException, ctx: Context | None, phase: str) -> None:
-        """Log an error from user code once, tell the on_error observers, never let it escape."""
+    def _report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
+        """Log an error from user code once, tell the on_error observers, never let it escape
+        (except to a test that asked for it with ``raise_server_exceptions``)."""
         self.errors += 1
         where = ctx.route.pattern if ctx is not None else "app"
         log.error("error in %s of %s", phase, where, exc_info=exc)
@@ -442,7 +445,7 @@ class App:
                 fn(exc, ctx, phase)
             except Exception:
                 log.exception("an on_error observer failed")
-        if self.raise_server_exceptions:
+        if reraise and self.raise_server_exceptions:
             raise exc
 
     # --- serving ---------------------------------------------------------------------------------
@@ -550,15 +553,16 @@ class App:
     def _error_response(self, exc: BaseException, request: Request) -> Response:
         if isinstance(exc, ClientError):
             log.info("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
+                return self._not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
         if isinstance(exc, ServiceError):
             log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc)
             return Response.text(exc.public_message, exc.status, [("retry-after", str(exc.retry_after))])
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise exc
-        log.error("error in %s %s %s", request.kind or "request", request.method, request.path, exc_info=exc)
-        if self.raise_server_exceptions:
-            raise exc
+        phase = request.kind or "request"
+        self._report(exc, _context_of(request, self), phase)  # logs, counts, tells on_error; may re-raise
         if request.kind == "action":
             return Response.text("Action failed", 500)
         if request.kind == "page" and self._error_page is not None:
@@ -655,6 +659,10 @@ class App:
                 return rotated[0]  # a request already in flight when the session was rotated
         return value
 
+    def session_id(self, request: Request) -> str | None:
+        """The browser session of ``request`` (for middleware: ``app.session_data(app.session_id(r))``)."""
+        return self._session_of(request)
+
     def regenerate_session(self, ctx: Context) -> str:
         """Give ``ctx``'s browser a new session id (at login or logout); return it.
 
@@ -665,8 +673,11 @@ class App:
         new = new_session_id()
         now = self._now()
         self._rotated[old] = (new, now + _ROTATION_OVERLAP)
+        self._rotated_from[new] = self._rotated_from.pop(old, old)  # ids signed for the first session
         while len(self._rotated) > _GRAVEYARD_CAP:
             self._rotated.popitem(last=False)
+        while len(self._rotated_from) > _GRAVEYARD_CAP:
+            self._rotated_from.popitem(last=False)
         data = self.sessions.peek(old)
         if data is not None:
             self.sessions.clear(old)
@@ -776,7 +787,10 @@ class App:
         view = None
         if full:
             ctx.revived = False
-            view = ctx._view_frame()
+            try:
+                view = ctx._view_frame()
+            except Exception as exc:  # the tab still connects; the next render may succeed
+                self._report(exc, ctx, "render", reraise=False)
             signals.update(ctx.changed_signals(all_signals=True))
             signals.update(ctx.shared_values())
         else:
@@ -988,6 +1002,8 @@ class App:
         elif record[0] < now:
             return None
         verified = self._ids.verify(ctx_id, session_id)
+        if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
+            verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
             return None
@@ -1128,6 +1144,8 @@ class App:
         ctx = self.contexts.get(ctx_id)
         if ctx is not None and ctx.session_id == self._session_of(request):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
+            if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
+                self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
         return Response(200)
 
     def _bundle_response(self, request: Request) -> Response:
@@ -1138,6 +1156,18 @@ class App:
         if found is None:
             raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
         return found
+
+
+def _context_of(request: Request, app: App) -> Context | None:
+    """The tab a failed action or stream belonged to, for error reports (None for pages)."""
+    if request.kind not in ("action", "stream"):
+        return None
+    try:
+        signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None
+    except ClientError:
+        return None
+    ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+    return app.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
 
 
 def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:

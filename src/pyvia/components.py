@@ -63,7 +63,7 @@ class Component:
         if scope != TAB:
             sig = self.ctx.signal(initial, name, scope=scope, client_writable=client_writable)
         else:
-            sig = self.ctx.signal(initial, self._id(name), client_writable=client_writable)
+            sig = self.ctx._tab_signal(initial, self._id(name), client_writable)
         self._signals[name] = sig
         return sig
 

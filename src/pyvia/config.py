@@ -88,10 +88,15 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive"):
+        for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive",
+                     "broadcast_tick", "slow_tab_timeout", "encoder_idle_release", "action_rate", "action_burst"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{name}={value!r}: must be a number of seconds >= 0")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name}={value!r}: must be a number >= 0")
+        if not isinstance(self.action_timeout, (int, float)) or self.action_timeout <= 0:
+            raise ConfigError(f"action_timeout={self.action_timeout!r}: must be a number of seconds > 0")
+        if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
+            raise ConfigError(f"max_sessions={self.max_sessions!r}: must be a whole number >= 1")
         if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:
             raise ConfigError(f"sweep_interval={self.sweep_interval!r}: must be a number of seconds > 0")
         if not isinstance(self.max_stream_buffer, int) or self.max_stream_buffer < 0:

@@ -178,6 +178,14 @@ class Context:
         """
         if scope != TAB:
             return self._shared_signal(initial, name, scope, bool(client_writable))
+        if "__" in name:
+            raise DeclarationError(
+                f"signal name {name!r} in page {self.route.pattern!r} must not contain '__' "
+                "(it separates a scope or component from a name in browser ids)"
+            )
+        return self._tab_signal(initial, name, client_writable)
+
+    def _tab_signal(self, initial: T, name: str, client_writable: bool | None) -> Signal[T]:
         writable = (not self.app.config.strict_tab_signals) if client_writable is None else client_writable
         existing = self._signals.get(name)
         if existing is not None:

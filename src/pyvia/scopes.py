@@ -8,7 +8,7 @@ A scope is a name. Four are built in:
   session id, never the cookie itself);
 * ``GLOBAL`` — every tab.
 
-Any other name made of ``[A-Za-z0-9-]`` parts joined by ``:`` is a custom scope
+Any other name made of ``[A-Za-z0-9]`` parts joined by ``:`` is a custom scope
 (``room:lobby``) that tabs join with ``c.add_scope`` or by declaring a signal in it. Broadcasts
 accept ``*`` wildcards (``room:*``). Every tab is a member of its route, session and the global
 scope from the start; custom scopes are joined explicitly.
@@ -40,8 +40,9 @@ ROUTE = "route"
 SESSION = "session"
 GLOBAL = "global"
 
-_CUSTOM = re.compile(r"[A-Za-z0-9-]+(?::[A-Za-z0-9-]+)*\Z")
-_PATTERN = re.compile(r"[A-Za-z0-9*-]+(?::[A-Za-z0-9*-]+)*\Z")
+# Parts are letters and digits only, so the browser ids made from them (':' becomes '_') never collide.
+_CUSTOM = re.compile(r"[A-Za-z0-9]+(?::[A-Za-z0-9]+)*\Z")
+_PATTERN = re.compile(r"[A-Za-z0-9*]+(?::[A-Za-z0-9*]+)*\Z")
 _MAX_SCOPE = 200
 
 
@@ -77,7 +78,7 @@ def resolve(scope: str, route_pattern: str, session_id: str) -> str:
 def check_custom(scope: str) -> str:
     if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _CUSTOM.match(scope):
         raise DeclarationError(
-            f"scope {scope!r} must be tab, route, session, global or parts of [A-Za-z0-9-] joined by ':' "
+            f"scope {scope!r} must be tab, route, session, global or parts of [A-Za-z0-9] joined by ':' "
             f"(at most {_MAX_SCOPE} characters), like 'room:lobby'"
         )
     if scope.split(":", 1)[0] in (TAB, ROUTE, SESSION) and ":" in scope:
@@ -108,7 +109,7 @@ def signal_id(scope: str, name: str) -> str:
     elif scope.startswith("session:"):
         prefix = "session"
     else:
-        prefix = scope.replace(":", "_").replace("-", "_")
+        prefix = scope.replace(":", "_")
     return f"{prefix}__{name}"
 
 

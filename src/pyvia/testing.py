@@ -487,8 +487,11 @@ class Tab:
             raise AssertionError(f"data-on:{event} of {selector!r} posts no action: {expr!r}")
         return self.post(m.group(1))
 
-    def submit(self, selector: str) -> Response:
-        """Submit the one form matching ``selector`` (its ``data-on:submit`` action)."""
+    def submit(self, selector: str, **fields: Any) -> Response:
+        """Fill bound inputs by name (``#id`` selectors of inputs), then submit the one form matching
+        ``selector`` (its ``data-on:submit`` action)."""
+        for field_id, value in fields.items():
+            self.type(f"#{field_id}", value)
         return self.click(selector, event="submit")
 
     def type(self, selector: str, value: Any) -> None:

@@ -37,7 +37,7 @@ def test_app_interval_drives_shared_state_and_survives_errors() -> None:
     app = App()
     errors: list[tuple[str, str]] = []
     app.on_error(lambda exc, ctx, phase: errors.append((phase, str(exc))))
-    ticks = app.signal("global", "ticks", 0)
+    ticks = app.signal(0, "ticks", scope="global")
     calls = {"n": 0}
 
     def tick() -> None:
@@ -124,3 +124,52 @@ def test_render_error_during_a_broadcast_spares_the_other_tabs() -> None:
         assert "<p id='n'>1</p>" in good.html
         assert bad.signals["room_all__n"] == 1  # the signals still reached the failing tab
         assert phases == ["render"]
+
+
+def test_on_error_sees_page_and_action_errors_and_bad_params_reach_the_404_page() -> None:
+    app = App()
+    seen: list[tuple[str, bool]] = []
+    app.on_error(lambda exc, ctx, phase: seen.append((phase, ctx is not None)))
+
+    @app.not_found
+    def missing(request) -> str:
+        return "<h1>nothing here</h1>"
+
+    @app.page("/item/{n}")
+    def item(c: Context, n: int) -> None:
+        @c.action
+        def fail() -> None:
+            raise RuntimeError("action broke")
+
+        if n == 0:
+            raise RuntimeError("page broke")
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.get("/item/0").status == 500
+        tab = client.open("/item/1")
+        assert tab.action("fail").status == 500
+        response = client.get("/item/abc")
+        assert response.status == 404 and b"nothing here" in response.body
+    assert seen == [("page", False), ("action", True)]
+    assert app.errors == 2
+
+
+def test_close_beacon_after_the_stream_closed_shortens_the_wait() -> None:
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        @c.action
+        def touch() -> None:
+            pass
+
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        tab.action("touch")  # would hold the context for the 60 s reconnect timeout
+        tab.disconnect()
+        client.post("/_session/close", body=tab.id.encode())
+        client.clock.advance(6)
+        assert tab.context is None

@@ -221,7 +221,7 @@ def test_scope_signals_are_freed_with_the_last_member_and_app_signal_reaches_the
         assert app.scopes.get("room:a") is not None
         a.expire()
         assert app.scopes.get("room:a") is None
-        ticker = app.signal("room:a", "messages", [])
+        ticker = app.signal([], "messages", scope="room:a")
         b = client.open("/room/a")
         ticker.value = ["from a timer"]
         app.flush_broadcasts()

@@ -176,3 +176,13 @@ def test_malformed_session_cookies_get_a_fresh_session(cookie: str) -> None:
         client.cookies["via_session_id"] = cookie
         client.get("/")
         assert client.cookies["via_session_id"] != cookie
+
+
+def test_tabs_revive_after_the_session_was_rotated() -> None:
+    app = make_app()
+    with TestClient(app) as client:
+        tab = client.open("/")
+        tab.action("login", name="ann")
+        tab.action("inc")
+        tab.revive()  # the id was signed for the first session; the new cookie still revives it
+        assert tab.context is not None and tab.context.signals["n"].value == 1
