@@ -90,7 +90,8 @@ _SECURITY_HEADERS = (
 # Datastar evaluates its attribute expressions with Function(), hence 'unsafe-eval'.
 # 'strict-dynamic' lets scripts Datastar itself inserts (c.exec_script) run without a nonce of their own.
 _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
-        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'")
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+        "base-uri 'self'; frame-ancestors 'self'")
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
