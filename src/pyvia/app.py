@@ -737,7 +737,11 @@ class App:
 
     def _session_cookie_header(self, session_id: str) -> str:
         secure = "; Secure" if self.config.secure_cookie else ""
-        return f"{self._session_cookie}={session_id}; Path=/; Max-Age={SESSION_MAX_AGE}; HttpOnly; SameSite=Lax{secure}"
+        # Path=base_path keeps two apps mounted on one host from sharing a session (a __Host- cookie
+        # must have Path=/).
+        path = "/" if self.config.secure_cookie else self._base
+        return (f"{self._session_cookie}={session_id}; Path={path}; Max-Age={SESSION_MAX_AGE}; HttpOnly; "
+                f"SameSite=Lax{secure}")
 
     @staticmethod
     def _take_cookies(ctx: Context, response: Response) -> None:

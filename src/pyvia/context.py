@@ -475,6 +475,14 @@ class Context:
         """Send signal values to the browser without declaring them (``None`` removes one)."""
         self._send(protocol.patch_signals(dict(values)), None)
 
+    def send_raw(self, events: str | bytes) -> None:
+        """Send whole Datastar events made elsewhere (the datastar-py SDK's, say), after checking them.
+
+        They are always delivered, in order with this tab's other events; a raw signals patch does
+        not change the server's own ``Signal`` values.
+        """
+        self._send(protocol.check_events(events), None)
+
     def exec_script(self, js: str) -> None:
         """Run JavaScript once in the tab."""
         if js:

@@ -106,7 +106,7 @@ def request_signals(request: Request, form: Form | None) -> dict[str, Any]:
     3. a ``datastar`` form field, or else the form fields themselves (``contentType: 'form'``
        posts carry ``via_ctx`` as a hidden input).
     """
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         raw = request.query.get(protocol.DATASTAR_PARAM, "")
         return protocol.parse_signals(raw) if raw else {}
     if request.content_type == "application/json":

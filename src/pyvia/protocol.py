@@ -72,6 +72,35 @@ def execute_script(js: str) -> bytes:
     return patch_elements(f'<script data-effect="el.remove()">{body}</script>', "body", "append")
 
 
+_RAW_EVENT_TYPES = frozenset({PATCH_ELEMENTS, PATCH_SIGNALS})
+_RAW_FIELDS = ("data: ", "id: ", "retry: ", ":")
+
+
+def check_events(events: str | bytes) -> bytes:
+    """Validate whole Datastar events made elsewhere (e.g. by the datastar-py SDK) and return their bytes.
+
+    Raises ValueError unless the text is one or more complete events of the two Datastar types,
+    with nothing but ``data:``, ``id:``, ``retry:`` and comment lines after the ``event:`` line —
+    so a line break smuggled into a selector cannot forge an extra event.
+    """
+    text = events.decode() if isinstance(events, bytes) else str(events)
+    if "\r" in text or "\0" in text:
+        raise ValueError("raw events must not contain CR or NUL")
+    if not text.endswith("\n\n"):
+        raise ValueError("raw events must end with a blank line")
+    for block in text[:-2].split("\n\n"):
+        lines = block.split("\n")
+        kind = lines[0].removeprefix("event: ")
+        if not lines[0].startswith("event: ") or kind not in _RAW_EVENT_TYPES:
+            raise ValueError(f"raw event must start with one of {sorted(_RAW_EVENT_TYPES)}, got {lines[0]!r}")
+        for line in lines[1:]:
+            if not line.startswith(_RAW_FIELDS):
+                raise ValueError(f"raw event line {line!r} is not a data, id, retry or comment line")
+            if line.startswith("event:"):
+                raise ValueError("one event per blank-line block")
+    return text.encode()
+
+
 def keep_alive() -> bytes:
     return _KEEP_ALIVE
 
