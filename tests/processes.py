@@ -33,17 +33,19 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
 class ServerProcess:
     """``pyvia run APP`` in a subprocess, restartable on the same port."""
 
-    def __init__(self, app: str, port: int, secret: str = "browser-test-secret") -> None:
+    def __init__(self, app: str, port: int, secret: str = "browser-test-secret", *,
+                 tls: tuple[str, str] | None = None, env: dict[str, str] | None = None) -> None:
         self.app = app
         self.port = port
-        self.env = {**os.environ, "PYVIA_SECRET": secret}
+        self.env = {**os.environ, "PYVIA_SECRET": secret, **(env or {})}
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyvia", "run", self.app, "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=self.env,
-        )
+        command = [sys.executable, "-m", "pyvia", "run", self.app, "--host", "127.0.0.1", "--port", str(self.port)]
+        if self.tls is not None:
+            command += ["--cert", self.tls[0], "--key", self.tls[1]]
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env)
         wait_for_port(self.port)
 
     def stop(self) -> None:

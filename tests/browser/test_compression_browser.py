@@ -1,0 +1,81 @@
+"""Compressed streams in Chromium over HTTPS (browsers offer br and zstd only there)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.processes import ServerProcess, free_port
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def serve(coding: str, certificate: tuple[str, str], idle_release: float = 60) -> ServerProcess:
+    server = ServerProcess("tests.browser.apps:compressed", free_port(), tls=certificate,
+                           env={"TEST_COMPRESSION": coding, "TEST_IDLE_RELEASE": str(idle_release)})
+    server.start()
+    return server
+
+
+@pytest.mark.parametrize("coding", ["zstd", "br"])
+def test_board_works_over_a_compressed_stream(browser: Browser, certificate: tuple[str, str], coding: str) -> None:
+    server = serve(coding, certificate)
+    context = browser.new_context(ignore_https_errors=True)
+    page = context.new_page()
+    seen: dict[str, str] = {}
+
+    def on_response(response) -> None:
+        if "/_sse" in response.url:
+            seen["accept"] = response.request.all_headers().get("accept-encoding", "")
+            seen["encoding"] = response.all_headers().get("content-encoding", "")
+
+    page.on("response", on_response)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"https://127.0.0.1:{server.port}/")
+        expect(page.locator("#n")).to_have_text("0")
+        for expected in ("1", "2", "3"):
+            page.click("#inc")
+            expect(page.locator("#n")).to_have_text(expected)
+        assert "zstd" in seen["accept"] and "br" in seen["accept"]
+        assert seen["encoding"] == coding
+        assert errors == []
+    finally:
+        context.close()
+        server.stop()
+
+
+def test_released_zstd_frame_then_a_new_frame_decode_in_chromium(browser: Browser, certificate: tuple[str, str]
+                                                                  ) -> None:
+    server = serve("zstd", certificate, idle_release=0.5)
+    context = browser.new_context(ignore_https_errors=True)
+    page = context.new_page()
+    try:
+        page.goto(f"https://127.0.0.1:{server.port}/")
+        expect(page.locator("#n")).to_have_text("0")
+        page.click("#inc")
+        expect(page.locator("#n")).to_have_text("1")
+        time.sleep(1.5)  # idle: the server ends the zstd frame (keep-alives go as standalone frames)
+        stats = page.request.get(f"https://127.0.0.1:{server.port}/encoders").json()
+        assert stats["releases"] >= 1
+        page.click("#inc")
+        expect(page.locator("#n")).to_have_text("2")  # decoded from a second frame of the same body
+        page.click("#inc")
+        expect(page.locator("#n")).to_have_text("3")
+    finally:
+        context.close()
+        server.stop()
