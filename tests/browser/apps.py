@@ -24,7 +24,8 @@ def board(c: Context) -> None:
 
     def view() -> str:
         cells = "".join(f"<i class='{'on' if (i * (n.value + 1)) % 7 < 3 else 'off'}'></i>" for i in range(2000))
-        return f'<main id="board"><p id="n">{n.value}</p><button id="inc" data-on:click="{inc}">+</button>{cells}</main>'
+        button = f'<button id="inc" data-on:click="{inc}">+</button>'
+        return f'<main id="board"><p id="n">{n.value}</p>{button}{cells}</main>'
 
     c.view(view, share_render=True)
 
