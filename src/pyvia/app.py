@@ -40,6 +40,7 @@ from pyvia.errors import (
     MethodNotAllowed,
     NotFound,
     RateLimited,
+    RouteError,
     ServiceError,
 )
 from pyvia.forms import Form, UploadedFile, parse_form, request_signals
@@ -218,7 +219,7 @@ class App:
         self.router = Router()
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
-        self._ids = ContextIds(load_secret(self.config.secret))
+        self._secret = load_secret(self.config.secret)
         self._bundle: Bundle | None = None
         self._bundle_url = ""
         self._downloads = Downloads()
@@ -239,9 +240,8 @@ class App:
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
         # URLs the browser is given: under base_path when the app is mounted below "/"
-        self._base = self.config.base_path
-        self._sse_url = self._base + SSE_PATH[1:]
-        self._close_url = self._base + CLOSE_PATH[1:]
+        self._set_base(self.config.base_path)
+        self._mounts: list[tuple[str, App]] = []
         # every live tab, by context id
         self.contexts: dict[str, Context] = {}
         self._connected: dict[str, Context] = {}
@@ -322,6 +322,30 @@ class App:
 
     def url_for_action(self, name: str) -> str:
         return self._base + ACTION_PREFIX[1:] + name
+
+    def _set_base(self, base: str) -> None:
+        self._base = base
+        self._ids = ContextIds(self._secret, base)
+        self._sse_url = base + SSE_PATH[1:]
+        self._close_url = base + CLOSE_PATH[1:]
+        if self._bundle is not None:
+            self._bundle_url = f"{base}{BUNDLE_PATH[1:]}?v={self._bundle.version}"
+
+    def mount(self, prefix: str, app: App) -> None:
+        """Serve another App below ``prefix`` (``"/examples/counter"``): its own tabs, routes and settings.
+
+        Requests under the prefix go to ``app`` with the prefix stripped, and every URL it gives the
+        browser carries the prefix. Mount before the server starts; the mounted app starts and stops
+        with this one.
+        """
+        if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+            raise RouteError(f"mount prefix {prefix!r} must start with '/' and not end with one, like '/chat'")
+        if app is self or any(p == prefix for p, _ in self._mounts):
+            raise RouteError(f"mount prefix {prefix!r} is already taken (or the app is mounted in itself)")
+        if app.clock is not None or app.contexts:
+            raise RouteError("mount an app before it starts")
+        app._set_base(self._base + prefix.lstrip("/") + "/")
+        self._mounts.append((prefix, app))
 
     def url(self, path: str) -> str:
         """An absolute URL path for ``path`` under the app's ``base_path`` (``/x`` → ``/live/x``)."""
@@ -462,6 +486,9 @@ class App:
         self.clock = clock
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
+        for _, mounted in self._mounts:
+            mounted.raise_server_exceptions = self.raise_server_exceptions
+            mounted.start(clock)
         self._start_assets()  # a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
         for fn, period in self._app_intervals:
@@ -476,6 +503,8 @@ class App:
 
     async def shutdown(self, budget: float = 1.5) -> None:
         """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers."""
+        for _, mounted in self._mounts:
+            await mounted.shutdown(budget)
         if self._sweep_handle is not None:
             self._sweep_handle.cancel()
             self._sweep_handle = None
@@ -575,6 +604,11 @@ class App:
 
     def _dispatch(self, request: Request) -> Any:
         path = request.path
+        if self._mounts:
+            for prefix, mounted in self._mounts:
+                if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
+                    request.path = path[len(prefix):] or "/"
+                    return mounted.handle(request)
         if path == SSE_PATH:
             request.kind = "stream"
             return self._open_stream(request)

@@ -48,8 +48,10 @@ class ContextIds:
 
     __slots__ = ("_key",)
 
-    def __init__(self, secret: bytes) -> None:
-        self._key = hashlib.sha256(b"pyvia context id\0" + secret).digest()
+    def __init__(self, secret: bytes, app_path: str = "/") -> None:
+        # the app's path is in the key: an id made by one app (of several mounted in a process,
+        # sharing a secret) is not valid for another
+        self._key = hashlib.sha256(b"pyvia context id\0" + secret + b"\0" + app_path.encode()).digest()
 
     def _sign(self, payload: bytes, session_id: str) -> bytes:
         return hmac.new(self._key, payload + b"\0" + session_id.encode(), hashlib.sha256).digest()[:_SIG_BYTES]

@@ -351,6 +351,9 @@ class Tab:
             raise AssertionError("the page has no pyvia bootstrap (meta#via-boot)")
         self.signals: dict[str, Any] = orjson.loads(html_lib.unescape(boot[0].attrs["data-signals"]))
         self.id: str = self.signals[protocol.CONTEXT_SIGNAL]
+        found = re.search(r"@get\('([^']+)'", html_lib.unescape(boot[0].attrs.get("data-init", "")))
+        #: Where this page opens its stream (under the app's base path).
+        self.sse_url = found.group(1) if found else "/_sse"
         self.html = _inner_of(self.page, VIEW_ID)
         self.events: list[Event] = []
         #: How many writes the tab's streams received (one per event batch), and their bytes.
@@ -372,7 +375,7 @@ class Tab:
     def connect(self) -> Response | StreamResponse:
         """Open the tab's stream with the signals the tab holds now."""
         query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps(self._outgoing()).decode()})
-        result = self.client.request("GET", f"/_sse?{query}")
+        result = self.client.request("GET", f"{self.sse_url}?{query}")
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
             self.stream_coding = dict(result.headers).get("content-encoding", "identity")
