@@ -1,0 +1,59 @@
+"""The documentation site: guides, the gallery, and every example live under its prefix."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from website.app import EXAMPLE_APPS, SHOWN, app, render_markdown
+
+from pyvia.testing import TestClient
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(app) as c:
+        yield c
+
+
+def test_home_lists_every_example(client: TestClient) -> None:
+    tab = client.open("/")
+    for example in SHOWN:
+        assert f'href="/gallery/{example.name}"' in tab.html
+    assert {"counter", "greeter", "shared_counter", "chat", "game_of_life"} <= set(EXAMPLE_APPS)
+
+
+@pytest.mark.parametrize("slug", ["index", "getting-started", "lifecycle", "scopes-and-broadcasting", "testing"])
+def test_guides_render_with_site_links(client: TestClient, slug: str) -> None:
+    page = client.get(f"/docs/{slug}").body.decode()
+    assert '<article id="doc">' in page and "<h1>" in page
+    assert not re.search(r'href="[\w-]+\.md', page)  # links between guides point at site pages
+
+
+def test_unknown_guide_and_example_are_not_served(client: TestClient) -> None:
+    assert "No guide named" in client.get("/docs/nope").body.decode()
+    assert "No guide named" in client.get("/docs/..%2f..%2fetc").body.decode()
+    assert client.get("/gallery/nope").status == 404
+
+
+def test_gallery_page_shows_the_source_beside_the_live_example(client: TestClient) -> None:
+    page = client.get("/gallery/counter").body.decode()
+    assert 'src="/examples/counter/"' in page
+    assert "c.signal" in re.sub(r"<[^>]+>", "", page)  # the highlighted source, tags stripped
+
+
+def test_mounted_examples_work_under_their_prefix(client: TestClient) -> None:
+    tab = client.open("/examples/counter/")
+    tab.click("#inc")
+    assert tab.signals["count"] == 1
+    a, b = client.open("/examples/shared_counter/"), client.open("/examples/shared_counter/")
+    a.click("#inc")
+    client.clock.advance(0.05)
+    assert 'id="count">1</strong>' in b.html
+
+
+def test_markdown_code_is_highlighted_and_html_is_not_passed_through() -> None:
+    out = render_markdown("```python\nx = 1\n```\n\n<script>alert(1)</script>\n\n[next](lifecycle.md#flows)")
+    assert '<span class="n">x</span>' in out
+    assert "<script>" not in out
+    assert 'href="/docs/lifecycle#flows"' in out
