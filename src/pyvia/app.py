@@ -478,8 +478,13 @@ class App:
     async def startup(self) -> None:
         """Called by the front end inside the running loop before it serves."""
         import asyncio
+        import gc
 
         self.start(LoopClock(asyncio.get_running_loop()))
+        if self.config.gc_thresholds is not None:
+            gc.collect()
+            gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again
+            gc.set_threshold(*self.config.gc_thresholds)
 
     def start(self, clock: Clock) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
