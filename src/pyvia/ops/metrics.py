@@ -1,0 +1,583 @@
+"""A small Prometheus registry (text format 0.0.4) and the metrics pyvia exposes on ``/metrics``.
+
+Rules this module keeps (``ephpm-lessons.md`` §5.3):
+
+1. Bounded label sets. Every label is declared with its closed set of values; anything else is
+   counted under ``other``. No path, peer or tab id is ever a label value.
+2. Fixed buckets per histogram, chosen for what it measures (an action: 0.5 ms to 10 s).
+3. Counters and histograms are updated where things happen (the core calls
+   :class:`PyviaMetrics`' methods: one dict-free attribute update each). Gauges cost nothing
+   between scrapes: :func:`collect_app` reads the App's state when ``/metrics`` is asked for.
+4. No dependency, no I/O except reading ``/proc/self/statm`` at scrape time.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import re
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ACTION_BUCKETS",
+    "CONTENT_TYPE",
+    "FLUSH_BUCKETS",
+    "GC_BUCKETS",
+    "LAG_BUCKETS",
+    "OTHER",
+    "REQUEST_KINDS",
+    "STATUS_CLASSES",
+    "Counter",
+    "Gauge",
+    "GcMonitor",
+    "Histogram",
+    "LoopLagMonitor",
+    "PyviaMetrics",
+    "Registry",
+    "apps_of",
+    "collect_app",
+    "metrics_for",
+    "process_rss",
+    "status_class",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OTHER = "other"
+
+#: ``Request.kind`` as the core sets it, plus the ops endpoints.
+REQUEST_KINDS = ("page", "action", "stream", "revival", "route", "asset", "beacon", "download", "ops")
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+_KINDS = frozenset(REQUEST_KINDS)
+#: Cluster engines, by their ``name`` (pyvia.ops.health.engine_name).
+ENGINES = ("memory", "nats", "redis")
+CODINGS = ("identity", "zstd", "br", "gzip")
+GC_GENERATIONS = ("0", "1", "2")
+#: An action's round trip, 0.5 ms to 10 s (ePHPm's HTTP buckets, with a finer low end).
+ACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: A broadcast flush: a tick is 25 ms, and a flush past it delays the next (pyvia.broadcast).
+FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+#: Event-loop lag past the 250 ms check period; anything over 100 ms is felt in the browser.
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: A collection: young ones take microseconds, a full one with 50,000 tabs ~130 ms (bench/gc_pauses.py).
+GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: A round trip to the cluster engine (NATS, Redis): loopback is ~0.1 ms.
+ENGINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+
+def status_class(status: int) -> str:
+    """``"2xx"`` for 200..299 and so on; ``"other"`` outside 100..599."""
+    return f"{status // 100}xx" if 100 <= status <= 599 else OTHER
+
+
+def _format_value(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+class _Metric:
+    """Common to the three kinds: a name, help, declared labels and one child per label tuple."""
+
+    kind = ""
+
+    def __init__(self, name: str, documentation: str, labels: Mapping[str, Sequence[str]] | None = None) -> None:
+        if not _NAME.match(name):
+            raise ValueError(f"metric name {name!r} must match [a-zA-Z_:][a-zA-Z0-9_:]*")
+        self.name = name
+        self.documentation = documentation
+        self.label_names: tuple[str, ...] = tuple(labels or {})
+        self._allowed: tuple[frozenset[str], ...] = tuple(frozenset(v) for v in (labels or {}).values())
+        for label in self.label_names:
+            if not _LABEL.match(label) or label.startswith("__") or label == "le":
+                raise ValueError(f"label name {label!r} of {name} is not allowed")
+        self._children: dict[tuple[str, ...], Any] = {}
+        if not self.label_names:
+            self._children[()] = self._new_child()
+
+    def _new_child(self) -> Any:
+        raise NotImplementedError
+
+    def _key(self, labels: Mapping[str, object]) -> tuple[str, ...]:
+        if set(labels) != set(self.label_names):
+            raise ValueError(f"{self.name} takes labels {list(self.label_names)}, got {sorted(labels)}")
+        key = []
+        for name, allowed in zip(self.label_names, self._allowed, strict=True):
+            value = str(labels[name])
+            key.append(value if value in allowed else OTHER)
+        return tuple(key)
+
+    def labels(self, **labels: object) -> Any:
+        """The child for these label values (a value outside the declared set becomes ``other``)."""
+        key = self._key(labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._new_child()
+        return child
+
+    def _unlabelled(self) -> Any:
+        try:
+            return self._children[()]
+        except KeyError:
+            raise ValueError(f"{self.name} has labels {list(self.label_names)}: use .labels(...)") from None
+
+    def _label_text(self, key: tuple[str, ...], extra: str = "") -> str:
+        pairs = [f'{n}="{_escape_label(v)}"' for n, v in zip(self.label_names, key, strict=True)]
+        if extra:
+            pairs.append(extra)
+        return "{" + ",".join(pairs) + "}" if pairs else ""
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {_escape_help(self.documentation)}", f"# TYPE {self.name} {self.kind}"]
+        for key in sorted(self._children):
+            lines.extend(self._samples(key, self._children[key]))
+        return lines
+
+    def _samples(self, key: tuple[str, ...], child: Any) -> list[str]:
+        return [f"{self.name}{self._label_text(key)} {_format_value(child.value)}"]
+
+
+class _Value:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
+class _CounterChild(_Value):
+    __slots__ = ()
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError(f"a counter only goes up; got {amount}")
+        self.value += amount
+
+    def set_total(self, total: float) -> None:
+        """Set from a running total kept elsewhere (for collectors); never below the last value."""
+        if total > self.value:
+            self.value = total
+
+
+class _GaugeChild(_Value):
+    __slots__ = ()
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+
+class Counter(_Metric):
+    """A total that only goes up: ``c.inc()``, or ``c.labels(kind="page").inc()``."""
+
+    kind = "counter"
+
+    def __init__(self, name: str, documentation: str, labels: Mapping[str, Sequence[str]] | None = None) -> None:
+        if not name.endswith("_total"):
+            raise ValueError(f"counter name {name!r} must end with _total")
+        super().__init__(name, documentation, labels)
+
+    def _new_child(self) -> _CounterChild:
+        return _CounterChild()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._unlabelled().inc(amount)
+
+    def set_total(self, total: float) -> None:
+        self._unlabelled().set_total(total)
+
+    @property
+    def value(self) -> float:
+        return float(self._unlabelled().value)
+
+
+class Gauge(_Metric):
+    """A value that goes up and down: ``g.set(n)``."""
+
+    kind = "gauge"
+
+    def _new_child(self) -> _GaugeChild:
+        return _GaugeChild()
+
+    def set(self, value: float) -> None:
+        self._unlabelled().set(value)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._unlabelled().inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._unlabelled().dec(amount)
+
+    @property
+    def value(self) -> float:
+        return float(self._unlabelled().value)
+
+
+class _HistogramChild:
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        i = 0
+        for bound in self.bounds:  # ~12 bounds: a scan beats bisect's call overhead
+            if value <= bound:
+                break
+            i += 1
+        self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+
+class Histogram(_Metric):
+    """Observations counted into fixed buckets: ``h.observe(seconds)``."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float],
+                 labels: Mapping[str, Sequence[str]] | None = None) -> None:
+        bounds = tuple(float(b) for b in buckets)
+        if not bounds or list(bounds) != sorted(set(bounds)) or math.isinf(bounds[-1]):
+            raise ValueError(f"buckets of {name} must be finite, increasing and not empty; got {bounds}")
+        self.buckets = bounds
+        super().__init__(name, documentation, labels)
+
+    def _new_child(self) -> _HistogramChild:
+        return _HistogramChild(self.buckets)
+
+    def observe(self, value: float) -> None:
+        self._unlabelled().observe(value)
+
+    @property
+    def count(self) -> int:
+        return int(self._unlabelled().count)
+
+    def _samples(self, key: tuple[str, ...], child: Any) -> list[str]:
+        lines = []
+        running = 0
+        for bound, n in zip((*self.buckets, math.inf), child.counts, strict=True):
+            running += n
+            le = f'le="{_format_value(bound)}"'
+            lines.append(f"{self.name}_bucket{self._label_text(key, le)} {running}")
+        lines.append(f"{self.name}_sum{self._label_text(key)} {_format_value(child.sum)}")
+        lines.append(f"{self.name}_count{self._label_text(key)} {child.count}")
+        return lines
+
+
+class Registry:
+    """A named set of metrics rendered together in the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self._metrics: dict[str, _Metric] = {}
+
+    def _add(self, metric: Any) -> Any:
+        if metric.name in self._metrics:
+            raise ValueError(f"metric {metric.name!r} is already registered")
+        self._metrics[metric.name] = metric
+        return metric
+
+    def counter(self, name: str, documentation: str, *, labels: Mapping[str, Sequence[str]] | None = None) -> Counter:
+        return self._add(Counter(name, documentation, labels))  # type: ignore[no-any-return]  # _add returns its arg
+
+    def gauge(self, name: str, documentation: str, *, labels: Mapping[str, Sequence[str]] | None = None) -> Gauge:
+        return self._add(Gauge(name, documentation, labels))  # type: ignore[no-any-return]  # _add returns its arg
+
+    def histogram(self, name: str, documentation: str, *, buckets: Iterable[float],
+                  labels: Mapping[str, Sequence[str]] | None = None) -> Histogram:
+        return self._add(Histogram(name, documentation, buckets, labels))  # type: ignore[no-any-return]
+
+    def get(self, name: str) -> _Metric:
+        return self._metrics[name]
+
+    def render(self) -> bytes:
+        """Every metric in the text exposition format 0.0.4 (serve it as :data:`CONTENT_TYPE`)."""
+        lines: list[str] = []
+        for metric in self._metrics.values():
+            lines.extend(metric.render())
+        return ("\n".join(lines) + "\n").encode()
+
+
+# --- process figures -----------------------------------------------------------------------------------
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_rss(statm: str = "/proc/self/statm") -> int | None:
+    """Resident bytes of this process (second field of ``statm`` times the page size); None off Linux."""
+    try:
+        with open(statm) as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class GcMonitor:
+    """Times every cyclic-GC collection through ``gc.callbacks`` into a histogram by generation."""
+
+    def __init__(self, histogram: Histogram) -> None:
+        self.histogram = histogram
+        self._children = {g: histogram.labels(generation=g) for g in GC_GENERATIONS}
+        self._started = 0.0
+        self.installed = False
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self._children.get(str(info.get("generation")), self._children["2"]).observe(
+                time.perf_counter() - self._started)
+            self._started = 0.0
+
+    def install(self) -> None:
+        if not self.installed:
+            gc.callbacks.append(self._callback)
+            self.installed = True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            gc.callbacks.remove(self._callback)
+            self.installed = False
+
+
+class LoopLagMonitor:
+    """Schedules a callback every ``interval`` (250 ms) on a clock and records how late it ran.
+
+    ``clock`` is a :class:`pyvia.clock.Clock` (the App's: the loop's own clock when serving, a
+    manual one under the test client). The lag is how long the loop was busy elsewhere.
+    """
+
+    def __init__(self, histogram: Histogram, gauge: Gauge, interval: float = 0.25) -> None:
+        self.histogram = histogram
+        self.gauge = gauge
+        self.interval = interval
+        self._clock: Any = None
+        self._handle: Any = None
+        self._due = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self._handle is not None
+
+    def start(self, clock: Any) -> None:
+        self.stop()
+        self._clock = clock
+        self._arm()
+
+    def _arm(self) -> None:
+        self._due = self._clock.now() + self.interval
+        self._handle = self._clock.call_later(self.interval, self._tick)
+
+    def _tick(self) -> None:
+        lag = max(0.0, self._clock.now() - self._due)
+        self.histogram.observe(lag)
+        self.gauge.set(lag)
+        self._arm()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+# --- pyvia's metrics -------------------------------------------------------------------------------
+
+class PyviaMetrics:
+    """The metrics of one App. The core reports events through the methods; gauges and totals
+    the App already keeps are read by :func:`collect_app` at scrape time."""
+
+    def __init__(self) -> None:
+        from pyvia import __version__
+
+        r = self.registry = Registry()
+        self.build_info = r.gauge("pyvia_build_info", "pyvia version of this process (always 1).",
+                                  labels={"version": (__version__,)})
+        self.build_info.labels(version=__version__).set(1)
+        # events, reported by the core
+        self.requests = r.counter("pyvia_requests_total", "Requests answered, by kind and status class.",
+                                  labels={"kind": REQUEST_KINDS, "status": STATUS_CLASSES})
+        self.action_seconds = r.histogram("pyvia_action_duration_seconds",
+                                          "Time from an action's request to its answer.", buckets=ACTION_BUCKETS)
+        self.flush_seconds = r.histogram("pyvia_broadcast_flush_duration_seconds",
+                                         "Time one broadcast flush took (render and write every marked tab).",
+                                         buckets=FLUSH_BUCKETS)
+        self.frames_sent = r.counter("pyvia_stream_frames_sent_total", "Writes to tab streams.",
+                                     labels={"coding": CODINGS})
+        self.bytes_sent = r.counter("pyvia_stream_bytes_sent_total",
+                                    "Bytes written to tab streams, after compression.", labels={"coding": CODINGS})
+        self.frames_held = r.counter("pyvia_stream_frames_held_total",
+                                     "View frames held back (and superseded) because a tab's socket was full.")
+        self.engine_seconds = r.histogram("pyvia_engine_round_trip_seconds",
+                                          "Round trips to the cluster engine.", buckets=ENGINE_BUCKETS)
+        self.loop_lag = r.histogram("pyvia_event_loop_lag_seconds",
+                                    "How late a callback scheduled every 250 ms ran.", buckets=LAG_BUCKETS)
+        self.loop_lag_last = r.gauge("pyvia_event_loop_lag_last_seconds", "The lag of the latest check.")
+        self.gc_seconds = r.histogram("pyvia_gc_pause_seconds", "Cyclic garbage collections, by generation.",
+                                      buckets=GC_BUCKETS, labels={"generation": GC_GENERATIONS})
+        # state, read at scrape time
+        self.tabs = r.gauge("pyvia_tabs", "Live tab contexts (with or without a stream).")
+        self.streams = r.gauge("pyvia_streams_open", "Tabs with an open stream.")
+        self.sessions = r.gauge("pyvia_sessions", "Sessions whose data is kept.")
+        self.scopes = r.gauge("pyvia_scopes", "Scopes with members or held by the app.")
+        self.flushes = r.counter("pyvia_broadcast_flushes_total", "Broadcast flushes.")
+        self.broadcast_frames = r.counter("pyvia_broadcast_tab_frames_total", "Tabs written by broadcast flushes.")
+        self.broadcast_pending = r.gauge("pyvia_broadcast_pending_scopes", "Scopes marked and not yet flushed.")
+        self.encoder_bytes = r.gauge("pyvia_encoder_memory_bytes", "Estimated memory of live stream encoders.")
+        self.encoder_peak = r.gauge("pyvia_encoder_memory_peak_bytes", "Highest encoder memory so far.")
+        self.encoder_limit = r.gauge("pyvia_encoder_budget_bytes", "The cap on stream-encoder memory.")
+        self.encoders = r.gauge("pyvia_encoders", "Live stream encoders.")
+        self.encoder_releases = r.counter("pyvia_encoder_releases_total", "Encoders released to stay in budget.")
+        self.errors = r.counter("pyvia_errors_total", "Errors raised by user code (logged with their phase).")
+        self.rate_limited = r.counter("pyvia_rate_limited_total", "Actions refused with 429.")
+        self.session_evictions = r.counter("pyvia_session_evictions_total", "Sessions dropped past max_sessions.")
+        self.engine_up = r.gauge("pyvia_engine_up", "1 when the cluster engine is reachable, else 0; "
+                                 "absent without an engine.", labels={"engine": ENGINES})
+        self.rss = r.gauge("process_resident_memory_bytes", "Resident memory of this process.")
+        self.uptime = r.gauge("pyvia_uptime_seconds", "Seconds since the app started.")
+        self.gc_monitor = GcMonitor(self.gc_seconds)
+        self.lag_monitor = LoopLagMonitor(self.loop_lag, self.loop_lag_last)
+        # pre-bound children: the hot paths do no label lookup
+        self._request_children: dict[tuple[str, int], Any] = {}
+        self._sent = {c: (self.frames_sent.labels(coding=c), self.bytes_sent.labels(coding=c)) for c in CODINGS}
+
+    # --- what the core calls -------------------------------------------------------------------
+
+    def observe_request(self, kind: str, status: int) -> None:
+        """Count one answered request (``request.kind``, final status)."""
+        key = (kind, status)
+        child = self._request_children.get(key)
+        if child is None:
+            if kind not in _KINDS or not 100 <= status <= 599:  # keep the cache as bounded as the labels
+                kind, status = (kind if kind in _KINDS else OTHER), (status if 100 <= status <= 599 else 0)
+                key = (kind, status)
+                child = self._request_children.get(key)
+            if child is None:
+                child = self._request_children[key] = self.requests.labels(kind=kind, status=status_class(status))
+        child.value += 1
+
+    def observe_action(self, seconds: float) -> None:
+        self.action_seconds.observe(seconds)
+
+    def observe_flush(self, seconds: float) -> None:
+        self.flush_seconds.observe(seconds)
+
+    def frame_sent(self, nbytes: int, coding: str = "identity") -> None:
+        """One write of ``nbytes`` (as sent, compressed or not) to a tab's stream."""
+        pair = self._sent.get(coding)
+        if pair is None:  # an unknown coding: counted under "other"
+            pair = self._sent[coding] = (self.frames_sent.labels(coding=coding), self.bytes_sent.labels(coding=coding))
+        frames, sent = pair
+        frames.value += 1
+        sent.value += nbytes
+
+    def frame_held(self) -> None:
+        self.frames_held.inc()
+
+    def observe_engine(self, seconds: float) -> None:
+        self.engine_seconds.observe(seconds)
+
+    # --- monitors ------------------------------------------------------------------------------------
+
+    def start_monitors(self, clock: Any) -> None:
+        """Install the GC timer and start the loop-lag check on ``clock`` (the App's)."""
+        self.gc_monitor.install()
+        self.lag_monitor.start(clock)
+
+    def stop_monitors(self) -> None:
+        self.lag_monitor.stop()
+        self.gc_monitor.uninstall()
+
+    def render(self) -> bytes:
+        return self.registry.render()
+
+
+_BY_APP: weakref.WeakKeyDictionary[Any, PyviaMetrics] = weakref.WeakKeyDictionary()
+
+
+def metrics_for(app: Any) -> PyviaMetrics:
+    """The :class:`PyviaMetrics` of ``app``: ``app.metrics`` if the core holds one, else one kept here."""
+    own = getattr(app, "metrics", None)
+    if isinstance(own, PyviaMetrics):
+        return own
+    found = _BY_APP.get(app)
+    if found is None:
+        found = _BY_APP[app] = PyviaMetrics()
+    return found
+
+
+def apps_of(app: Any) -> list[Any]:
+    """``app`` and every App mounted in it (``app.mount``), depth first: one process's apps."""
+    out = [app]
+    for _prefix, mounted in getattr(app, "_mounts", ()):
+        out.extend(apps_of(mounted))
+    return out
+
+
+def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
+                rss: Callable[[], int | None] = process_rss) -> PyviaMetrics:
+    """Read the App's current state (with its mounted apps') into the gauges and totals.
+
+    Call it once per scrape; it costs a few ``len()`` calls and one read of ``/proc/self/statm``.
+    """
+    from pyvia.ops.health import engine_name, engine_state  # health imports this module
+
+    m = metrics if metrics is not None else metrics_for(app)
+    apps = apps_of(app)
+    m.tabs.set(sum(len(a.contexts) for a in apps))
+    m.streams.set(sum(len(a._connected) for a in apps))
+    m.sessions.set(sum(len(a.sessions) for a in apps))
+    m.scopes.set(sum(len(a.scopes) for a in apps))
+    totals: dict[str, float] = {}
+    for a in apps:
+        for source in (a.broadcaster.stats(), a.compression.budget.stats()):
+            for k, v in source.items():
+                totals[k] = totals.get(k, 0) + v
+        limiter = getattr(a, "_limiter", None)
+        totals["rate_limited"] = totals.get("rate_limited", 0) + (limiter.limited if limiter is not None else 0)
+        totals["errors"] = totals.get("errors", 0) + a.errors
+        totals["evictions"] = totals.get("evictions", 0) + getattr(a.sessions, "evictions", 0)
+    m.flushes.set_total(totals.get("flushes", 0))
+    m.broadcast_frames.set_total(totals.get("tab_frames", 0))
+    m.broadcast_pending.set(totals.get("pending", 0))
+    m.encoder_bytes.set(totals.get("bytes", 0))
+    m.encoder_peak.set(totals.get("peak_bytes", 0))
+    m.encoder_limit.set(totals.get("limit_bytes", 0))
+    m.encoders.set(totals.get("encoders", 0))
+    m.encoder_releases.set_total(totals.get("releases", 0))
+    m.errors.set_total(totals["errors"])
+    m.rate_limited.set_total(totals["rate_limited"])
+    m.session_evictions.set_total(totals["evictions"])
+    state = engine_state(app)
+    if state != "none":
+        m.engine_up.labels(engine=engine_name(app)).set(1 if state == "up" else 0)
+    resident = rss()
+    if resident is not None:
+        m.rss.set(resident)
+    if app.clock is not None:
+        m.uptime.set(max(0.0, app.clock.now() - getattr(app, "_started_at", app.clock.now())))
+    return m
