@@ -1,4 +1,5 @@
-"""The ``pyvia`` command: ``pyvia run MODULE:ATTR [--host H] [--port P] [--cert F --key F]``.
+"""The ``pyvia`` command: ``pyvia run MODULE:ATTR [--host H] [--port P] [--cert F --key F]``,
+``pyvia config [--file pyvia.toml]``.
 
 A wrong ``MODULE:ATTR`` gets one line saying what is wrong, without a traceback; an error raised
 by the user's own module while it is imported keeps its traceback, since that is where the fix is.
@@ -60,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=3000, help="port to listen on (default: %(default)s)")
     run.add_argument("--cert", dest="certfile", metavar="FILE", help="TLS certificate chain (PEM); needs --key")
     run.add_argument("--key", dest="keyfile", metavar="FILE", help="TLS private key (PEM); needs --cert")
+    config = commands.add_parser("config", help="print the effective configuration and where each value comes from",
+                                 description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
+                                             "with each value's source, secrets redacted.")
+    config.add_argument("--file", metavar="FILE", help="the configuration file (default: ./pyvia.toml if present)")
     return parser
 
 
@@ -69,7 +74,12 @@ def main(argv: list[str] | None = None) -> None:
     Always ends with SystemExit carrying the exit status (0 after a clean stop, 1 when the
     server cannot start, 2 for a usage error, 130 for Ctrl-C during start), as argparse does.
     """
-    raise SystemExit(_run(_parser().parse_args(argv)))
+    args = _parser().parse_args(argv)
+    if args.command == "config":
+        from pyvia.ops.settings import config_command
+
+        raise SystemExit(config_command(args.file))
+    raise SystemExit(_run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
