@@ -46,6 +46,8 @@ from pyvia.errors import (
 from pyvia.forms import Form, UploadedFile, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
 from pyvia.lifecycle import State
+from pyvia.ops.health import health_response, metrics_response, ready_response
+from pyvia.ops.metrics import PyviaMetrics
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
@@ -93,6 +95,11 @@ _SECURITY_HEADERS = (
 _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
         "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
         "base-uri 'self'; frame-ancestors 'self'")
+_OPS_PATHS: dict[str, Callable[[Any], Response]] = {
+    "/_health": health_response,
+    "/_ready": ready_response,
+    "/metrics": metrics_response,
+}
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
@@ -271,6 +278,10 @@ class App:
         self._app_intervals: list[tuple[Callable[..., Any], float]] = []
         self._app_timers: list[TimerHandle] = []
         self.errors = 0
+        #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
+        self.metrics = PyviaMetrics()
+        #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
+        self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
         self.raise_server_exceptions = False
 
@@ -494,6 +505,8 @@ class App:
         for _, mounted in self._mounts:
             mounted.raise_server_exceptions = self.raise_server_exceptions
             mounted.start(clock)
+        self.draining = False
+        self.metrics.start_monitors(clock)
         self._start_assets()  # a missing bundle fails at start, not on a page
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
         for fn, period in self._app_intervals:
@@ -508,6 +521,8 @@ class App:
 
     async def shutdown(self, budget: float = 1.5) -> None:
         """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers."""
+        self.draining = True
+        self.metrics.stop_monitors()
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
         if self._sweep_handle is not None:
@@ -573,17 +588,19 @@ class App:
         try:
             result = self._dispatch(request)
         except BaseException as exc:  # every failure becomes an answer here
-            return self._error_response(exc, request)
+            result = self._error_response(exc, request)
         if isinstance(result, (Response, StreamResponse)):
+            self.metrics.observe_request(request.kind or "other", result.status)
             return result
         return self._finish(result, request)
 
     async def _finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
         try:
-            result = await pending
+            result = self._as_response(await pending)
         except BaseException as exc:
-            return self._error_response(exc, request)
-        return self._as_response(result)
+            result = self._error_response(exc, request)
+        self.metrics.observe_request(request.kind or "other", result.status)
+        return result
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
         if isinstance(exc, ClientError):
@@ -609,6 +626,9 @@ class App:
 
     def _dispatch(self, request: Request) -> Any:
         path = request.path
+        if path in _OPS_PATHS and request.method in ("GET", "HEAD"):
+            request.kind = "ops"  # before middleware: probes must not need a login
+            return _OPS_PATHS[path](self)
         if self._mounts:
             for prefix, mounted in self._mounts:
                 if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
@@ -1136,6 +1156,7 @@ class App:
 
         def endpoint(req: Request) -> Any:
             now = self._now()
+            started = time.perf_counter()
             ctx.request = req
             ctx.last_action = now
             if ctx.state is State.DISCONNECTED:
@@ -1149,12 +1170,13 @@ class App:
                 raise
             if pending is None:
                 ctx._end_batch()
+                self.metrics.observe_action(time.perf_counter() - started)
                 return self._action_response(ctx)
-            return self._await_action(ctx, pending)
+            return self._await_action(ctx, pending, started)
 
         return self._with_middleware(request, ctx.route, endpoint)
 
-    async def _await_action(self, ctx: Context, pending: Awaitable[Any]) -> Response:
+    async def _await_action(self, ctx: Context, pending: Awaitable[Any], started: float) -> Response:
         import asyncio
 
         try:
@@ -1163,6 +1185,7 @@ class App:
             raise ActionTimeout(f"an action of {ctx.route.pattern} ran past {self.config.action_timeout} s") from None
         finally:
             ctx._end_batch()
+            self.metrics.observe_action(time.perf_counter() - started)
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:

@@ -123,6 +123,7 @@ class Broadcaster:
         self._last_start = now
         self._last_duration = time.perf_counter() - started
         self.flushes += 1
+        self.app.metrics.observe_flush(self._last_duration)
         if self.pending:
             self._schedule(wait_until)
         return written

@@ -15,16 +15,24 @@ stay plain; each HTTP response has its own encoder (created lazily by its first 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyvia.compress import StreamEncoder
 from pyvia.http import StreamSink
+
+if TYPE_CHECKING:
+    from pyvia.ops.metrics import PyviaMetrics
 
 
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "over_since", "pending", "sink")
+    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "meter", "over_since", "pending",
+                 "sink")
 
-    def __init__(self, max_buffer: int) -> None:
+    def __init__(self, max_buffer: int, meter: PyviaMetrics | None = None) -> None:
+        #: Counts writes and held frames (the app's metrics); None counts nothing.
+        self.meter = meter
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
@@ -53,7 +61,10 @@ class Stream:
 
     def _write(self, sink: StreamSink, data: bytes) -> None:
         encoder = self.encoder
-        sink.write(encoder.encode(data) if encoder is not None else data)
+        payload = encoder.encode(data) if encoder is not None else data
+        sink.write(payload)
+        if self.meter is not None:
+            self.meter.frame_sent(len(payload), encoder.coding if encoder is not None else "identity")
 
     def keep_alive(self, ping: bytes, now: float) -> None:
         """Write a comment so proxies keep the idle stream open (a released zstd encoder stays released)."""
@@ -86,6 +97,8 @@ class Stream:
             if sink.buffered > self.max_buffer:
                 self.held_view = view
                 view = None
+                if self.meter is not None:
+                    self.meter.frame_held()
             else:
                 self.held_view = None
         elif self.held_view is not None and sink.buffered <= self.max_buffer:

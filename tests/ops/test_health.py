@@ -11,8 +11,8 @@ import pytest
 from examples.counter import app as counter_app
 
 import pyvia
-from pyvia import App, Context
-from pyvia.ops.health import health_response, install, metrics_response, ready_response
+from pyvia import App, Context, Response
+from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import CONTENT_TYPE, metrics_for
 from pyvia.testing import TestClient
 from tests.ops.promtext import parse, value
@@ -132,10 +132,10 @@ def test_metrics_read_the_app_at_scrape_time() -> None:
         assert value(later, "pyvia_tabs") == 2
 
 
-def test_install_serves_the_endpoints_and_runs_the_monitors() -> None:
+def test_the_core_serves_the_endpoints_and_runs_the_monitors() -> None:
     app = make_app()
-    m = install(app)
-    assert metrics_for(app) is m
+    m = metrics_for(app)
+    assert m is app.metrics
     with TestClient(app) as client:
         assert m.gc_monitor.installed and m.lag_monitor.running
         client.open("/")
@@ -152,9 +152,15 @@ def test_install_serves_the_endpoints_and_runs_the_monitors() -> None:
     assert m.gc_monitor._callback not in gc.callbacks
 
 
-def test_install_can_leave_paths_out() -> None:
+def test_probes_answer_before_middleware() -> None:
     app = make_app()
-    install(app, metrics=None, monitors=False)
-    with TestClient(app, raise_server_exceptions=False) as client:
+
+    @app.middleware
+    def deny_all(request, call_next):
+        return Response.text("login first", 403)
+
+    with TestClient(app) as client:
         assert client.get("/_health").status == 200
-        assert client.get("/metrics").status == 404
+        assert client.get("/_ready").status == 200
+        assert client.get("/metrics").status == 200
+        assert client.get("/").status == 403

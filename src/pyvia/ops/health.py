@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pyvia.http import Response
-from pyvia.ops.metrics import CONTENT_TYPE, PyviaMetrics, apps_of, collect_app, metrics_for
+from pyvia.ops.metrics import CONTENT_TYPE, PyviaMetrics, apps_of, collect_app
 
 __all__ = [
     "HEALTH_PATH",
@@ -27,7 +27,6 @@ __all__ = [
     "engine_name",
     "engine_state",
     "health_response",
-    "install",
     "metrics_response",
     "ready_response",
 ]
@@ -135,24 +134,3 @@ def metrics_response(app: Any, metrics: PyviaMetrics | None = None) -> Response:
     m = collect_app(app, metrics)
     return Response(200, [("content-type", CONTENT_TYPE), _NO_STORE], m.render())
 
-
-def install(app: Any, *, health: str | None = HEALTH_PATH, ready: str | None = READY_PATH,
-            metrics: str | None = METRICS_PATH, monitors: bool = True) -> PyviaMetrics:
-    """Serve the three endpoints as GET routes of ``app`` and run the monitors while it runs.
-
-    A stop-gap until the core dispatches these paths itself (before middleware and routing):
-    through ``app.route`` they pass the app's middleware. Pass None to leave a path out.
-    ``monitors`` installs the GC timer and the loop-lag check on start, and removes them on stop.
-    Call it before the app starts. Returns the app's :class:`PyviaMetrics`.
-    """
-    m = metrics_for(app)
-    if health is not None:
-        app.route("GET", health)(lambda: health_response(app))
-    if ready is not None:
-        app.route("GET", ready)(lambda: ready_response(app))
-    if metrics is not None:
-        app.route("GET", metrics)(lambda: metrics_response(app, m))
-    if monitors:
-        app.on_start(lambda: m.start_monitors(app.clock))
-        app.on_stop(m.stop_monitors)
-    return m
