@@ -48,6 +48,7 @@ from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSi
 from pyvia.lifecycle import State
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
+from pyvia.persistence import load_state, save_state
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
@@ -74,7 +75,7 @@ from pyvia.session import (
 from pyvia.signals import check_name
 from pyvia.state import GlobalState, SessionData, SessionStore
 from pyvia.static import Asset, StaticFiles
-from pyvia.stream import Stream
+from pyvia.stream import Outflow, Stream
 
 log = logging.getLogger("pyvia")
 
@@ -280,6 +281,7 @@ class App:
         self.errors = 0
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
+        self._outflow = Outflow(self.metrics)
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
@@ -508,6 +510,8 @@ class App:
         self.draining = False
         self.metrics.start_monitors(clock)
         self._start_assets()  # a missing bundle fails at start, not on a page
+        if self.config.persist_path is not None:
+            self._restore()
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
         for fn, period in self._app_intervals:
             self._arm_app_interval(fn, period)
@@ -530,6 +534,8 @@ class App:
             self._sweep_handle = None
         self.broadcaster.flush(force=True)
         self.broadcaster.cancel()
+        if self.config.persist_path is not None:
+            self._persist()
         for timer in self._app_timers:
             timer.cancel()
         self._app_timers = []
@@ -933,8 +939,37 @@ class App:
                 self._next_keep_alive = now + interval / 3
         if self.compression.budget.is_over:
             self._reclaim_encoders()
+        self._measure_unsent()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+
+    def _measure_unsent(self) -> None:
+        """Add up what waits in every tab socket; past the cap, view frames are held everywhere."""
+        total = 0
+        for ctx in self._connected.values():
+            sink = ctx.stream.sink
+            if sink is not None:
+                total += sink.buffered
+        outflow = self._outflow
+        outflow.unsent = total
+        was, outflow.congested = outflow.congested, total > self.config.max_unsent_bytes
+        if outflow.congested and not was:
+            log.warning("tab sockets hold %d bytes (cap %d): holding view frames", total, self.config.max_unsent_bytes)
+
+    def _persist(self) -> None:
+        signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]
+        signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
+        sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
+        rows = save_state(self.config.persist_path, global_state=dict(self.global_state), signals=signals,  # type: ignore[arg-type]  # checked by the caller
+                          sessions=sessions)
+        log.info("kept %d values of shared state in %s", rows, self.config.persist_path)
+
+    def _restore(self) -> None:
+        global_state, signals, sessions = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
+        self.global_state.update(global_state)
+        self.scopes.restored.update(signals)
+        for sid, data in sessions.items():
+            self.sessions.get(sid).update(data)
 
     def _reclaim_encoders(self) -> None:
         """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;

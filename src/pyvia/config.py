@@ -88,6 +88,12 @@ class Config:
     #: makes the collector walk them again and again: 70 µs per counter page view instead of 47
     #: (in-process, 40,000 views; bench/RESULTS.md). Objects alive at start are frozen too.
     gc_thresholds: tuple[int, int, int] | None = (50_000, 50, 100)
+    #: A SQLite file where global state, shared signals and session data are kept across a
+    #: graceful restart (written at stop, read at start). None keeps them in memory only.
+    persist_path: str | None = None
+    #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
+    #: held (signals still go out) until the sockets drain. Default 256 MiB.
+    max_unsent_bytes: int = 256 << 20
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -44,6 +44,7 @@ GLOBAL = "global"
 _CUSTOM = re.compile(r"[A-Za-z0-9]+(?::[A-Za-z0-9]+)*\Z")
 _PATTERN = re.compile(r"[A-Za-z0-9*]+(?::[A-Za-z0-9*]+)*\Z")
 _MAX_SCOPE = 200
+_MISSING = object()
 
 
 class Scope:
@@ -180,6 +181,9 @@ class ScopeState:
         existing = self.signals.get(name)
         if existing is not None:
             return existing
+        restored = self.registry.restored.pop((self.name, name), _MISSING)
+        if restored is not _MISSING:
+            initial = restored  # saved at the last graceful stop
         sig: SharedSignal[T] = SharedSignal(self, name, initial, client_writable=client_writable)
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
@@ -205,11 +209,13 @@ class ScopeState:
 class ScopeRegistry:
     """All scopes of one process: membership, shared signals and wildcard lookup."""
 
-    __slots__ = ("_scopes", "on_change")
+    __slots__ = ("_scopes", "on_change", "restored")
 
     def __init__(self, on_change: Callable[[ScopeState], None]) -> None:
         self._scopes: dict[str, ScopeState] = {}
         self.on_change = on_change
+        #: Values saved at the last graceful stop, taken by the first declaration of each signal.
+        self.restored: dict[tuple[str, str], Any] = {}
 
     def get(self, name: str) -> ScopeState | None:
         return self._scopes.get(name)

@@ -106,6 +106,9 @@ class SessionStore:
             self._sessions.move_to_end(session_id)
         return data
 
+    def items(self) -> list[tuple[str, SessionData]]:
+        return list(self._sessions.items())
+
     def peek(self, session_id: str) -> SessionData | None:
         return self._sessions.get(session_id)
 

@@ -24,15 +24,26 @@ if TYPE_CHECKING:
     from pyvia.ops.metrics import PyviaMetrics
 
 
+class Outflow:
+    """What every stream of a process consults: the metrics to count into, and whether all the
+    tab sockets together hold more than the process-wide cap (then every view frame is held)."""
+
+    __slots__ = ("congested", "meter", "unsent")
+
+    def __init__(self, meter: PyviaMetrics | None = None) -> None:
+        self.meter = meter
+        self.congested = False
+        self.unsent = 0
+
+
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "meter", "over_since", "pending",
-                 "sink")
+    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "outflow", "over_since",
+                 "pending", "sink")
 
-    def __init__(self, max_buffer: int, meter: PyviaMetrics | None = None) -> None:
-        #: Counts writes and held frames (the app's metrics); None counts nothing.
-        self.meter = meter
+    def __init__(self, max_buffer: int, outflow: Outflow | None = None) -> None:
+        self.outflow = outflow if outflow is not None else Outflow()
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
@@ -63,8 +74,9 @@ class Stream:
         encoder = self.encoder
         payload = encoder.encode(data) if encoder is not None else data
         sink.write(payload)
-        if self.meter is not None:
-            self.meter.frame_sent(len(payload), encoder.coding if encoder is not None else "identity")
+        meter = self.outflow.meter
+        if meter is not None:
+            meter.frame_sent(len(payload), encoder.coding if encoder is not None else "identity")
 
     def keep_alive(self, ping: bytes, now: float) -> None:
         """Write a comment so proxies keep the idle stream open (a released zstd encoder stays released)."""
@@ -94,14 +106,15 @@ class Stream:
                 self.pending.append(data)
             return
         if view is not None:
-            if sink.buffered > self.max_buffer:
+            buffered = sink.buffered
+            if buffered > self.max_buffer or (buffered and self.outflow.congested):
                 self.held_view = view
                 view = None
-                if self.meter is not None:
-                    self.meter.frame_held()
+                if self.outflow.meter is not None:
+                    self.outflow.meter.frame_held()
             else:
                 self.held_view = None
-        elif self.held_view is not None and sink.buffered <= self.max_buffer:
+        elif self.held_view is not None and sink.buffered <= self.max_buffer and not self.outflow.congested:
             view, self.held_view = self.held_view, None
         if view is not None:
             data = view + data if data else view

@@ -1,0 +1,65 @@
+"""Shared state that survives a graceful restart: global state, shared signals and session data.
+
+On a graceful stop the App writes them to one SQLite file (``persist_path``); on start it reads
+them back. Shared signals come back lazily: the first declaration of a (scope, name) after the
+restart takes the saved value instead of its initial one. Values must be JSON-serializable
+(orjson); others are skipped with a warning rather than losing the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("pyvia")
+
+__all__ = ["load_state", "save_state"]
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS state (kind TEXT, key TEXT, value BLOB, PRIMARY KEY (kind, key))"
+
+
+def _encode(kind: str, key: str, value: Any) -> tuple[str, str, bytes] | None:
+    try:
+        return kind, key, orjson.dumps(value)
+    except TypeError as exc:
+        log.warning("not persisting %s %r: %s", kind, key, exc)
+        return None
+
+
+def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
+               sessions: Iterable[tuple[str, dict[str, Any]]]) -> int:
+    """Replace the file's contents with this state in one transaction; return the rows written."""
+    rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
+    rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
+    rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
+    with sqlite3.connect(path) as db:
+        db.execute(_SCHEMA)
+        db.execute("DELETE FROM state")
+        db.executemany("INSERT INTO state VALUES (?, ?, ?)", rows)
+    return len(rows)
+
+
+def load_state(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]:
+    """(global state, shared signal values by (scope, name), session data) saved at the last stop."""
+    global_state: dict[str, Any] = {}
+    signals: dict[tuple[str, str], Any] = {}
+    sessions: dict[str, dict[str, Any]] = {}
+    if not Path(path).exists():
+        return global_state, signals, sessions
+    with sqlite3.connect(path) as db:
+        db.execute(_SCHEMA)
+        for kind, key, value in db.execute("SELECT kind, key, value FROM state"):
+            decoded = orjson.loads(value)
+            if kind == "global":
+                global_state[key] = decoded
+            elif kind == "signal":
+                scope, _, name = key.partition("\0")
+                signals[(scope, name)] = decoded
+            elif kind == "session" and isinstance(decoded, dict):
+                sessions[key] = decoded
+    return global_state, signals, sessions

@@ -1,0 +1,94 @@
+"""Shared state across a graceful restart, and the process-wide cap on unsent bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyvia import App, Context, Scope
+from pyvia.testing import TestClient
+
+
+def make_app(path: Path, **options: object) -> App:
+    app = App(persist_path=str(path), **options)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        votes = c.signal(0, "votes", scope=Scope.GLOBAL)
+        room = c.signal([], "log", scope="room:lobby")
+
+        @c.action
+        def vote() -> None:
+            votes.increment()
+            room.mutate(lambda xs: [*xs, "vote"])
+            app.global_state.increment("total")
+            c.session_data["voted"] = True
+
+        c.view(lambda: f"<p id='v'>{votes.value}</p>")
+
+    return app
+
+
+def test_shared_state_survives_a_graceful_restart(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite"
+    first = make_app(db)
+    with TestClient(first) as client:
+        tab = client.open("/")
+        tab.action("vote")
+        tab.action("vote")
+        cookie = client.cookies["via_session_id"]
+    second = make_app(db)  # a new process: only the file carries the state
+    with TestClient(second) as client:
+        client.cookies["via_session_id"] = cookie
+        tab = client.open("/")
+        assert tab.signals["global__votes"] == 2
+        assert tab.signals["room_lobby__log"] == ["vote", "vote"]
+        assert second.global_state["total"] == 2
+        assert second.session_data(cookie)["voted"] is True
+        tab.action("vote")
+        assert tab.signals["global__votes"] == 3
+
+
+def test_values_that_cannot_be_saved_are_skipped_not_fatal(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite"
+    app = make_app(db)
+    with TestClient(app):
+        app.global_state["fine"] = {"a": [1, 2]}
+        app.global_state["odd"] = object()
+    again = make_app(db)
+    with TestClient(again):
+        assert again.global_state["fine"] == {"a": [1, 2]}
+        assert "odd" not in again.global_state
+
+
+def test_process_wide_cap_on_unsent_bytes_holds_views_everywhere(tmp_path: Path) -> None:
+    app = App(max_unsent_bytes=3000, max_stream_buffer=10_000)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.scope(Scope.ROUTE)
+        n = c.signal(0, "n", scope=Scope.ROUTE)
+
+        @c.action
+        def inc() -> None:
+            n.increment()
+
+        c.view(lambda: f"<p id='n'>{n.value}</p>" + "x" * 1000, share_render=True)
+
+    with TestClient(app) as client:
+        tabs = [client.open("/") for _ in range(3)]
+        for t in tabs[:2]:
+            t.pause()  # two stalled tabs, each well under its own 10 KB limit
+        for _ in range(2):
+            tabs[2].action("inc")
+            app.flush_broadcasts()
+        client.clock.advance(1.1)  # the sweep adds up the unsent bytes: over 3,000 together
+        assert app._outflow.congested
+        held_before = tabs[0].unread_bytes
+        tabs[2].action("inc")
+        app.flush_broadcasts()
+        assert tabs[0].unread_bytes - held_before < 200  # only the signals patch, the view was held
+        assert "<p id='n'>3</p>" in tabs[2].html  # a drained socket still gets its views
+        for t in tabs[:2]:
+            t.resume()
+        client.clock.advance(1.1)
+        assert not app._outflow.congested
