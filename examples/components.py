@@ -1,0 +1,130 @@
+"""Components: named parts of one page, each with its own signals, actions and view.
+
+``c.component(setup, "apples")`` runs ``setup(comp)``, which declares on ``comp`` what a page
+declares on ``c``. Its ids get the component's name as a prefix (signal ``apples__n``, action
+``apples__inc``), so one ``counter`` function serves two components; its HTML sits in
+``<div id="c-apples">`` and ``comp.sync()`` re-renders and patches that element alone. Each
+component counts its renders: click around and watch only one number move.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+from urllib.parse import urlencode
+
+from pyvia import Action, App, Context
+from pyvia.components import Component
+
+app = App(title="Components", head=["""<style>
+  body { font-family: system-ui, sans-serif; margin: 2rem; }
+  .cards { display: flex; gap: 1rem; flex-wrap: wrap; align-items: flex-start; }
+  .card { border: 1px solid #ccc; border-radius: 8px; padding: .5rem 1rem 1rem; min-width: 12rem; }
+  .card .value { font-size: 2rem; margin: .25rem 0; }
+  .renders { display: block; color: #888; margin-top: .5rem; }
+  .notes ul { padding-left: 1.2rem; }
+  .notes li button { margin-left: .5rem; }
+</style>"""])
+
+MAX_NOTES = 20
+
+
+def post(action: Action, **query: object) -> str:
+    """The Datastar expression posting ``action`` with a query string (read with ``c.input``)."""
+    return f"@post('{action.url}?{urlencode(query)}', {{requestCancellation: 'disabled'}})"
+
+
+def counter(comp: Component, label: str) -> None:
+    """A counter; the page uses it twice, as ``apples`` and ``pears``."""
+    n = comp.signal(0, "n")
+    renders = itertools.count(1)
+
+    @comp.action
+    def inc() -> None:
+        n.value += 1
+        comp.sync()  # patches <div id="c-{name}"> only, with the changed signals
+
+    @comp.action
+    def dec() -> None:
+        n.value = max(0, n.as_int() - 1)
+        comp.sync()
+
+    name = comp.name
+    comp.view(lambda: f"""
+<section class="card">
+  <h2>{label}</h2>
+  <p class="value" id="{name}-value">{n.as_int()}</p>
+  <button id="{name}-dec" data-on:click="{dec}">&minus;</button>
+  <button id="{name}-inc" data-on:click="{inc}">+</button>
+  <small class="renders" id="{name}-renders">renders: {next(renders)}</small>
+</section>""")
+
+
+def notes(comp: Component) -> None:
+    """A short list. ``items`` is a client-writable signal, so the browser keeps the list and a
+    revived tab gets it back; like every value from the browser, it is escaped when rendered."""
+    items = comp.signal([], "items")
+    draft = comp.signal("", "draft")
+    renders = itertools.count(1)
+
+    @comp.action
+    def add() -> None:
+        text = draft.as_str().strip()[:80]
+        if text:
+            items.value = [*items.value, text][-MAX_NOTES:]
+            draft.value = ""
+        comp.sync()
+
+    @comp.action
+    def remove(c: Context) -> None:
+        index = c.input("i", "")
+        if index.isdigit() and int(index) < len(items.value):
+            items.value = [t for i, t in enumerate(items.value) if i != int(index)]
+        comp.sync()
+
+    def view() -> str:
+        lines = "".join(
+            f'<li id="note-{i}">{html.escape(str(text))}'
+            f'<button id="note-{i}-remove" data-on:click="{post(remove, i=i)}">&times;</button></li>'
+            for i, text in enumerate(items.value)
+        )
+        return f"""
+<section class="card notes">
+  <h2>Notes</h2>
+  <form id="notes-form" data-on:submit__prevent="{add}">
+    <input id="notes-draft" placeholder="Add a note" autocomplete="off" {draft.bind()}>
+    <button>Add</button>
+  </form>
+  <ul id="notes-list">{lines}</ul>
+  <small class="renders" id="notes-renders">renders: {next(renders)}</small>
+</section>"""
+
+    comp.view(view)
+
+
+@app.page("/")
+def page(c: Context) -> None:
+    apples = c.component(lambda comp: counter(comp, "Apples"), "apples")
+    pears = c.component(lambda comp: counter(comp, "Pears"), "pears")
+    notes_box = c.component(notes, "notes")
+
+    @c.action
+    def render_all() -> None:
+        c.sync()  # the page's whole view, every component included
+
+    def view() -> str:
+        fruit = apples.signals["n"].as_int() + pears.signals["n"].as_int()
+        return f"""
+<main>
+  <h1>Components</h1>
+  <p>Fruit in total: <strong id="total" data-text="$apples__n + $pears__n">{fruit}</strong>
+     (added up in the browser from the two components' signals)</p>
+  <div class="cards">{apples}{pears}{notes_box}</div>
+  <p><button id="render-all" data-on:click="{render_all}">Re-render the whole page</button></p>
+</main>"""
+
+    c.view(view)
+
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=3000)
