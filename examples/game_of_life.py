@@ -54,16 +54,15 @@ def tick() -> None:
 app.set_interval(tick, 200)
 
 
-def render_board() -> str:
+def render_board(toggle_url: str) -> str:
+    # one click handler for the whole board: the cell's index goes in the action's query string
+    on_click = (
+        "evt.target.parentElement.id == 'board' && "
+        f"@post('{toggle_url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target), "
+        "{requestCancellation: 'disabled'})"
+    )
     cells = "".join('<div class="on"></div>' if alive else "<div></div>" for alive in app.global_state["board"])
-    return f'<div id="board" data-on:click="{toggle_expr}">{cells}</div>'
-
-
-toggle_expr = (
-    "evt.target.parentElement.id == 'board' && "
-    "@post('/_action/toggle?cell=' + [...evt.target.parentElement.children].indexOf(evt.target), "
-    "{requestCancellation: 'disabled'})"
-)
+    return f'<div id="board" data-on:click="{on_click}">{cells}</div>'
 
 
 @app.page(PAGE)
@@ -94,7 +93,7 @@ def life(c: Context) -> None:
   <p>Generation <strong id="gen" data-text="{gen.ref()}">{gen.value}</strong>,
      {app.count_clients(c.primary_scope)} watching.
      <button id="random" data-on:click="{randomize}">Randomize</button></p>
-  {render_board()}
+  {render_board(toggle.url)}
 </main>""",
         share_render=True,
     )

@@ -504,6 +504,7 @@ class App:
         self.clock = clock
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
+        self.broadcaster.reset()  # its times came from the previous clock
         for _, mounted in self._mounts:
             mounted.raise_server_exceptions = self.raise_server_exceptions
             mounted.start(clock)
@@ -548,6 +549,7 @@ class App:
                 self._report(exc, None, "stop")
         for ctx in list(self._connected.values()):
             ctx.stream.close()
+            self._disconnected(ctx)
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
@@ -872,6 +874,10 @@ class App:
     def _on_stream_close(self, ctx: Context, sink: StreamSink) -> None:
         if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
             return
+        self._disconnected(ctx)
+
+    def _disconnected(self, ctx: Context) -> None:
+        """The tab has no stream any more (the peer left, or the server ended it)."""
         now = self._now()
         ctx.state = State.DISCONNECTED
         self._connected.pop(ctx.id, None)
@@ -937,6 +943,10 @@ class App:
                             and encoder.coding == ZSTD and stream.sink is not None:
                         stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
                 self._next_keep_alive = now + interval / 3
+        if self._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
+            self._outflow.ended = 0
+            for ctx in [c for c in self._connected.values() if c.stream.sink is None]:
+                self._disconnected(ctx)
         if self.compression.budget.is_over:
             self._reclaim_encoders()
         self._measure_unsent()

@@ -160,6 +160,14 @@ class Broadcaster:
         self.frames_sent += len(targets)
         return len(targets)
 
+    def reset(self) -> None:
+        """Forget flush times (a new clock starts): marks and throttles stay."""
+        self.cancel()
+        self._last_start = -1e9
+        self._last_duration = 0.0
+        for state in self.pending.values():
+            state.last_flush = 0.0
+
     def stats(self) -> dict[str, Any]:
         return {"flushes": self.flushes, "tab_frames": self.frames_sent, "pending": len(self.pending)}
 

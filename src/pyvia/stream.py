@@ -28,12 +28,14 @@ class Outflow:
     """What every stream of a process consults: the metrics to count into, and whether all the
     tab sockets together hold more than the process-wide cap (then every view frame is held)."""
 
-    __slots__ = ("congested", "meter", "unsent")
+    __slots__ = ("congested", "ended", "meter", "unsent")
 
     def __init__(self, meter: PyviaMetrics | None = None) -> None:
         self.meter = meter
         self.congested = False
         self.unsent = 0
+        #: Streams the server ended since the app last looked (their tabs are now without one).
+        self.ended = 0
 
 
 class Stream:
@@ -150,6 +152,8 @@ class Stream:
         """End the current response (its encoder's last block first); the tab may reconnect."""
         sink, self.sink = self.sink, None
         encoder, self.encoder = self.encoder, None
+        if sink is not None:
+            self.outflow.ended += 1
         if sink is not None and not sink.is_closed:
             if encoder is not None:
                 tail = encoder.finish()

@@ -19,6 +19,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    # pages in background tabs must not be throttled: tests drive several at once
+    "--disable-renderer-backgrounding", "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows",
 ]
 
 

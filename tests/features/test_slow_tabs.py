@@ -87,3 +87,19 @@ def test_far_behind_tab_is_cut_at_once() -> None:
             app.flush_broadcasts()
         assert not slow.is_connected
         assert slow.unread_bytes < 4 * 1000 + 100
+
+
+def test_a_tab_the_server_cut_off_and_that_never_returns_is_cleaned_up() -> None:
+    app = make_app(max_stream_buffer=1000)
+    with TestClient(app) as client:
+        other, slow = client.open("/"), client.open("/")
+        slow.pause()
+        for _ in range(200):
+            other.action("inc")
+            app.flush_broadcasts()
+        assert not slow.is_connected
+        client.clock.advance(1.1)
+        assert app.count_clients("route:/") == 1  # no longer counted as connected
+        client.clock.advance(70)
+        assert slow.context is None  # destroyed after its timeouts, like any disconnected tab
+        assert other.context is not None
