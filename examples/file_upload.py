@@ -1,0 +1,174 @@
+"""File uploads: pick one or more files, send them as a multipart form, download them again.
+
+Datastar posts the form with ``@post(url, {contentType: 'form'})``; a form carries no signals, so
+it holds the context id in a hidden ``via_ctx`` field. The files are kept in memory for the
+browser session (``c.session_data``), and their list is a SESSION-scoped signal, so every tab of
+the browser shows the same list. A download is a one-shot URL from ``c.download()``.
+
+Progress: ``fetch()`` reports no upload progress, and neither do Datastar's fetch events (only
+started, finished, error), so the page says honestly what it knows: ``data-indicator`` shows an
+"uploading" bar while the request is in flight, and the server's answer replaces it.
+
+Limits: each file may be up to 2 MiB. The browser checks before sending, so that a large file is
+not sent for nothing, and the server checks again, since a browser can skip the check. A request
+the server refuses outright (past its 16 MiB body limit, say) shows as an error too.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import secrets
+
+import python_multipart
+from python_multipart.multipart import File
+
+from pyvia import App, Context, Scope, UploadedFile
+
+MAX_FILE = 2 * 1024 * 1024  # bytes, per file
+MAX_KEPT = 20  # files kept per session; the oldest go first
+
+app = App(title="File upload", head=["""<style>
+  body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 44rem; }
+  form { display: flex; gap: .8rem; align-items: center; flex-wrap: wrap; }
+  progress { width: 12rem; }
+  #status.error { color: #b00020; } #status.ok { color: #1b5e20; }
+  table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
+  th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #ddd; }
+  td.size { text-align: right; white-space: nowrap; }
+  button.link { background: none; border: 0; color: #1a0dab; text-decoration: underline; cursor: pointer; padding: 0; }
+</style>"""])
+
+
+def human(size: int) -> str:
+    """A size for people: 512 B, 1.5 KiB, 2.0 MiB."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / 1024 / 1024:.1f} MiB"
+
+
+def files_of_field(c: Context, field: str) -> list[UploadedFile]:
+    """Every file the request carries under ``field``, in order.
+
+    ``c.files`` keeps one file per field name (the last), while ``<input type="file" multiple>``
+    sends all its files under its one name; so this reads the multipart body again, with the
+    parser pyvia itself uses.
+    """
+    found: list[UploadedFile] = []
+
+    def on_file(part: File) -> None:
+        if (part.field_name or b"").decode(errors="replace") == field and part.file_name:
+            part.file_object.seek(0)
+            found.append(UploadedFile(field_name=field, filename=part.file_name.decode(errors="replace"),
+                                      content_type=part.content_type or "application/octet-stream",
+                                      data=part.file_object.read()))
+        part.close()
+
+    content_type = c.request.headers.get("content-type") or ""
+    if content_type.startswith("multipart/form-data"):
+        python_multipart.parse_form({"Content-Type": content_type.encode("latin-1")},
+                                    io.BytesIO(c.request.body), lambda _field: None, on_file)
+    return found
+
+
+def listing(stored: dict[str, UploadedFile]) -> list[dict[str, object]]:
+    """What the page shows of the stored files (the bytes stay on the server)."""
+    return [{"id": key, "name": f.filename, "size": f.size, "type": f.content_type} for key, f in stored.items()]
+
+
+@app.page("/")
+def uploads(c: Context) -> None:
+    stored: dict[str, UploadedFile] = c.session_data.setdefault("uploads", {})
+    files = c.signal(listing(stored), "files", scope=Scope.SESSION)  # every tab of this browser
+    status = c.signal("", "status", client_writable=False)
+    failed = c.signal(False, "failed", client_writable=False)
+
+    def report(message: str, *, error: bool) -> None:
+        status.value, failed.value = message, error
+
+    @c.action
+    def upload() -> None:
+        picked = files_of_field(c, "files")
+        if not picked:
+            report("Choose one or more files first.", error=True)
+            return
+        too_big = [f for f in picked if f.size > MAX_FILE]
+        if too_big:
+            names = ", ".join(f"{f.filename} ({human(f.size)})" for f in too_big)
+            report(f"Over the {human(MAX_FILE)} limit per file: {names}. Nothing was uploaded.", error=True)
+            return
+        for f in picked:
+            stored[secrets.token_hex(6)] = f
+        while len(stored) > MAX_KEPT:
+            del stored[next(iter(stored))]
+        files.value = listing(stored)
+        total = human(sum(f.size for f in picked))
+        report(f"Uploaded {len(picked)} file{'s' if len(picked) > 1 else ''} ({total}).", error=False)
+
+    @c.action
+    def download() -> None:
+        f = stored.get(str(c.input("id", "")))
+        if f is not None:  # a one-shot URL for this session; the page stays where it is
+            c.redirect(c.download(f.data, f.filename, media_type=f.content_type))
+
+    @c.action
+    def remove() -> None:
+        if stored.pop(str(c.input("id", "")), None) is not None:
+            files.value = listing(stored)
+
+    def on_file(action_url: str, key: object) -> str:
+        return f"@post('{action_url}?id={key}', {{requestCancellation: 'disabled'}})"
+
+    # Checked in the browser before anything is sent; the server checks again.
+    submit = f"""
+      const picked = [...document.getElementById('picker').files];
+      const big = picked.filter(f => f.size > {MAX_FILE});
+      if (!picked.length) {{ $status = 'Choose one or more files first.'; $failed = true }}
+      else if (big.length) {{
+        const names = big.map(f => f.name).join(', ');
+        $status = 'Over the {human(MAX_FILE)} limit per file: ' + names + '. Nothing was sent.';
+        $failed = true;
+      }} else {{
+        const bytes = picked.reduce((n, f) => n + f.size, 0);
+        $_sending = 'Uploading ' + picked.length + ' file(s), ' + (bytes / 1024).toFixed(1) + ' KiB…';
+        $status = '';
+        @post('{upload.url}', {{contentType: 'form', requestCancellation: 'disabled'}}).then(() => el.reset());
+      }}"""
+    refused = ("evt.detail.el === el && evt.detail.type === 'error' && "
+               "($status = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', $failed = true)")
+
+    def view() -> str:
+        rows = "".join(
+            f"""<tr id="file-{f['id']}"><td class="name">{html.escape(str(f['name']))}</td>
+              <td class="size">{human(int(f['size']))}</td><td>{html.escape(str(f['type']))}</td>
+              <td><button class="link download" data-on:click="{on_file(download.url, f['id'])}">Download</button>
+                <button class="link remove" data-on:click="{on_file(remove.url, f['id'])}">Remove</button></td></tr>"""
+            for f in files.value
+        )
+        table = (f'<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{rows}</table>'
+                 if rows else '<p id="files">No files yet.</p>')
+        return f"""
+<main>
+  <h1>File upload</h1>
+  <form id="upload" enctype="multipart/form-data" data-signals="{{_sending: ''}}" data-indicator="_uploading"
+        data-on:submit__prevent="{html.escape(submit)}" data-on:datastar-fetch="{html.escape(refused)}">
+    <input type="hidden" name="via_ctx" value="{c.id}">
+    <input id="picker" type="file" name="files" multiple>
+    <button id="send" data-attr:disabled="$_uploading">Upload</button>
+  </form>
+  <p id="progress" data-show="$_uploading" style="display: none">
+    <progress></progress> <span data-text="$_sending"></span></p>
+  <p id="status" data-text="{status.ref()}" data-class="{{error: {failed.ref()}, ok: !{failed.ref()}}}">
+    {html.escape(status.value)}</p>
+  <p><small>Up to {human(MAX_FILE)} per file; the newest {MAX_KEPT} files of this browser are kept
+    (in memory).</small></p>
+  {table}
+</main>"""
+
+    c.view(view)
+
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=3000)
