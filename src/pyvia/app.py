@@ -373,8 +373,9 @@ class App:
             self.broadcaster.mark(state)
 
     def flush_broadcasts(self) -> int:
-        """Send every marked scope now, ignoring the tick and throttles; return the tabs written."""
-        return self.broadcaster.flush(force=True)
+        """Send every marked scope now, ignoring the tick and throttles; return the tabs written
+        (mounted apps included)."""
+        return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self._mounts)
 
     def broadcast_throttle(self, scope: str, min_interval_ms: float) -> None:
         """Render ``scope`` (a name or ``*`` pattern) at most once per interval; the last state always goes out."""
@@ -868,6 +869,8 @@ class App:
         else:
             signals.update(ctx.changed_signals())
         ctx.stream.send(protocol.patch_signals(signals), view, now)
+        for fn in list(ctx._on_connect):
+            self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
             self._run_hook(fn, ctx, "connect")
 
@@ -1035,6 +1038,7 @@ class App:
         ctx._timers = []
         ctx._on_cleanup = []
         ctx._on_disconnect = []
+        ctx._on_connect = []
 
     def _prune_records(self, now: float) -> None:
         grave = self._graveyard

@@ -103,7 +103,7 @@ class Context:
         # what the page declared
         "_signals", "_actions", "_view", "_view_block", "_view_data", "_share_render",
         "_shared", "_scopes", "primary_scope", "_components", "_updating",
-        "_on_cleanup", "_on_disconnect", "_timers", "_head", "_foot",
+        "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
         # lifecycle, driven by the App
@@ -140,6 +140,7 @@ class Context:
         self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
         self._on_cleanup: list[Callable[..., Any]] = []
         self._on_disconnect: list[Callable[..., Any]] = []
+        self._on_connect: list[Callable[..., Any]] = []
         self._timers: list[TimerHandle] = []
         self._head: list[str] = []
         self._foot: list[str] = []
@@ -402,8 +403,18 @@ class Context:
 
     @property
     def files(self) -> dict[str, Any]:
-        """Files uploaded with the current request (multipart), by field name."""
+        """Files uploaded with the current request (multipart), by field name (the last of each)."""
         return self.app._files_of(self.request)
+
+    def files_of(self, field_name: str) -> list[Any]:
+        """Every file uploaded under ``field_name`` with the current request (``multiple`` inputs)."""
+        form = self.request.state.get("_form")
+        return list(getattr(form, "all_files", {}).get(field_name, []))
+
+    def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` (or ``fn()``) each time this tab's stream opens (first connect and reconnects)."""
+        self._on_connect.append(fn)
+        return fn
 
     def set_cookie(self, name: str, value: str, *, max_age: int | None = None, path: str = "/",
                    secure: bool = False, httponly: bool = True, samesite: str = "Lax") -> None:

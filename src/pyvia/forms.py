@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -37,7 +37,10 @@ class UploadedFile:
 @dataclass(frozen=True, slots=True)
 class Form:
     fields: dict[str, str]
+    #: The last file of each field (one per field is the common case).
     files: dict[str, UploadedFile]
+    #: Every file of each field, in order (``<input type="file" multiple>``).
+    all_files: dict[str, list[UploadedFile]] = field(default_factory=dict)
 
 
 _EMPTY = Form({}, {})
@@ -57,6 +60,7 @@ def parse_form(request: Request) -> Form:
         return _EMPTY
     fields: dict[str, str] = {}
     files: dict[str, UploadedFile] = {}
+    all_files: dict[str, list[UploadedFile]] = {}
 
     def on_field(field: Any) -> None:
         name = (field.field_name or b"").decode(errors="replace")
@@ -70,12 +74,13 @@ def parse_form(request: Request) -> Form:
         ctype = getattr(file, "content_type", None)
         if isinstance(ctype, bytes):
             ctype = ctype.decode(errors="replace")
-        files[name] = UploadedFile(
+        upload = files[name] = UploadedFile(
             field_name=name,
             filename=(file.file_name or b"").decode(errors="replace"),
             content_type=ctype or "application/octet-stream",
             data=obj.read(),
         )
+        all_files.setdefault(name, []).append(upload)
         file.close()
 
     raw_type = request.headers.get("content-type") or ""
@@ -95,7 +100,7 @@ def parse_form(request: Request) -> Form:
         )
     except (FormParserError, ValueError) as exc:
         raise MalformedRequest(f"malformed multipart body: {exc}") from None
-    return Form(fields, files)
+    return Form(fields, files, all_files)
 
 
 def request_signals(request: Request, form: Form | None) -> dict[str, Any]:

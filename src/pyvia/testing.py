@@ -121,6 +121,13 @@ class _Decoder:
         return out
 
 
+def _forget_tabs(app: App) -> None:
+    for _, mounted in app._mounts:
+        _forget_tabs(mounted)
+    for ctx in list(app.contexts.values()):
+        app.destroy(ctx)
+
+
 def decoded_body(response: Response) -> bytes:
     """The body as the browser sees it, whatever its ``Content-Encoding``."""
     coding = dict(response.headers).get("content-encoding", "identity")
@@ -273,6 +280,7 @@ class TestClient:
     def close(self) -> None:
         if self._owner:
             self.loop.run_until_complete(self.app.shutdown())
+            _forget_tabs(self.app)  # as a process exit would: the next client starts clean
             self.app.clock = None
         if self._loop is not None:
             self._loop.close()
@@ -453,7 +461,20 @@ class Tab:
 
     @property
     def context(self) -> Context | None:
-        return self.client.app.contexts.get(self.id)
+        """The tab's server context, in the app or whichever mounted app holds it."""
+        apps = [self.client.app]
+        while apps:
+            app = apps.pop()
+            ctx = app.contexts.get(self.id)
+            if ctx is not None:
+                return ctx
+            apps.extend(mounted for _, mounted in app._mounts)
+        return None
+
+    @property
+    def base(self) -> str:
+        """The URL prefix of the app that serves this tab (``/`` unless it is mounted)."""
+        return self.sse_url[: -len("_sse")] if self.sse_url.endswith("_sse") else "/"
 
     def _outgoing(self) -> dict[str, Any]:
         return {k: v for k, v in self.signals.items() if not k.startswith("_")}
@@ -464,8 +485,7 @@ class Tab:
         """POST an action by name with the tab's signals (overridden by ``signals``)."""
         payload = {**self._outgoing(), **signals}
         self.signals.update(signals)
-        response = self.client.post(f"/_action/{name}", json=payload)
-        return response
+        return self.client.post(f"{self.base}_action/{name}", json=payload)
 
     def post(self, url: str, /, **signals: Any) -> Response:
         payload = {**self._outgoing(), **signals}

@@ -168,3 +168,35 @@ def test_duplicate_and_reserved_routes_are_refused() -> None:
         app.page("/users/{user_id}")(lambda c: None)
     with pytest.raises(RouteError, match="reserves"):
         app.page("/_sse")(lambda c: None)
+
+
+def test_several_files_under_one_field_and_the_per_tab_connect_hook() -> None:
+    app = App()
+    connects: list[str] = []
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        names = c.signal("", "names")
+        c.on_connect(lambda: connects.append("connect"))
+
+        @c.action
+        def upload() -> None:
+            names.value = ",".join(f"{f.filename}:{f.size}" for f in c.files_of("docs"))
+
+        c.view(lambda: "<form></form>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        tab.disconnect()
+        tab.reconnect()
+        assert connects == ["connect", "connect"]
+        b = "B0"
+        parts = [f'--{b}\r\nContent-Disposition: form-data; name="via_ctx"\r\n\r\n{tab.id}\r\n']
+        for name, data in (("a.txt", "1"), ("b.txt", "22")):
+            parts.append(f'--{b}\r\nContent-Disposition: form-data; name="docs"; filename="{name}"\r\n'
+                         f"Content-Type: text/plain\r\n\r\n{data}\r\n")
+        body = ("".join(parts) + f"--{b}--\r\n").encode()
+        response = client.post("/_action/upload", body=body,
+                               headers={"content-type": f"multipart/form-data; boundary={b}"})
+        assert response.status == 200
+        assert tab.signals["names"] == "a.txt:1,b.txt:2"
