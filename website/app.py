@@ -22,6 +22,7 @@ from pygments.lexers import PythonLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from pyvia import App, Context, Request, Response
+from website.api import render_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -63,6 +64,7 @@ _STYLE = """<style>
   main.page { max-width: 60rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
   main.wide { max-width: none; }
   nav.docs { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin: .5rem 0 1.5rem; font-size: .95rem; }
+  pre.doc { white-space: pre-wrap; background: none; padding: 0 0 0 1rem; font: inherit; font-size: .95rem; }
   pre { background: #f6f8fa; padding: .8rem; overflow: auto; border-radius: 6px; font-size: .85rem; }
   code { font-size: .9em; }
   table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: .3rem .6rem; text-align: left; }
@@ -158,6 +160,14 @@ the Datastar client morphs into the page; scopes decide who shares what.</p>
     c.view(lambda: _layout(body))
 
 
+@app.page("/docs/api")
+def api_reference(c: Context) -> None:
+    nav = "".join(f'<a href="/docs/{s}">{html.escape(t)}</a>' for s, t in _doc_pages())
+    reference = render_reference()
+    c.view(lambda: _layout(f'<nav class="docs">{nav}<a href="/docs/api">API reference</a></nav>'
+                           f'<article id="doc">{reference}</article>'))
+
+
 @app.page("/docs/{slug}")
 def doc(c: Context, slug: str) -> None:
     path = DOCS / f"{slug}.md"
@@ -165,6 +175,7 @@ def doc(c: Context, slug: str) -> None:
         c.view(lambda: _layout(f"<h1>No guide named {html.escape(slug)}</h1>"))
         return
     nav = "".join(f'<a href="/docs/{s}">{html.escape(t)}</a>' for s, t in _doc_pages())
+    nav += '<a href="/docs/api">API reference</a>'
     article = render_markdown(path.read_text())
     c.view(lambda: _layout(f'<nav class="docs">{nav}</nav><article id="doc">{article}</article>'))
 

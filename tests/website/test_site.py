@@ -57,3 +57,14 @@ def test_markdown_code_is_highlighted_and_html_is_not_passed_through() -> None:
     assert '<span class="n">x</span>' in out
     assert "<script>" not in out
     assert 'href="/docs/lifecycle#flows"' in out
+
+
+def test_api_reference_is_generated_from_docstrings(client: TestClient) -> None:
+    import pyvia
+
+    page = client.get("/docs/api").body.decode()
+    assert "API reference" in page
+    for name in ("App", "Context", "Signal", "TestClient"):
+        assert f"id='{name}'" in page
+    assert "broadcast" in page and "Mark a scope" in page  # App.broadcast's docstring
+    assert pyvia.Context.signal.__doc__.split("\n")[0][:40] in page.replace("&#x27;", "'")

@@ -1,0 +1,65 @@
+"""The API reference, generated from pyvia's docstrings and signatures."""
+
+from __future__ import annotations
+
+import html
+import inspect
+from typing import Any
+
+import pyvia
+from pyvia import testing
+
+#: (title, objects) in reading order: the public names users touch.
+SECTIONS: list[tuple[str, list[Any]]] = [
+    ("App", [pyvia.App]),
+    ("Context", [pyvia.Context]),
+    ("Signals and actions", [pyvia.Signal, pyvia.SharedSignal, pyvia.Action]),
+    ("Scopes", [pyvia.Scope]),
+    ("HTTP", [pyvia.Request, pyvia.Response, pyvia.UploadedFile]),
+    ("Testing", [testing.TestClient, testing.Tab]),
+    ("Errors", [pyvia.PyviaError, pyvia.UsageError, pyvia.ConfigError, pyvia.DeclarationError, pyvia.RouteError,
+                pyvia.ClientError, pyvia.ServiceError]),
+]
+
+
+def _signature(obj: Any) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _doc(obj: Any) -> str:
+    text = inspect.getdoc(obj) or ""
+    return f"<pre class='doc'>{html.escape(text)}</pre>" if text else ""
+
+
+def _members(cls: type) -> list[tuple[str, Any]]:
+    out = []
+    for name, member in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property) or inspect.isfunction(member) or isinstance(member, (staticmethod,
+                                                                                                classmethod)):
+            out.append((name, member))
+    return out
+
+
+def render_reference() -> str:
+    """The whole reference as one HTML fragment."""
+    parts = ["<h1>API reference</h1><p>Generated from the docstrings of the public names "
+             "(<code>pyvia.__all__</code> and <code>pyvia.testing</code>).</p>"]
+    for title, objects in SECTIONS:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        for obj in objects:
+            name = f"{obj.__module__.replace('pyvia.', 'pyvia.', 1)}.{obj.__qualname__}"
+            parts.append(f"<h3 id='{html.escape(obj.__qualname__)}'><code>{html.escape(name)}"
+                         f"{html.escape(_signature(obj))}</code></h3>{_doc(obj)}")
+            if inspect.isclass(obj) and not issubclass(obj, BaseException):
+                for member_name, member in _members(obj):
+                    target = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                    sig = "" if isinstance(member, property) else _signature(target)
+                    kind = "property " if isinstance(member, property) else ""
+                    parts.append(f"<h4><code>{kind}{html.escape(member_name)}{html.escape(sig)}</code></h4>"
+                                 f"{_doc(target)}")
+    return "".join(parts)
