@@ -30,6 +30,10 @@ from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.compress import ZSTD, Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
+from pyvia.devtools import DEVTOOLS_PATH, DevLog
+from pyvia.devtools import error_page as dev_error_page
+from pyvia.devtools import panel as devtools_panel
+from pyvia.devtools import server_page as devtools_page
 from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
 from pyvia.errors import (
     ActionTimeout,
@@ -282,6 +286,7 @@ class App:
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
+        self._dev_log = DevLog()
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
@@ -478,6 +483,8 @@ class App:
         (except to a test that asked for it with ``raise_server_exceptions``)."""
         self.errors += 1
         where = ctx.route.pattern if ctx is not None else "app"
+        if self.config.dev:
+            self._dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
         log.error("error in %s of %s", phase, where, exc_info=exc)
         for fn in self._on_error:
             try:
@@ -624,6 +631,8 @@ class App:
             raise exc
         phase = request.kind or "request"
         self._report(exc, _context_of(request, self), phase)  # logs, counts, tells on_error; may re-raise
+        if self.config.dev and request.kind in ("page", "route"):
+            return dev_error_page(exc, request.kind)
         if request.kind == "action":
             return Response.text("Action failed", 500)
         if request.kind == "page" and self._error_page is not None:
@@ -638,6 +647,9 @@ class App:
         if path in _OPS_PATHS and request.method in ("GET", "HEAD"):
             request.kind = "ops"  # before middleware: probes must not need a login
             return _OPS_PATHS[path](self)
+        if path == DEVTOOLS_PATH and self.config.dev:
+            request.kind = "ops"
+            return devtools_page(self)
         if self._mounts:
             for prefix, mounted in self._mounts:
                 if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
@@ -789,8 +801,11 @@ class App:
                               nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
+        foot = [*self.config.foot, *ctx._foot]
+        if self.config.dev:
+            foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
-                             foot="\n".join([*self.config.foot, *ctx._foot]), lang=self.config.lang)
+                             foot="\n".join(foot), lang=self.config.lang)
         self._register(ctx)
         response = Response.html(doc)
         self.compression.encode_page(ctx.request, response)
@@ -1220,6 +1235,8 @@ class App:
             if pending is None:
                 ctx._end_batch()
                 self.metrics.observe_action(time.perf_counter() - started)
+                if self.config.dev:
+                    self._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
                 return self._action_response(ctx)
             return self._await_action(ctx, pending, started)
 

@@ -16,7 +16,7 @@ from pyvia.errors import RouteError
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RESERVED_PREFIXES = (
-    "/_sse", "/_action/", "/_session/", "/_download/", "/datastar.js", "/_health", "/_ready", "/metrics",
+    "/_sse", "/_action/", "/_session/", "/_download/", "/_via", "/datastar.js", "/_health", "/_ready", "/metrics",
 )
 
 Middleware = Callable[..., Any]
