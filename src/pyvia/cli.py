@@ -3,6 +3,11 @@
 
 A wrong ``MODULE:ATTR`` gets one line saying what is wrong, without a traceback; an error raised
 by the user's own module while it is imported keeps its traceback, since that is where the fix is.
+
+``pyvia run APP --workers N|auto [--engine URL]``: with one worker (the default) the app runs in
+this process; with more, a supervisor (:mod:`pyvia.server.supervisor`) binds the socket and starts
+the workers, which share state and broadcasts through ``--engine`` (``nats://…``, ``redis://…``)
+or through a ``nats-server`` the supervisor starts when none is given.
 """
 
 from __future__ import annotations
@@ -61,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, default=3000, help="port to listen on (default: %(default)s)")
     run.add_argument("--cert", dest="certfile", metavar="FILE", help="TLS certificate chain (PEM); needs --key")
     run.add_argument("--key", dest="keyfile", metavar="FILE", help="TLS private key (PEM); needs --cert")
+    run.add_argument("--workers", default="1", metavar="N|auto",
+                     help="worker processes sharing the socket; auto = the cgroup CPU quota (default: 1)")
+    run.add_argument("--engine", metavar="URL", default=None,
+                     help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
+                          "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)")
+    run.add_argument("--graceful-timeout", type=float, default=None, metavar="SECONDS",
+                     help="how long a stop waits for streams and requests to end (default: 3)")
     config = commands.add_parser("config", help="print the effective configuration and where each value comes from",
                                  description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
                                              "with each value's source, secrets redacted.")
@@ -86,16 +98,51 @@ def _run(args: argparse.Namespace) -> int:
     if (args.certfile is None) != (args.keyfile is None):
         print("pyvia run: error: --cert and --key go together", file=sys.stderr)
         return 2
+    from pyvia.cluster import ENGINE_URL_ENV, check_engine_url
+    from pyvia.server.supervisor import resolve_workers
+
+    try:
+        workers, source = resolve_workers(args.workers)
+        engine = args.engine or os.environ.get(ENGINE_URL_ENV) or None
+        if engine is not None:
+            check_engine_url(engine, workers=workers)
+    except ValueError as exc:
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 2
     try:
         app = load_app(args.app)
     except AppNotFound as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
+    if workers > 1:
+        return _run_workers(args, workers, source, engine)
+    if engine is not None:
+        os.environ[ENGINE_URL_ENV] = engine  # the app connects to it at start
+    options: dict[str, Any] = {}
+    if args.graceful_timeout is not None:
+        options["graceful_timeout"] = args.graceful_timeout
     try:
-        app.run(host=args.host, port=args.port, certfile=args.certfile, keyfile=args.keyfile)
+        app.run(host=args.host, port=args.port, certfile=args.certfile, keyfile=args.keyfile, **options)
     except KeyboardInterrupt:  # Ctrl-C before the server installed its own handler
         return 130
     except OSError as exc:  # the port is taken, the address is not ours, the certificate is unreadable
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: str | None) -> int:
+    from pyvia.server.supervisor import Supervisor, SupervisorConfig
+
+    config = SupervisorConfig(
+        app=args.app, host=args.host, port=args.port, workers=workers, engine_url=engine,
+        certfile=args.certfile, keyfile=args.keyfile, worker_source=source,
+        graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
+    )
+    try:
+        return Supervisor(config).run()
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, RuntimeError, TimeoutError) as exc:  # the port is taken; nats-server cannot start
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 1

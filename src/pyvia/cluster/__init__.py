@@ -1,0 +1,93 @@
+"""Shared state and messages for several workers or nodes: the engines.
+
+``create_engine(url)`` picks the implementation from the URL scheme: ``memory://`` (one process,
+the default), ``nats://`` / ``tls://`` (NATS with JetStream), ``redis://`` / ``rediss://`` /
+``unix://`` (Redis). The NATS and Redis clients are imported only when used, so they stay
+optional dependencies. ``pyvia run --workers N`` hands the URL to each worker in
+``PYVIA_ENGINE_URL``; :func:`engine_from_env` reads it back.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyvia.cluster.base import (
+    Engine,
+    EngineError,
+    EngineStatus,
+    EngineUnavailable,
+    InvalidName,
+    KvChange,
+    NoResponders,
+    RemoteError,
+    RequestTimeout,
+    Subscription,
+    valid_wire_scope,
+)
+from pyvia.cluster.memory import MemoryEngine, MemoryHub
+from pyvia.cluster.replica import Replica
+
+__all__ = [
+    "ENGINE_URL_ENV",
+    "Engine",
+    "EngineError",
+    "EngineStatus",
+    "EngineUnavailable",
+    "InvalidName",
+    "KvChange",
+    "MemoryEngine",
+    "MemoryHub",
+    "NoResponders",
+    "RemoteError",
+    "Replica",
+    "RequestTimeout",
+    "Subscription",
+    "check_engine_url",
+    "create_engine",
+    "engine_from_env",
+    "valid_wire_scope",
+]
+
+#: The environment variable through which the supervisor tells each worker where the engine is.
+ENGINE_URL_ENV = "PYVIA_ENGINE_URL"
+
+_NATS = ("nats", "tls")
+_REDIS = ("redis", "rediss", "unix")
+
+
+def check_engine_url(url: str, *, workers: int = 1) -> str:
+    """Check an engine URL's scheme (and that ``memory://`` is not asked of several workers).
+
+    Raises ValueError with the accepted forms; nothing is imported or connected.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("memory", *_NATS, *_REDIS):
+        raise ValueError(
+            f"engine URL {url!r} must start with memory://, nats://, tls://, redis://, rediss:// or unix://"
+        )
+    if scheme == "memory" and workers > 1:
+        raise ValueError("the memory engine lives in one process: give --engine nats://... or redis://... "
+                         "to several workers, or no --engine to start a local nats-server")
+    return url
+
+
+def create_engine(url: str, *, prefix: str = "pyvia") -> Engine:
+    """An unconnected engine for ``url``; ``prefix`` keeps apps sharing one server apart.
+
+    Raises ValueError naming the accepted schemes for any other URL.
+    """
+    scheme = check_engine_url(url).split("://", 1)[0].lower()
+    if scheme == "memory":
+        return MemoryEngine()
+    if scheme in _NATS:
+        from pyvia.cluster.nats import NatsEngine
+
+        return NatsEngine(url, prefix=prefix)
+    from pyvia.cluster.redis import RedisEngine
+
+    return RedisEngine(url, prefix=prefix)
+
+
+def engine_from_env(*, prefix: str = "pyvia") -> Engine:
+    """The engine named by ``PYVIA_ENGINE_URL``, or a :class:`MemoryEngine` when it is unset."""
+    return create_engine(os.environ.get(ENGINE_URL_ENV) or "memory://", prefix=prefix)

@@ -1,0 +1,53 @@
+"""``--workers N|auto`` and ``--engine URL``: how many workers, and the one-line errors."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from pyvia import App
+from pyvia.cli import main
+from pyvia.ops.autotune import derive_profile, read_limits
+from pyvia.server.supervisor import resolve_workers
+
+
+def test_workers_take_a_positive_number_or_auto() -> None:
+    assert resolve_workers("3") == (3, "given")
+    count, source = resolve_workers("auto")
+    assert count == derive_profile(read_limits()).workers  # one rule for auto: pyvia.ops.autotune's
+    assert source.startswith("auto: ")
+    for bad in ("0", "-1", "many", ""):
+        with pytest.raises(ValueError, match="positive number or 'auto'"):
+            resolve_workers(bad)
+
+
+def run_cli(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    return int(stopped.value.code or 0)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workers", "0"], "--workers takes a positive number or 'auto', got '0'"),
+    (["--workers", "2", "--engine", "memory://"], "the memory engine lives in one process"),
+    (["--engine", "ftp://x"], "must start with memory://, nats://"),
+])
+def test_bad_worker_and_engine_options_get_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["run", "examples.counter:app", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_one_worker_with_an_engine_runs_in_process_and_hands_the_url_to_the_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.delenv("PYVIA_ENGINE_URL", raising=False)
+    monkeypatch.setattr(App, "run", lambda self, **kw: calls.append({**kw, "env": os.environ.get("PYVIA_ENGINE_URL")}))
+    assert run_cli(["run", "examples.counter:app", "--engine", "nats://10.1.2.3:4222"]) == 0
+    assert calls == [{"host": "127.0.0.1", "port": 3000, "certfile": None, "keyfile": None,
+                      "env": "nats://10.1.2.3:4222"}]
