@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Itera
     rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
     rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
     rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
         db.execute(_SCHEMA)
         db.execute("DELETE FROM state")
         db.executemany("INSERT INTO state VALUES (?, ?, ?)", rows)
@@ -51,7 +52,7 @@ def load_state(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, str], 
     sessions: dict[str, dict[str, Any]] = {}
     if not Path(path).exists():
         return global_state, signals, sessions
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
         db.execute(_SCHEMA)
         for kind, key, value in db.execute("SELECT kind, key, value FROM state"):
             decoded = orjson.loads(value)
