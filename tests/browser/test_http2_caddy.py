@@ -1,0 +1,69 @@
+"""Ten tabs of the counter through Caddy (Debian's) speaking HTTP/2: every tab stays live.
+
+Over HTTP/1.1 a browser opens at most six connections to one host, and every tab's stream holds
+one, so a seventh tab would hang; over HTTP/2 they all share one connection.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.processes import ROOT, ServerProcess, free_port, wait_for_port
+
+
+@pytest.fixture
+def caddy(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
+    if shutil.which("caddy") is None:
+        pytest.fail("caddy is missing: scripts/install test installs Debian's caddy")
+    server = ServerProcess("examples.counter:app", free_port())
+    server.start()
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYVIA_SITE": f"https://127.0.0.1:{port}",
+           "PYVIA_UPSTREAM": f"127.0.0.1:{server.port}"}
+    proc = subprocess.Popen(["caddy", "run", "--config", str(ROOT / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, timeout=20)
+        yield port, server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+        server.stop()
+
+
+def test_ten_tabs_stay_live_over_http2(browser: Browser, caddy: tuple[int, ServerProcess]) -> None:
+    port, _ = caddy
+    context = browser.new_context(ignore_https_errors=True)
+    errors: list[str] = []
+    try:
+        pages = []
+        for _ in range(10):
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"https://127.0.0.1:{port}/")
+            expect(page.locator("#count")).to_have_text("0")
+            pages.append(page)
+        assert pages[0].evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol") == "h2"
+        for i, page in enumerate(pages):
+            page.bring_to_front()  # Playwright waits for frames, which a background page draws late
+            for _ in range(i % 3 + 1):
+                page.click("#inc")
+        for i, page in enumerate(pages):  # every tab's own stream delivered its own count
+            expect(page.locator("#count")).to_have_text(str(i % 3 + 1))
+        assert errors == []
+    finally:
+        context.close()
