@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -13,6 +14,8 @@ import pytest
 from examples.counter import app as counter_app
 
 from pyvia import App, Context
+from pyvia.asgi import asgi
+from tests.asgi.servers import serving
 from tests.helpers import RawClient, RawResponse, running_server
 from tests.processes import ServerProcess, free_port
 
@@ -36,9 +39,23 @@ def injection_app() -> App:
     return app
 
 
-@pytest.fixture
-def counter_server() -> Iterator[tuple[str, int]]:
-    with running_server(counter_app) as address:
+@contextlib.contextmanager
+def front_end(app: App, kind: str) -> Iterator[tuple[str, int]]:
+    """The app served by the native server or, through the ASGI adapter, by uvicorn."""
+    if kind == "native":
+        with running_server(app) as address:
+            yield address
+    else:
+        with serving(asgi(app), "uvicorn") as server:
+            yield server.host, server.port
+
+
+FRONT_ENDS = pytest.mark.parametrize("kind", ["native", "uvicorn"])
+
+
+@pytest.fixture(params=["native", "uvicorn"])
+def counter_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    with front_end(counter_app, request.param) as address:
         yield address
 
 
@@ -130,9 +147,10 @@ def test_stream_of_another_session_is_forbidden(counter_server: tuple[str, int])
     assert head.status == 403
 
 
-def test_user_text_cannot_forge_events() -> None:
+@FRONT_ENDS
+def test_user_text_cannot_forge_events(kind: str) -> None:
     attack = "x\n\nevent: datastar-patch-elements\ndata: elements <script>alert(1)</script>\r\ndata: mode remove\rz"
-    with running_server(injection_app()) as (host, port):
+    with front_end(injection_app(), kind) as (host, port):
         _, seed, cookie = open_page(host, port)
         stream, _ = open_stream(host, port, {"via_ctx": seed["via_ctx"], "text": ""}, cookie)
         with stream:
