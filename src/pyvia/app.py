@@ -52,6 +52,7 @@ from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSi
 from pyvia.lifecycle import State
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
+from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, save_state
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
@@ -227,7 +228,8 @@ class App:
     """
 
     def __init__(self, **options: Any) -> None:
-        self.config = Config.from_options(options)
+        # keyword arguments win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
+        self.config = Config.from_options(load_settings(**options).app_options())
         self.router = Router()
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []

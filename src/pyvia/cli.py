@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from typing import Any
+
+from pyvia.errors import ConfigError
 
 __all__ = ["AppNotFound", "load_app", "main"]
 
@@ -62,11 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="serve an app on the native server",
                               description="Serve an app on the native server until SIGTERM or Ctrl-C.")
     run.add_argument("app", metavar="MODULE:ATTR", help="where the App is, such as myapp:app")
-    run.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    run.add_argument("--port", type=int, default=3000, help="port to listen on (default: %(default)s)")
+    run.add_argument("--host", default=None,
+                     help="address to listen on (default: [server] host in pyvia.toml, else 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None,
+                     help="port to listen on (default: [server] port in pyvia.toml, else 3000)")
     run.add_argument("--cert", dest="certfile", metavar="FILE", help="TLS certificate chain (PEM); needs --key")
     run.add_argument("--key", dest="keyfile", metavar="FILE", help="TLS private key (PEM); needs --cert")
-    run.add_argument("--workers", default="1", metavar="N|auto",
+    run.add_argument("--workers", default=None, metavar="N|auto",
                      help="worker processes sharing the socket; auto = the cgroup CPU quota (default: 1)")
     run.add_argument("--engine", metavar="URL", default=None,
                      help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
@@ -94,7 +99,30 @@ def main(argv: list[str] | None = None) -> None:
     raise SystemExit(_run(args))
 
 
+def _apply_settings(args: argparse.Namespace) -> Any:
+    """Fill what the command line left out from pyvia.toml and PYVIA_SERVER__* / PYVIA_LOG__*,
+    and set up logging; return the settings."""
+    from pyvia.ops.logs import configure_logging
+    from pyvia.ops.settings import load_settings
+
+    settings = load_settings()
+    server = settings.server_options()
+    args.host = args.host or server["host"] or "127.0.0.1"
+    args.port = args.port or server["port"] or 3000
+    if args.certfile is None and args.keyfile is None:
+        args.certfile, args.keyfile = server["certfile"], server["keyfile"]
+    if args.workers is None:
+        args.workers = str(settings["server.workers"] or 1)
+    configure_logging(**settings.log_options())
+    return settings
+
+
 def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = _apply_settings(args)
+    except ConfigError as exc:
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 2
     if (args.certfile is None) != (args.keyfile is None):
         print("pyvia run: error: --cert and --key go together", file=sys.stderr)
         return 2
@@ -114,6 +142,9 @@ def _run(args: argparse.Namespace) -> int:
     except AppNotFound as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
+    from pyvia.ops.autotune import profile_for
+
+    logging.getLogger("pyvia").info("%s", profile_for(settings).log_line())  # one line: what was derived
     if workers > 1:
         return _run_workers(args, workers, source, engine)
     if engine is not None:
