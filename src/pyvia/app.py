@@ -38,6 +38,7 @@ from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
 from pyvia.errors import (
     ActionTimeout,
     ClientError,
+    ConfigError,
     ContextNotFound,
     DeclarationError,
     Forbidden,
@@ -229,7 +230,11 @@ class App:
 
     def __init__(self, **options: Any) -> None:
         # keyword arguments win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
-        self.config = Config.from_options(load_settings(**options).app_options())
+        settings = load_settings(**options)  # unknown keywords are refused here, with a suggestion
+        misplaced = sorted(set(options) - Config.field_names())
+        if misplaced:
+            raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
+        self.config = Config.from_options(settings.app_options())
         self.router = Router()
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
@@ -945,24 +950,25 @@ class App:
         if self._destroy_queue and not self._destroying:
             self._destroying = True
             clock.call_soon(self._destroy_slice)
-        if now >= self._next_keep_alive:
+        if now >= self._next_keep_alive:  # the pass over open streams: a few times per keep-alive period
             interval = self.config.keep_alive
-            if interval > 0:
-                ping = protocol.keep_alive()
-                patience = self.config.slow_tab_timeout
-                idle_release = self.config.encoder_idle_release
-                for ctx in list(self._connected.values()):
-                    stream = ctx.stream
-                    if stream.over_since and stream.is_stalled(now, patience):
-                        log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
-                        stream.close()
-                    elif now - stream.last_write >= interval:
-                        stream.keep_alive(ping, now)
-                    encoder = stream.encoder
-                    if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
-                            and encoder.coding == ZSTD and stream.sink is not None:
-                        stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
-                self._next_keep_alive = now + interval / 3
+            ping = protocol.keep_alive()
+            patience = self.config.slow_tab_timeout
+            idle_release = self.config.encoder_idle_release
+            for ctx in list(self._connected.values()):
+                stream = ctx.stream
+                if stream.over_since and stream.is_stalled(now, patience):
+                    log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
+                    stream.close()
+                    continue
+                if interval > 0 and now - stream.last_write >= interval:
+                    stream.keep_alive(ping, now)
+                encoder = stream.encoder
+                if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
+                        and encoder.coding == ZSTD and stream.sink is not None:
+                    stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
+            period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.config.sweep_interval))
+            self._next_keep_alive = now + period
         if self._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
             self._outflow.ended = 0
             for ctx in [c for c in self._connected.values() if c.stream.sink is None]:

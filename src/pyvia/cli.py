@@ -108,7 +108,8 @@ def _apply_settings(args: argparse.Namespace) -> Any:
     settings = load_settings()
     server = settings.server_options()
     args.host = args.host or server["host"] or "127.0.0.1"
-    args.port = args.port or server["port"] or 3000
+    if args.port is None:  # 0 is a port too: "any free one"
+        args.port = server["port"] if server["port"] is not None else 3000
     if args.certfile is None and args.keyfile is None:
         args.certfile, args.keyfile = server["certfile"], server["keyfile"]
     if args.workers is None:

@@ -106,6 +106,13 @@ class Config:
                 raise ConfigError(f"{name}={value!r}: must be a number >= 0")
         if not isinstance(self.action_timeout, (int, float)) or self.action_timeout <= 0:
             raise ConfigError(f"action_timeout={self.action_timeout!r}: must be a number of seconds > 0")
+        if not isinstance(self.max_unsent_bytes, int) or self.max_unsent_bytes < 0:
+            raise ConfigError(f"max_unsent_bytes={self.max_unsent_bytes!r}: must be a byte count >= 0")
+        if self.encoder_budget is not None and (not isinstance(self.encoder_budget, int) or self.encoder_budget < 0):
+            raise ConfigError(f"encoder_budget={self.encoder_budget!r}: must be a byte count >= 0, or None")
+        codings = ("zstd", "br", "gzip", "identity")
+        if isinstance(self.compression_preference, str) or any(c not in codings for c in self.compression_preference):
+            raise ConfigError(f"compression_preference={self.compression_preference!r}: a list of {codings}")
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ConfigError(f"max_sessions={self.max_sessions!r}: must be a whole number >= 1")
         if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:
@@ -128,6 +135,10 @@ class Config:
         for origin in self.trusted_origins:
             if not isinstance(origin, str) or "://" not in origin:
                 raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Config:

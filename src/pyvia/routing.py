@@ -49,7 +49,8 @@ def compile_route(
 ) -> Route:
     if not pattern.startswith("/"):
         raise RouteError(f"route pattern {pattern!r} must start with '/'")
-    if any(pattern == p.rstrip("/") or pattern.startswith(p) for p in _RESERVED_PREFIXES):
+    if any(pattern == p.rstrip("/") or pattern.startswith(p if p.endswith("/") else p + "/")
+           for p in _RESERVED_PREFIXES):
         raise RouteError(f"route pattern {pattern!r} collides with a path pyvia reserves ({_RESERVED_PREFIXES})")
     names = tuple(_PLACEHOLDER.findall(pattern))
     if len(set(names)) != len(names):

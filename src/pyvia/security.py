@@ -50,7 +50,16 @@ class TrustedProxies:
 
 
 def _forwarded_for(request: Request) -> list[str]:
+    """The forwarding chain, from X-Forwarded-For (which Caddy and nginx append to), else Forwarded.
+
+    X-Forwarded-For comes first: a proxy that appends only to it would pass a client's own
+    ``Forwarded`` header through unchanged, and reading that would let the client pick its address.
+    """
     out: list[str] = []
+    for header in request.headers.get_all("x-forwarded-for"):
+        out.extend(part.strip() for part in header.split(",") if part.strip())
+    if out:
+        return out
     for header in request.headers.get_all("forwarded"):
         for element in header.split(","):
             for pair in element.split(";"):
@@ -62,10 +71,6 @@ def _forwarded_for(request: Request) -> list[str]:
                     elif value.count(":") == 1:  # 192.0.2.1:4711
                         value = value.split(":", 1)[0]
                     out.append(value)
-    if out:
-        return out
-    for header in request.headers.get_all("x-forwarded-for"):
-        out.extend(part.strip() for part in header.split(",") if part.strip())
     return out
 
 

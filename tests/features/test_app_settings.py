@@ -27,3 +27,8 @@ def test_bad_values_name_their_source(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.delenv("PYVIA_APP__CONNECT_TIMEOUT")
     with pytest.raises(ConfigError, match="conect_timeout"):
         App(conect_timeout=5)
+
+
+def test_server_options_given_to_the_app_are_refused() -> None:
+    with pytest.raises(ConfigError, match="port: not App options"):
+        App(port=8000)
