@@ -13,6 +13,9 @@ Rules this module keeps:
    :class:`ConnectionRegistry` enforces it. A deadline of 0 means "none": while the application
    owes a response, and for the whole life of a stream.
 4. An application error becomes a plain 500 and is logged; the connection keeps serving.
+5. Capacity is counted in O(1) at accept, at stream start and at close (per-address dicts that
+   hold only addresses with something open); a request pays one flag test (``shedding``). Every
+   cap answers a 503 with ``Retry-After`` at once: nothing waits for capacity.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
@@ -28,10 +32,10 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
 from pyvia.http import Headers, Request, Response, StreamResponse
 from pyvia.server import http as wire
+from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
 
 if TYPE_CHECKING:
     from pyvia.server import ServedApp
-    from pyvia.server.http import ServerLimits
 
 __all__ = ["ConnectionRegistry", "HttpProtocol"]
 
@@ -44,6 +48,14 @@ _IDLE, _HEAD, _BODY = 0, 1, 2
 #: client is still sending do not make the kernel answer RST, which can destroy the unread
 #: response on the client side (the "lingering close" of Apache and nginx).
 _LINGER = 2.0
+#: Refused connections allowed to linger at once; past it a refusal closes at once, so a flood of
+#: refused connections cannot hold the descriptors the caps are there to keep.
+_MAX_LINGERING_REFUSALS = 256
+#: One accepted connection in this many has its wait in the listen backlog measured (a
+#: ``getsockopt`` of ~2 µs); the verdict holds for the accepts in between.
+_QUEUE_SAMPLE = 4
+#: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
 
 _NO_HEADERS = Headers()
 _NO_RAW_HEADERS: list[tuple[bytes, bytes]] = []  # never appended to: on_message_begin sets a fresh list
@@ -65,21 +77,109 @@ class _Stop(Exception):
 
 
 class ConnectionRegistry:
-    """The open connections of one server and the single sweep that enforces their deadlines.
+    """The open connections of one server, what they hold, and the single sweep that times them out.
 
     The runner creates one per server; each :class:`HttpProtocol` adds itself when it connects.
     One ``call_later`` chain, every ``interval`` seconds, closes the connections whose deadline
     has passed (DESIGN.md: one periodic sweep, nothing per connection while idle).
+
+    It also keeps the capacity counts of :class:`~pyvia.server.http.ServerLimits`: connections and
+    streams in total and per peer address (only addresses with something open have an entry, so
+    the tables are bounded by the connection cap), requests the app still owes, and whether the
+    loop is late (a probe timer every ``shed_after / 20`` s) or new connections waited too long in
+    the listen backlog (:meth:`late_accept`). ``max_connections`` and
+    ``max_streams`` are the effective caps (the runner derives ``None`` from the fd limit; here
+    ``None`` means no cap).
     """
 
-    __slots__ = ("_connections", "_handle", "_interval", "_waiter", "loop")
+    __slots__ = (
+        "_connections",
+        "_exempt",
+        "_handle",
+        "_interval",
+        "_max_conn_ip",
+        "_max_stream_ip",
+        "_measure_queue",
+        "_probe",
+        "_probe_due",
+        "_probe_every",
+        "_sample_in",
+        "_waiter",
+        "by_ip",
+        "connections",
+        "hosts",
+        "in_flight",
+        "lag",
+        "lagging",
+        "limits",
+        "lingering_refusals",
+        "loop",
+        "max_connections",
+        "max_in_flight",
+        "max_streams",
+        "queue_late",
+        "refusal",
+        "refused_connections",
+        "refused_streams",
+        "shed_requests",
+        "shedding",
+        "streams",
+        "streams_by_ip",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        interval: float = 1.0,
+        limits: ServerLimits | None = None,
+        *,
+        max_connections: int | None = None,
+        max_streams: int | None = None,
+    ) -> None:
+        limits = limits if limits is not None else ServerLimits()
         self.loop = loop
+        self.limits = limits
         self._interval = interval
         self._connections: set[HttpProtocol] = set()
         self._handle: asyncio.TimerHandle | None = None
+        self._probe: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
+        big = 1 << 62
+        self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
+        self.max_streams = max_streams if max_streams is not None else (limits.max_streams or big)
+        self.max_in_flight = limits.max_in_flight
+        self._max_conn_ip = limits.max_connections_per_ip
+        self._max_stream_ip = limits.max_streams_per_ip
+        self._exempt = PeerExemption(limits.per_ip_exempt)
+        #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
+        self.hosts = HostPolicy(limits.allowed_hosts)
+        self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
+        self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
+        self._sample_in = 1
+        #: True while sampled new connections waited longer than ``shed_after`` to be accepted.
+        self.queue_late = False
+        self._probe_due = 0.0
+        #: Admitted connections (refused ones still closing are not counted).
+        self.connections = 0
+        #: Open streams.
+        self.streams = 0
+        #: Peer address -> open connections / streams, for the addresses the per-IP caps apply to.
+        self.by_ip: dict[str, int] = {}
+        self.streams_by_ip: dict[str, int] = {}
+        #: Requests whose answer the app still owes (awaitables being awaited).
+        self.in_flight = 0
+        #: How late the last loop probe ran, in seconds, and whether that is past ``shed_after``.
+        self.lag = 0.0
+        self.lagging = False
+        #: True while new requests are answered 503: the loop is late or ``in_flight`` is full.
+        self.shedding = False
+        #: The answer of a refused connection, built once.
+        self.refusal = wire.service_unavailable(limits.retry_after, connection=wire.CONNECTION_CLOSE)
+        self.lingering_refusals = 0
+        self.refused_connections = 0
+        self.refused_streams = 0
+        #: Requests and new connections answered 503 by load shedding (lag, in-flight, backlog).
+        self.shed_requests = 0
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -95,16 +195,161 @@ class ConnectionRegistry:
         if not self._connections and self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    # --- capacity: O(1) at accept, stream start and close ----------------------------------------
+
+    def admit(self, conn: HttpProtocol) -> bool:
+        """Count a new connection, or refuse it (False) when a connection cap is reached."""
+        if self.connections >= self.max_connections:
+            self.refused_connections += 1
+            return False
+        address = conn._client
+        if not self._exempt(address):
+            count = self.by_ip.get(address, 0)
+            if count >= self._max_conn_ip:
+                self.refused_connections += 1
+                return False
+            self.by_ip[address] = count + 1
+            conn._ip_key = address
+        conn._admitted = True
+        self.connections += 1
+        return True
+
+    def release(self, conn: HttpProtocol) -> None:
+        """Uncount a connection that is gone (its stream too, if it had one)."""
+        if conn._stream_counted:
+            self.stream_ended(conn)
+        if conn._admitted:
+            conn._admitted = False
+            self.connections -= 1
+            key = conn._ip_key
+            if key is not None:
+                _decrement(self.by_ip, key)
+        if conn._refusing:
+            conn._refusing = False
+            self.lingering_refusals -= 1
+
+    def stream_started(self, conn: HttpProtocol) -> bool:
+        """Count a stream about to open on ``conn``, or refuse it (False) at a stream cap."""
+        if self.streams >= self.max_streams:
+            self.refused_streams += 1
+            return False
+        key = conn._ip_key
+        if key is not None:
+            count = self.streams_by_ip.get(key, 0)
+            if count >= self._max_stream_ip:
+                self.refused_streams += 1
+                return False
+            self.streams_by_ip[key] = count + 1
+        conn._stream_counted = True
+        self.streams += 1
+        return True
+
+    def stream_ended(self, conn: HttpProtocol) -> None:
+        if conn._stream_counted:
+            conn._stream_counted = False
+            self.streams -= 1
+            key = conn._ip_key
+            if key is not None:
+                _decrement(self.streams_by_ip, key)
+
+    def task_started(self) -> None:
+        self.in_flight += 1
+        if self.in_flight >= self.max_in_flight:
+            self.shedding = True
+
+    def task_done(self) -> None:
+        self.in_flight -= 1
+        if self.shedding and not self.lagging and self.in_flight < self.max_in_flight:
+            self.shedding = False
+
+    def late_accept(self, sock: socket.socket | None) -> bool:
+        """True when a connection just accepted should be answered 503: it (or the last one
+        sampled) waited in the listen backlog longer than ``shed_after``.
+
+        The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
+        sends its request right after connecting, so that is its time in the backlog (at most:
+        an idle preconnect counts from the handshake). One accept in ``_QUEUE_SAMPLE`` pays the
+        ``getsockopt``; off Linux, and for TLS (the handshake came after accept), nothing is
+        measured and only the loop lag sheds.
+        """
+        if not self._measure_queue or sock is None:
+            return False
+        self._sample_in -= 1
+        if self._sample_in <= 0:
+            self._sample_in = _QUEUE_SAMPLE
+            try:
+                info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
+                waited = struct.unpack_from("I", info, 52)[0] / 1000 if len(info) >= 56 else 0.0
+            except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
+                return False
+            self.queue_late = waited > self.limits.shed_after  # type: ignore[operator]
+        if self.queue_late:
+            self.shed_requests += 1
+            return True
+        return False
+
+    def buffered_bytes(self) -> int:
+        """Bytes every transport of this server still holds for its peer (O(connections))."""
+        total = 0
+        for conn in self._connections:
+            transport = getattr(conn, "_transport", None)
+            if transport is not None and not transport.is_closing():
+                total += transport.get_write_buffer_size()
+        return total
+
+    def stats(self) -> dict[str, float]:
+        """What the server holds and has refused, for metrics (``buffered_bytes`` walks every connection)."""
+        return {
+            "connections": self.connections,
+            "max_connections": self.max_connections,
+            "streams": self.streams,
+            "max_streams": self.max_streams,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "addresses": len(self.by_ip),
+            "lag_seconds": self.lag,
+            "shedding": int(self.shedding),
+            "refused_connections": self.refused_connections,
+            "refused_streams": self.refused_streams,
+            "shed_requests": self.shed_requests,
+            "buffered_bytes": self.buffered_bytes(),
+        }
+
+    # --- timers ---------------------------------------------------------------------------------------
+
     def start(self) -> None:
-        """Start the sweep."""
+        """Start the sweep (and the lag probe, when ``shed_after`` is set)."""
         if self._handle is None:
             self._handle = self.loop.call_later(self._interval, self._sweep)
+        if self._probe is None and self._probe_every:
+            self._probe_due = self.loop.time() + self._probe_every
+            self._probe = self.loop.call_later(self._probe_every, self._on_probe)
 
     def stop(self) -> None:
-        """Stop the sweep."""
+        """Stop the sweep and the probe."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+
+    def probe(self, now: float) -> None:
+        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed while past ``shed_after``.
+
+        A loop turn that runs long (CPU overload: every ready socket's handler runs in one turn)
+        makes the next probe late, and the turns that follow answer 503 until a probe runs on time
+        again: those are short, so shedding lasts about one probe period at a time.
+        """
+        shed_after = self.limits.shed_after
+        self.lag = lag = max(0.0, now - self._probe_due)
+        self.lagging = lagging = shed_after is not None and lag > shed_after
+        self.shedding = lagging or self.in_flight >= self.max_in_flight
+        self._probe_due = now + self._probe_every
+
+    def _on_probe(self) -> None:
+        self.probe(self.loop.time())
+        self._probe = self.loop.call_later(self._probe_every, self._on_probe)
 
     def sweep(self, now: float) -> None:
         """Time out every connection whose deadline is at or before ``now``."""
@@ -141,6 +386,14 @@ class ConnectionRegistry:
         finally:
             self._waiter = None
         return True
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    count = counts.get(key, 0) - 1
+    if count > 0:
+        counts[key] = count
+    else:
+        counts.pop(key, None)
 
 
 class _Sink:
@@ -210,16 +463,22 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (  # noqa: RUF023 - grouped by lifetime (STYLE.md), not sorted
         # Server-wide, shared by every connection.
         "_app",
+        "_hosts",
         "_limits",
         "_loop",
         "_registry",
         "_scheme",
         # Per connection.
+        "_admitted",
         "_busy",
         "_client",
         "_closing",
         "_final",
+        "_flushing",
+        "_ip_key",
         "_lingering",
+        "_refusing",
+        "_stream_counted",
         "_parser",
         "_queue",
         "_reading_paused",
@@ -233,6 +492,7 @@ class HttpProtocol(asyncio.Protocol):
         # Per request being parsed.
         "_body",
         "_body_size",
+        "_body_start",
         "_continue",
         "_head_raw",
         "_head_size",
@@ -250,13 +510,19 @@ class HttpProtocol(asyncio.Protocol):
         self._limits = limits
         self._loop = registry.loop
         self._registry = registry
+        self._hosts = registry.hosts.cache
         self._scheme = scheme
 
+        self._admitted = False  # counted by the registry's connection caps
         self._busy = False  # a response is owed: handler running, or a stream open
         self._client = ""
         self._closing = False  # close() or abort() was called: write nothing more
         self._final: bytes | None = None  # not None: read no more requests; write it, then close
+        self._flushing = 0  # closed with this many bytes unsent: the peer must read some in time
+        self._ip_key: str | None = None  # the address counted by the per-IP caps (None: exempt)
         self._lingering = False  # answered and half-closed: reading only to drop what arrives
+        self._refusing = False  # refused at accept and lingering (counted by the registry)
+        self._stream_counted = False  # counted by the registry's stream caps
         self._parser = HttpRequestParser(self)
         # A list, not a deque: an empty deque costs 600 bytes per connection, and this holds at
         # most max_pipelined requests.
@@ -274,6 +540,7 @@ class HttpProtocol(asyncio.Protocol):
 
         self._body: list[bytes] | None = None
         self._body_size = 0
+        self._body_start = 0.0
         self._continue = False
         self._head_raw = 0
         self._head_size = 0
@@ -291,20 +558,39 @@ class HttpProtocol(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         self._transport = transport
         sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple | list) and peer:
+            self._client = str(peer[0])
+        registry = self._registry
+        registry.add(self)
+        if not registry.admit(self) or (self._scheme == "http" and registry.late_accept(sock)):
+            self._refuse()
+            return
         if sock is not None:
             # OSError: a Unix socket; AttributeError: a transport without a real socket.
             with contextlib.suppress(OSError, AttributeError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple | list) and peer:
-            self._client = str(peer[0])
         # A fresh connection is an idle one: browsers preconnect and send later.
         self.deadline = self._loop.time() + self._limits.keep_alive_timeout
-        self._registry.add(self)
+
+    def _refuse(self) -> None:
+        """Over a connection cap: a 503 before any request, then close (lingering, if few are)."""
+        registry = self._registry
+        self._final = b""
+        self._transport.write(registry.refusal)
+        if registry.lingering_refusals < _MAX_LINGERING_REFUSALS:
+            registry.lingering_refusals += 1
+            self._refusing = True
+            self._close(linger=True)
+        else:
+            self._close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self._registry.discard(self)
+        self._flushing = 0
+        registry = self._registry
+        registry.discard(self)
+        registry.release(self)
         self.deadline = 0.0
         self._queue.clear()
         self._parser = None  # type: ignore[assignment]  # break the parser <-> protocol cycle
@@ -360,9 +646,19 @@ class HttpProtocol(asyncio.Protocol):
             if self._head_raw == 0 and not self._busy:  # the first piece of this head
                 self.deadline = self._loop.time() + self._limits.header_timeout
         elif not self._busy:
-            # Idle: the keep-alive timeout runs. Mid-body: the body must keep arriving.
             limits = self._limits
-            self.deadline = self._loop.time() + (limits.keep_alive_timeout if parse == _IDLE else limits.body_timeout)
+            now = self._loop.time()
+            if parse == _IDLE:  # the keep-alive timeout runs
+                self.deadline = now + limits.keep_alive_timeout
+            else:
+                # Mid-body: no silence longer than body_timeout, and after that grace the body
+                # must average min_body_rate (a body trickled byte by byte is cut off).
+                if not self._body_start:
+                    self._body_start = now
+                self.deadline = min(
+                    now + limits.body_timeout,
+                    self._body_start + limits.body_timeout + self._body_size / limits.min_body_rate,
+                )
         if (self._queue or self._busy) and not self._reading_paused and (
             len(self._queue) >= self._limits.max_pipelined or self._writing_paused
         ):
@@ -407,6 +703,7 @@ class HttpProtocol(asyncio.Protocol):
         self._head_raw = 0
         self._body = None
         self._body_size = 0
+        self._body_start = 0.0
         self._continue = False
 
     def on_url(self, url: bytes) -> None:
@@ -431,11 +728,22 @@ class HttpProtocol(asyncio.Protocol):
             self._http10 = True
         else:
             raise _Reject(505)
-        self._headers = headers = Headers.from_raw(self._raw_headers)
-        if not self._http10 and headers.get("host") is None:
-            raise _Reject(400)  # RFC 9112 §3.2: MUST answer 400
-        length = headers.get("content-length")
+        raw = self._raw_headers
+        self._headers = headers = Headers.from_raw(raw)
         coding = headers.get("transfer-encoding")
+        if len(headers._map) != len(raw):  # a name repeats (rare): one dict size, not a scan
+            if len(headers.get_all("host")) > 1:
+                raise _Reject(400)  # RFC 9112 §3.2: more than one Host MUST be answered 400
+            codings = headers.get_all("transfer-encoding")
+            if len(codings) > 1:
+                coding = ",".join(codings)  # gzip + chunked on two lines is "gzip, chunked"
+        host = headers.get("host")
+        if host is None:
+            if not self._http10 or not self._registry.hosts(""):
+                raise _Reject(400)  # RFC 9112 §3.2: MUST answer 400; an unnamed host is not ours
+        elif self._hosts.get(host) is not True and not self._registry.hosts(host):
+            raise _Reject(400)  # invalid, or not in allowed_hosts: refused before the app
+        length = headers.get("content-length")
         if coding is not None:
             if length is not None or self._http10:
                 # Request smuggling (RFC 9112 §6.1, which also makes HTTP/1.0 framing by
@@ -503,6 +811,9 @@ class HttpProtocol(asyncio.Protocol):
         """Hand one request to the app; answer now unless it gave an awaitable (rule 2)."""
         self._busy = True
         self.deadline = 0.0
+        if self._registry.shedding and request.path not in self._limits.shed_exempt:
+            self._shed(request, keep_alive, http10)
+            return
         try:
             result = self._app.handle(request)
         except Exception:
@@ -522,9 +833,21 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._task = task
             self._pending = (request, keep_alive, http10)
+            self._registry.task_started()
             task.add_done_callback(self._on_task_done)
 
+    def _shed(self, request: Request, keep_alive: bool, http10: bool) -> None:
+        """Overloaded: 503 + Retry-After now, without asking the app; the connection stays usable."""
+        self._registry.shed_requests += 1
+        keep_alive = keep_alive and not self.draining
+        self._transport.write(wire.service_unavailable(
+            self._registry.limits.retry_after, head_only=request.method == "HEAD",
+            connection=self._connection_header(keep_alive, http10),
+        ))
+        self._answered(keep_alive)
+
     def _on_task_done(self, task: asyncio.Future[object]) -> None:
+        self._registry.task_done()
         self._task = None
         pending, self._pending = self._pending, None
         assert pending is not None
@@ -601,6 +924,13 @@ class HttpProtocol(asyncio.Protocol):
             self._call_closed(stream)
             self._answered(keep_alive and not self.draining)
             return
+        if not self._registry.stream_started(self):
+            # Over a stream cap: the stream is never opened; the browser retries after a while.
+            self._call_closed(stream)
+            self._transport.write(wire.service_unavailable(
+                self._registry.limits.retry_after, connection=wire.CONNECTION_CLOSE))
+            self._answered(False)
+            return
         # From here the connection belongs to the stream: no more requests are read (Datastar
         # opens each stream on its own connection), and it closes when the stream ends.
         self._final = b""
@@ -631,6 +961,7 @@ class HttpProtocol(asyncio.Protocol):
         """The core closed the sink: the body is complete, the connection ends."""
         self._stream = None
         self._busy = False
+        self._registry.stream_ended(self)
         self._close()
 
     def _next(self) -> None:
@@ -684,8 +1015,20 @@ class HttpProtocol(asyncio.Protocol):
                 self._reading_paused = False
                 transport.resume_reading()
         else:
-            self.deadline = 0.0
             transport.close()
+            self._flush_deadline()
+
+    def _flush_deadline(self) -> None:
+        """After ``close()``: a peer that reads nothing of what is left for the keep-alive timeout
+        loses it (slow-read guard, nginx's ``send_timeout``), instead of holding the connection
+        for ever; one that reads slowly keeps it."""
+        left = self._transport.get_write_buffer_size()
+        if left:
+            self._flushing = left
+            self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+        else:
+            self._flushing = 0
+            self.deadline = 0.0
 
     # --- called by the registry -------------------------------------------------------------------------
 
@@ -693,8 +1036,16 @@ class HttpProtocol(asyncio.Protocol):
         """The deadline passed: the request is too slow (408) or the connection too long idle."""
         if self._lingering:
             self._lingering = False
-            self.deadline = 0.0
             self._transport.close()
+            self._flush_deadline()
+            return
+        if self._flushing:
+            if 0 < self._transport.get_write_buffer_size() < self._flushing:
+                self._flush_deadline()  # the peer read some: it gets another period
+                return
+            self._flushing = 0
+            self.deadline = 0.0
+            self._transport.abort()  # closed, and the peer read nothing of the rest
             return
         if self._closing or self._busy:
             return
@@ -715,6 +1066,7 @@ class HttpProtocol(asyncio.Protocol):
         if self._lingering:
             self._lingering = False
             self._transport.close()
+            self._flush_deadline()
             return
         if self._closing or self._stream is not None:
             return  # streams are the app's to end (App.shutdown); abort() ends what is left

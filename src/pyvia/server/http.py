@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
@@ -30,11 +31,17 @@ __all__ = [
     "CONTINUE",
     "ERRORS",
     "LAST_CHUNK",
+    "HostPolicy",
+    "PeerExemption",
     "ServerLimits",
+    "derive_max_connections",
+    "derive_max_streams",
     "encode_response",
     "encode_stream_head",
     "frame_chunk",
     "internal_error",
+    "normalize_host",
+    "service_unavailable",
     "split_target",
     "status_line",
 ]
@@ -43,13 +50,62 @@ _KIB = 1024
 _MIB = 1024 * _KIB
 
 
+#: Peers the per-address caps do not apply to by default: loopback (see ``ServerLimits.per_ip_exempt``).
+LOOPBACK = ("127.0.0.0/8", "::1")
+#: Paths never shed under overload: the core's probes and metrics (``ServerLimits.shed_exempt``).
+PROBE_PATHS = ("/_health", "/_ready", "/metrics")
+
+
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
-    """What one connection may ask of the server; over a limit the request is refused, never queued.
+    """What one connection, one address and the whole process may ask of the server.
 
-    The sizes follow the common front-line defaults (nginx ``large_client_header_buffers`` 8 KiB
-    for a request line, Node's 64 KiB of headers…); the timeouts are enforced by one periodic
-    sweep per server, so they are exact to within ``sweep_interval``.
+    Over a limit a request is refused, never queued: the sizes and timeouts answer 4xx and close;
+    the capacity caps (connections, streams, in-flight work, loop lag) answer a fast **503 with
+    ``Retry-After``**. The sizes follow the common front-line defaults (nginx
+    ``large_client_header_buffers`` 8 KiB for a request line, Node's 64 KiB of headers…); the
+    timeouts are enforced by one periodic sweep per server, so they are exact to within
+    ``sweep_interval``.
+
+    **Capacity defaults and why** (ephpm-lessons §5.5: bound admission, shed with 503 +
+    Retry-After, count sheds; every cap is O(1) work at accept, at stream start and at close,
+    nothing per request but one flag test):
+
+    * ``max_connections`` (``None``: derived at start from ``RLIMIT_NOFILE``, the soft limit
+      minus a tenth of it, at least 32, kept for files, the engine and the listening socket; 18,000
+      with the 20,000 of our machines). Past it a new connection gets 503 and is closed: accept
+      keeps working instead of failing on EMFILE.
+    * ``max_connections_per_ip`` = 512 and ``max_streams_per_ip`` = 256, keyed on the TCP peer.
+      A browser holds at most 6 HTTP/1.1 connections to one origin, so 512 is ~85 browsers at
+      their maximum behind one NAT address; streams are half of that so an address at its stream
+      cap still has connections for its page loads and actions.
+    * ``per_ip_exempt`` = loopback. The per-address caps count the *peer*: behind a reverse
+      proxy every connection is the proxy's, and a per-address cap on it would be a global cap.
+      A proxy on loopback (Caddy, nginx on the same host) and local benchmarks (10,000 tabs from
+      127.0.0.1) are therefore exempt by default; a proxy on another address must be listed here
+      (the same addresses as the app's ``trusted_proxies``), and its own per-client limits do the
+      job. Set ``per_ip_exempt=()`` to cap loopback too. ``max_connections`` and
+      ``max_streams`` apply to every peer, exempt or not.
+    * ``max_streams`` (``None``: nine tenths of ``max_connections``), so streams can never take
+      the last connections that page loads and actions need.
+    * ``max_in_flight`` = 1024 requests whose answer the app still owes (its awaitables). At
+      1,000 actions a second that allows each one second; past it a request gets 503 at once
+      instead of joining an unbounded queue of tasks (ePHPm measured the waiting policy growing
+      to 6 GB and wedging).
+    * ``shed_after`` = 0.5 s: how long a request may wait before the server starts it. Under CPU
+      overload requests do not queue in the server but in the kernel: new connections in the
+      listen backlog (uvloop accepts about one per loop turn, so the backlog is the queue) and
+      requests on open connections behind a long loop turn. So a new connection whose bytes
+      waited longer than this before it was accepted is answered 503 at once (measured with
+      ``TCP_INFO`` on Linux, on one accept in four), and while the loop runs this late, new
+      requests are answered 503. A request answered 503 costs ~1/50 of a real one, so the
+      backlog drains and what is served waited at most about this long (CoDel's idea, with a
+      fixed target). Half a second is already a stall every user sees, and well above a normal
+      loop turn (a broadcast to 10,000 tabs, a GC pass), so a busy benchmark is not shed.
+      ``None`` turns it off.
+    * ``shed_exempt``: the core's ``/_health``, ``/_ready`` and ``/metrics`` are answered even
+      when shedding: an overloaded replica is alive, and a readiness probe failing on every
+      overloaded replica at once would empty the service (ephpm-lessons §0.7).
     """
 
     #: Longest request target (URL) in bytes → 414. nginx, Node and h11 all stop near 8 KiB.
@@ -60,28 +116,187 @@ class ServerLimits:
     max_header_bytes: int = 64 * _KIB
     #: Largest request body, declared or streamed → 413. Actions post signals, not files.
     max_body: int = 16 * _MIB
-    #: Seconds from the first byte of a request to the end of its head → 408 (slowloris guard).
+    #: Seconds from the first byte of a request to the end of its head → 408 (slowloris guard:
+    #: trickling bytes does not extend it).
     header_timeout: float = 10.0
-    #: Longest silence while a request body is arriving → 408.
+    #: Longest silence while a request body is arriving → 408; also the grace before
+    #: ``min_body_rate`` applies.
     body_timeout: float = 30.0
+    #: Bytes a second a body must average after its first ``body_timeout`` seconds → 408 (the
+    #: slow-POST guard: a body trickled a byte at a time cannot hold a connection for ever).
+    #: 500 B/s is Apache mod_reqtimeout's ``MinRate``; 16 MiB at that rate still gets 9 hours.
+    min_body_rate: float = 500.0
     #: Seconds an idle keep-alive connection is kept; longer than browsers' and proxies' reuse
-    #: windows (Chromium drops idle sockets after 60 s), so the client closes first.
+    #: windows (Chromium drops idle sockets after 60 s), so the client closes first. Also how long
+    #: a peer that stopped reading may hold a response (or a closing connection) unflushed.
     keep_alive_timeout: float = 75.0
     #: Requests parsed ahead of the one being answered; at this depth the server stops reading.
     max_pipelined: int = 32
     #: Period of the timeout sweep, in seconds (one timer per server, none per connection).
     sweep_interval: float = 1.0
+    #: Open connections in this process → 503 and close at accept. None: derived from the fd limit.
+    max_connections: int | None = None
+    #: Open connections from one peer address → 503 and close at accept.
+    max_connections_per_ip: int = 512
+    #: Open streams (SSE responses) in this process → 503. None: 9/10 of ``max_connections``.
+    max_streams: int | None = None
+    #: Open streams from one peer address → 503.
+    max_streams_per_ip: int = 256
+    #: Addresses or networks the two per-address caps do not apply to (proxies, loopback).
+    per_ip_exempt: tuple[str, ...] = LOOPBACK
+    #: Requests the app is still answering asynchronously → 503 for new ones past it.
+    max_in_flight: int = 1024
+    #: Seconds a request may wait (listen backlog, late loop) before it is shed with 503. None: never.
+    shed_after: float | None = 0.5
+    #: Exact request paths answered even while shedding.
+    shed_exempt: tuple[str, ...] = PROBE_PATHS
+    #: Host names this server answers (``"example.com"``, ``"*.example.com"`` for any
+    #: subdomain, ``"*"``); another ``Host`` → 400, before the app sees it. None: any host.
+    allowed_hosts: tuple[str, ...] | None = None
+    #: Seconds in the ``Retry-After`` of every 503.
+    retry_after: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not value > 0:
+            if isinstance(value, list):
+                value = tuple(value)
+                object.__setattr__(self, f.name, value)
+            if value is None and f.name in _OPTIONAL:
+                continue
+            if f.name in _TUPLES:
+                if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"ServerLimits.{f.name} must be a tuple of strings, got {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"ServerLimits.{f.name} must be positive, got {value!r}")
+        PeerExemption(self.per_ip_exempt)  # raises ValueError for a bad address
+        if self.allowed_hosts is not None:
+            HostPolicy(self.allowed_hosts)  # raises ValueError for a bad pattern
 
     @property
     def max_head(self) -> int:
         """Raw bytes a request head may take before it is refused, whatever its shape."""
         return self.max_request_line + self.max_header_bytes + 1024
+
+
+_OPTIONAL = frozenset({"max_connections", "max_streams", "shed_after", "allowed_hosts"})
+_TUPLES = frozenset({"per_ip_exempt", "shed_exempt", "allowed_hosts"})
+
+
+def derive_max_connections(fd_soft_limit: int) -> int:
+    """The default process-wide connection cap for a soft ``RLIMIT_NOFILE``: a tenth (at least 32)
+    is kept for everything else the process opens. A negative limit (``RLIM_INFINITY``) is taken
+    as 1,048,576, the usual hard limit."""
+    fds = fd_soft_limit if fd_soft_limit > 0 else 1 << 20
+    return max(1, fds - max(32, fds // 10))
+
+
+def derive_max_streams(max_connections: int) -> int:
+    """The default stream cap: nine tenths of the connections, so requests always find a few."""
+    return max(1, max_connections - max(1, max_connections // 10))
+
+
+class PeerExemption:
+    """Which peer addresses the per-address caps skip: ``exempt(ip)``, cached per address."""
+
+    __slots__ = ("_cache", "_networks")
+
+    _CACHE_MAX = 4096
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._networks = []
+        for entry in entries:
+            try:
+                self._networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"per_ip_exempt entry {entry!r}: not an address or network") from None
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, address: str) -> bool:
+        found = self._cache.get(address)
+        if found is None:
+            found = self._match(address)
+            if len(self._cache) >= self._CACHE_MAX:
+                self._cache.clear()
+            self._cache[address] = found
+        return found
+
+    def _match(self, address: str) -> bool:
+        if not self._networks:
+            return False
+        try:
+            ip = ipaddress.ip_address(address.partition("%")[0])  # fe80::1%eth0: drop the zone
+        except ValueError:
+            return False  # a Unix socket or an unknown peer: counted like any other address
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # a dual-stack socket's ::ffff:127.0.0.1
+        return any(ip.version == net.version and ip in net for net in self._networks)
+
+
+#: RFC 9110 §7.2 / RFC 3986 §3.2.2: an IP literal or a reg-name, then an optional port.
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.vV]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::[0-9]*)?")
+
+
+def normalize_host(value: str) -> str | None:
+    """The host name of a ``Host`` field value (lower case, no port, no trailing dot), or None
+    when the value is not a valid ``uri-host [ ":" port ]`` (RFC 9112 §3.2 makes that a 400)."""
+    match = _HOST.fullmatch(value.strip())
+    if match is None:
+        return None
+    return match.group(1).lower().rstrip(".")
+
+
+class HostPolicy:
+    """Whether a ``Host`` field value names this server: ``policy(value) -> bool``, cached.
+
+    ``None`` patterns allow every valid host. A pattern is a host name (``example.com``), a
+    wildcard for its subdomains at any depth (``*.example.com``, which does not match
+    ``example.com`` itself: list both), an IP literal (``[::1]``, ``127.0.0.1``) or ``*``.
+    Comparison ignores case, the port and a trailing dot. An invalid value is always refused.
+    """
+
+    __slots__ = ("_any", "_exact", "_suffixes", "cache")
+
+    _CACHE_MAX = 1024
+
+    def __init__(self, patterns: Iterable[str] | None) -> None:
+        self._any = patterns is None
+        self._exact: set[str] = set()
+        self._suffixes: list[str] = []
+        for pattern in patterns or ():
+            name = pattern.strip().lower().rstrip(".")
+            if name == "*":
+                self._any = True
+            elif name.startswith("*."):
+                rest = name[2:]
+                if not rest or "*" in rest or normalize_host(rest) != rest:
+                    raise ValueError(f"allowed_hosts pattern {pattern!r}: expected *.domain")
+                self._suffixes.append("." + rest)
+            elif not name or "*" in name or normalize_host(name) != name:
+                raise ValueError(f"allowed_hosts pattern {pattern!r}: expected a host name without port")
+            else:
+                self._exact.add(name)
+        #: value -> verdict; a connection reads it directly (one dict lookup a request) and calls
+        #: the policy only on a miss. Cleared when full, so random names cannot grow it.
+        self.cache: dict[str, bool] = {}
+
+    def __call__(self, value: str) -> bool:
+        found = self.cache.get(value)
+        if found is None:
+            found = self._check(value)
+            if len(self.cache) >= self._CACHE_MAX:
+                self.cache.clear()
+            self.cache[value] = found
+        return found
+
+    def _check(self, value: str) -> bool:
+        name = normalize_host(value)
+        if name is None:
+            return False
+        if self._any:
+            return True
+        return name in self._exact or any(name.endswith(s) for s in self._suffixes)
 
 
 # --- status lines --------------------------------------------------------------------------------
@@ -268,6 +483,12 @@ ERRORS: dict[int, bytes] = {code: _error(code) for code in (400, 408, 413, 414, 
 def internal_error(*, head_only: bool = False, connection: str = "") -> bytes:
     """The plain 500 written when the application failed: the phrase only, nothing leaked."""
     return encode_response(500, _TEXT_PLAIN, b"Internal Server Error", head_only=head_only, connection=connection)
+
+
+def service_unavailable(retry_after: int, *, head_only: bool = False, connection: str = "") -> bytes:
+    """The 503 of a capacity cap or of load shedding: ``Retry-After`` tells the client when to come back."""
+    headers = [*_TEXT_PLAIN, ("retry-after", str(retry_after))]
+    return encode_response(503, headers, b"Service Unavailable", head_only=head_only, connection=connection)
 
 
 # --- request target --------------------------------------------------------------------------------

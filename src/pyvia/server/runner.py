@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import socket
 import ssl
@@ -18,9 +19,9 @@ from collections.abc import Callable
 
 from pyvia.server import ServedApp
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
-from pyvia.server.http import ServerLimits
+from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams
 
-__all__ = ["DEFAULT_LIMITS", "bind_socket", "make_ssl_context", "run", "serve"]
+__all__ = ["DEFAULT_LIMITS", "bind_socket", "effective_caps", "make_ssl_context", "run", "serve"]
 
 logger = logging.getLogger("pyvia.server")
 
@@ -55,6 +56,26 @@ def make_ssl_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContex
     context.load_cert_chain(certfile, keyfile)
     context.set_alpn_protocols(["http/1.1"])
     return context
+
+
+def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tuple[int, int]:
+    """(max_connections, max_streams) for ``limits``: ``None`` ones derived from the soft fd limit.
+
+    An explicit ``max_connections`` above what the fd limit allows is lowered to it (with a
+    warning): past the fd limit accept fails with EMFILE and nobody gets an answer, not even a 503.
+    """
+    if fd_soft_limit is None:
+        fd_soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    ceiling = derive_max_connections(fd_soft_limit)
+    connections = limits.max_connections
+    if connections is None:
+        connections = ceiling
+    elif connections > ceiling:
+        logger.warning("max_connections=%d is above what the open-file limit (%d) allows; using %d",
+                       connections, fd_soft_limit, ceiling)
+        connections = ceiling
+    streams = limits.max_streams if limits.max_streams is not None else derive_max_streams(connections)
+    return connections, min(streams, connections)
 
 
 def _format_address(sock: socket.socket) -> tuple[str, int]:
@@ -92,7 +113,9 @@ async def serve(
     own_sock = sock is None
     if sock is None:
         sock = bind_socket(host, port)
-    registry = ConnectionRegistry(loop, limits.sweep_interval)
+    max_connections, max_streams = effective_caps(limits)
+    registry = ConnectionRegistry(loop, limits.sweep_interval, limits,
+                                  max_connections=max_connections, max_streams=max_streams)
     server: asyncio.Server | None = None
     try:
         await app.startup()
@@ -109,6 +132,10 @@ async def serve(
         bound_host, bound_port = _format_address(sock)
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
+        logger.info("capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
+                    "flight, shed after %s s of waiting; per-address caps skip %s", max_connections,
+                    limits.max_connections_per_ip, max_streams, limits.max_streams_per_ip, limits.max_in_flight,
+                    limits.shed_after, ", ".join(limits.per_ip_exempt) or "nobody")
         if isinstance(ready, asyncio.Event):
             ready.set()
         elif ready is not None:

@@ -1,0 +1,314 @@
+"""The capacity pieces without a socket: ServerLimits validation, the host and peer policies, the
+derived caps, and the registry's O(1) accounting driven through HttpProtocol on FakeTransports."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pyvia.http import Request, Response, StreamResponse, StreamSink
+from pyvia.server import http as wire
+from pyvia.server.connection import ConnectionRegistry, HttpProtocol
+from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits, derive_max_connections, derive_max_streams
+from pyvia.server.runner import effective_caps
+from tests.helpers import FakeLoop, FakeTransport, get
+
+
+class App:
+    def __init__(self) -> None:
+        self.sinks: list[StreamSink] = []
+        self.closed = 0
+        self.handled = 0
+
+    def handle(self, request: Request) -> Any:
+        self.handled += 1
+        if request.path == "/stream":
+            return StreamResponse([("content-type", "text/event-stream")], self.sinks.append, self._closed)
+        if request.path == "/async":
+            return self._later()
+        return Response(200, [("content-type", "text/plain")], b"ok")
+
+    async def _later(self) -> Response:
+        await asyncio.sleep(0)
+        return Response(200, [], b"later")
+
+    def _closed(self) -> None:
+        self.closed += 1
+
+    async def startup(self) -> None:
+        pass
+
+    async def shutdown(self, budget: float) -> None:
+        pass
+
+
+def connect(app: Any, registry: ConnectionRegistry, ip: str) -> tuple[HttpProtocol, FakeTransport]:
+    protocol = HttpProtocol(app, registry, registry.limits)
+    transport = FakeTransport(peer=(ip, 40000))
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+# --- ServerLimits -----------------------------------------------------------------------------------
+
+
+def test_defaults_are_valid_and_documented() -> None:
+    limits = ServerLimits()
+    assert limits.max_connections is None and limits.max_streams is None
+    assert limits.per_ip_exempt == ("127.0.0.0/8", "::1")
+    assert limits.allowed_hosts is None and limits.shed_after == 0.5
+    assert "Capacity defaults and why" in (ServerLimits.__doc__ or "")
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_connections": 0}, {"max_streams_per_ip": -1}, {"max_in_flight": 0}, {"shed_after": 0.0},
+    {"min_body_rate": 0}, {"retry_after": 0}, {"per_ip_exempt": ("not-an-ip",)}, {"per_ip_exempt": "127.0.0.1"},
+    {"allowed_hosts": ("exa mple.com",)}, {"allowed_hosts": ("a.*.com",)}, {"allowed_hosts": ("example.com:80",)},
+    {"max_connections_per_ip": True},
+])
+def test_invalid_limits_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ServerLimits(**bad)
+
+
+def test_lists_are_taken_as_tuples_and_none_turns_optional_caps_off() -> None:
+    limits = ServerLimits(allowed_hosts=["a.com"], per_ip_exempt=[], shed_after=None)  # type: ignore[arg-type]
+    assert limits.allowed_hosts == ("a.com",) and limits.per_ip_exempt == () and limits.shed_after is None
+
+
+def test_derived_caps_keep_headroom_below_the_fd_limit() -> None:
+    assert derive_max_connections(20_000) == 18_000  # 10,000 local tabs fit
+    assert derive_max_connections(1024) == 922
+    assert derive_max_connections(100) == 68  # at least 32 kept
+    assert derive_max_connections(10) == 1
+    assert derive_max_connections(-1) > 900_000  # RLIM_INFINITY
+    assert derive_max_streams(18_000) == 16_200
+    assert effective_caps(ServerLimits(), 20_000) == (18_000, 16_200)
+    assert effective_caps(ServerLimits(max_connections=100, max_streams=500), 20_000) == (100, 100)
+    assert effective_caps(ServerLimits(max_connections=50_000), 1024) == (922, 830)
+
+
+# --- host and peer policies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("example.com", True), ("EXAMPLE.com.", True), ("example.com:8443", True), ("a.example.com", True),
+    ("a.b.example.com:1", True), ("example.com.evil.net", False), ("evilexample.com", False), ("evil.com", False),
+    ("", False), ("example.com:x", False), ("user@example.com", False), ("example.com/x", False), ("a b", False),
+])
+def test_allowed_hosts_match_names_and_subdomains(value: str, ok: bool) -> None:
+    assert HostPolicy(("example.com", "*.example.com"))(value) is ok
+
+
+def test_without_allowed_hosts_any_valid_host_passes_and_invalid_ones_do_not() -> None:
+    policy = HostPolicy(None)
+    for good in ("localhost", "localhost:3000", "[::1]:3000", "127.0.0.1", "my_host", ""):
+        assert policy(good), good
+    for bad in ("a/b", "a@b", "a b", "[zz]", "a\\b", "x:80:80"):
+        assert not policy(bad), bad
+    assert HostPolicy(("*",))("anything.example")
+
+
+def test_peer_exemption_covers_networks_mapped_addresses_and_nothing_else() -> None:
+    exempt = PeerExemption(("127.0.0.0/8", "::1", "10.1.0.0/16"))
+    assert exempt("127.0.0.1") and exempt("127.9.9.9") and exempt("::1") and exempt("::ffff:127.0.0.1")
+    assert exempt("10.1.2.3") and not exempt("10.2.0.1") and not exempt("192.0.2.1") and not exempt("")
+    assert not PeerExemption(())("127.0.0.1")
+
+
+# --- registry accounting ------------------------------------------------------------------------------
+
+
+def test_per_ip_connection_cap_refuses_with_503_and_frees_on_close() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(max_connections_per_ip=2, per_ip_exempt=()))  # type: ignore[arg-type]
+    app = App()
+    a1, _ = connect(app, registry, "192.0.2.1")
+    a2, _ = connect(app, registry, "192.0.2.1")
+    refused, refused_t = connect(app, registry, "192.0.2.1")
+    other, other_t = connect(app, registry, "192.0.2.2")
+    assert refused_t.output.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1\r\n" in refused_t.output
+    assert b"connection: close" in refused_t.output and refused_t.eof_written
+    refused.data_received(get("/"))  # what a refused client sends is dropped
+    assert app.handled == 0
+    other.data_received(get("/"))
+    assert other_t.output.startswith(b"HTTP/1.1 200 ")  # another address is served
+    assert registry.connections == 3 and registry.by_ip == {"192.0.2.1": 2, "192.0.2.2": 1}
+    assert registry.refused_connections == 1 and registry.lingering_refusals == 1
+    refused.connection_lost(None)
+    a1.connection_lost(None)
+    assert registry.by_ip == {"192.0.2.1": 1, "192.0.2.2": 1} and registry.lingering_refusals == 0
+    again, again_t = connect(app, registry, "192.0.2.1")
+    assert not again_t.output  # admitted: the slot freed by a1
+    for conn in (a2, other, again):
+        conn.connection_lost(None)
+    assert registry.connections == 0 and registry.by_ip == {} and len(registry) == 0
+
+
+def test_exempt_peers_are_not_counted_per_ip_but_count_in_the_total() -> None:
+    limits = ServerLimits(max_connections=3, max_connections_per_ip=1)
+    registry = ConnectionRegistry(FakeLoop(), limits=limits)  # type: ignore[arg-type]
+    conns = [connect(App(), registry, "127.0.0.1") for _ in range(3)]
+    assert all(not t.output for _, t in conns) and registry.by_ip == {}
+    _, fourth = connect(App(), registry, "127.0.0.2")
+    assert fourth.output.startswith(b"HTTP/1.1 503 ")  # the process-wide cap applies to everyone
+
+
+def test_stream_caps_refuse_with_503_and_call_closed() -> None:
+    limits = ServerLimits(max_streams=3, max_streams_per_ip=2, per_ip_exempt=())
+    registry = ConnectionRegistry(FakeLoop(), limits=limits)  # type: ignore[arg-type]
+    app = App()
+    opened = []
+    for ip in ("192.0.2.1", "192.0.2.1", "192.0.2.1", "192.0.2.2", "192.0.2.3"):
+        conn, transport = connect(app, registry, ip)
+        conn.data_received(get("/stream"))
+        opened.append((conn, transport))
+    statuses = [t.output[9:12] for _, t in opened]
+    assert statuses == [b"200", b"200", b"503", b"200", b"503"]
+    assert app.closed == 2 and len(app.sinks) == 3  # refused streams were never opened, but closed
+    assert all(t.closed for _, t in opened[2::2])
+    assert registry.streams == 3 and registry.streams_by_ip == {"192.0.2.1": 2, "192.0.2.2": 1}
+    app.sinks[0].close()  # the core ends a stream: its slot is free at once
+    assert registry.streams == 2 and registry.streams_by_ip == {"192.0.2.1": 1, "192.0.2.2": 1}
+    opened[3][0].connection_lost(None)  # a peer goes away
+    assert registry.streams == 1 and registry.streams_by_ip == {"192.0.2.1": 1}
+    conn, transport = connect(app, registry, "192.0.2.1")
+    conn.data_received(get("/stream"))
+    assert transport.output.startswith(b"HTTP/1.1 200 ")
+    for c, _ in opened:
+        c.connection_lost(None)
+    conn.connection_lost(None)
+    assert registry.streams == 0 and registry.streams_by_ip == {} and registry.connections == 0
+    assert registry.refused_streams == 2
+
+
+def test_a_head_request_for_a_stream_takes_no_stream_slot() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(max_streams=1))  # type: ignore[arg-type]
+    conn, transport = connect(App(), registry, "192.0.2.1")
+    conn.data_received(b"HEAD /stream HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert transport.output.startswith(b"HTTP/1.1 200 ") and registry.streams == 0
+
+
+def test_shedding_answers_503_without_the_app_and_keeps_the_connection() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits())  # type: ignore[arg-type]
+    app = App()
+    conn, transport = connect(app, registry, "192.0.2.1")
+    registry.shedding = True
+    conn.data_received(get("/") + get("/_health") + b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n")
+    first, health, head = transport.writes
+    assert first.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1\r\n" in first and b"connection" not in first
+    assert health.startswith(b"HTTP/1.1 200 ")  # probes are never shed
+    assert head.startswith(b"HTTP/1.1 503 ") and head.endswith(b"\r\n\r\n")  # HEAD: no body
+    assert app.handled == 1 and registry.shed_requests == 2 and not transport.closed
+    registry.shedding = False
+    conn.data_received(get("/"))
+    assert transport.writes[-1].startswith(b"HTTP/1.1 200 ")
+
+
+def test_probe_sheds_while_the_loop_is_late_and_stops_when_on_time() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry._probe_due = 10.0
+    registry.probe(10.2)
+    assert not registry.shedding and registry.lag == pytest.approx(0.2)
+    registry._probe_due = 20.0
+    registry.probe(20.7)
+    assert registry.shedding and registry.lagging
+    registry.probe(registry._probe_due + 0.01)
+    assert not registry.shedding
+
+
+def test_in_flight_cap_sheds_until_a_task_finishes() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        registry = ConnectionRegistry(loop, limits=ServerLimits(max_in_flight=2))
+        app = App()
+        conns = [connect(app, registry, "192.0.2.1") for _ in range(3)]
+        for conn, _ in conns:
+            conn.data_received(get("/async"))
+        assert registry.in_flight == 2 and registry.shedding
+        assert conns[2][1].output.startswith(b"HTTP/1.1 503 ")
+        await asyncio.sleep(0.01)
+        assert registry.in_flight == 0 and not registry.shedding
+        assert all(t.output.endswith(b"later") for _, t in conns[:2])
+        conns[2][0].data_received(get("/async"))
+        await asyncio.sleep(0.01)
+        assert conns[2][1].writes[-1].endswith(b"later")
+
+    asyncio.run(main())
+
+
+def test_a_closed_connection_whose_peer_does_not_read_is_aborted() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(keep_alive_timeout=5.0))  # type: ignore[arg-type]
+    conn, transport = connect(App(), registry, "192.0.2.1")
+    transport.buffer_size = 1 << 20  # the response is still in the transport
+    conn.data_received(get("/", extra="Connection: close\r\n"))
+    assert transport.closed and not transport.aborted and conn.deadline == pytest.approx(1005.0)
+    registry.sweep(1006.0)
+    assert transport.aborted
+
+
+def test_refusals_past_the_linger_budget_close_at_once() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(max_connections=1))  # type: ignore[arg-type]
+    connect(App(), registry, "192.0.2.1")
+    registry.lingering_refusals = 256
+    _, transport = connect(App(), registry, "192.0.2.2")
+    assert transport.output.startswith(b"HTTP/1.1 503 ") and transport.closed and not transport.eof_written
+
+
+def test_stats_report_what_is_held() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(per_ip_exempt=()), max_connections=10)  # type: ignore[arg-type]
+    _, transport = connect(App(), registry, "192.0.2.1")
+    transport.buffer_size = 123
+    stats = registry.stats()
+    assert stats["connections"] == 1 and stats["max_connections"] == 10 and stats["addresses"] == 1
+    assert stats["buffered_bytes"] == 123 and stats["shedding"] == 0
+
+
+def test_service_unavailable_is_a_well_formed_response() -> None:
+    data = wire.service_unavailable(7, connection=wire.CONNECTION_CLOSE)
+    assert data.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") and b"retry-after: 7\r\n" in data
+    assert data.endswith(b"\r\n\r\nService Unavailable")
+
+
+class _InfoSocket:
+    """A socket whose TCP_INFO says its last bytes arrived ``waited_ms`` ago."""
+
+    def __init__(self, waited_ms: int) -> None:
+        self.waited_ms = waited_ms
+        self.calls = 0
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        self.calls += 1
+        return bytes(52) + self.waited_ms.to_bytes(4, "little") + bytes(size - 56)
+
+    def setsockopt(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
+def test_connections_that_waited_past_shed_after_in_the_backlog_get_503_at_accept() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    old = _InfoSocket(900)
+    assert registry.late_accept(old)  # sampled: waited 0.9 s
+    assert all(registry.late_accept(_InfoSocket(0)) for _ in range(3))  # the verdict holds in between
+    fresh = _InfoSocket(10)
+    assert not registry.late_accept(fresh) and fresh.calls == 1  # the next sample clears it
+    assert registry.shed_requests == 4
+    off = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=None))  # type: ignore[arg-type]
+    assert not off.late_accept(_InfoSocket(10_000))
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
+def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    app = App()
+    protocol = HttpProtocol(app, registry, registry.limits)
+    transport = FakeTransport()
+    transport.socket = _InfoSocket(2000)  # type: ignore[assignment]
+    protocol.connection_made(transport)
+    protocol.data_received(get("/"))
+    assert transport.output.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in transport.output
+    assert app.handled == 0 and transport.eof_written
+    protocol.connection_lost(None)
+    assert registry.connections == 0 and registry.lingering_refusals == 0
