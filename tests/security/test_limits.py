@@ -145,6 +145,22 @@ def test_loopback_is_exempt_from_the_per_ip_caps_by_default(app: LimitsApp) -> N
     assert statuses == [200] * 6
 
 
+def test_per_ip_caps_default_to_a_quarter_of_the_process_caps(app: LimitsApp) -> None:
+    with running_server(app, limits=ServerLimits(max_connections=8, per_ip_exempt=())) as (host, port):
+        clients = [Client(host, port) for _ in range(2)]
+        for c in clients:
+            c.send(get("/"))
+            assert status_of(c) == 200
+        with Client(host, port) as over:  # 8 / 4 = 2 per address
+            refused = over.read_response()
+        with Client(host, port, source="127.0.0.2") as other:
+            other.send(get("/"))
+            control = status_of(other)
+        for c in clients:
+            c.close()
+    assert refused.status == 503 and control == 200
+
+
 def test_the_process_wide_connection_cap_applies_to_every_address(app: LimitsApp) -> None:
     with running_server(app, limits=ServerLimits(max_connections=3)) as (host, port):
         clients = [Client(host, port, source=f"127.0.0.{i}") for i in (1, 2, 3)]

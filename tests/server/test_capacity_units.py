@@ -10,7 +10,7 @@ import pytest
 
 from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.server import http as wire
-from pyvia.server.connection import ConnectionRegistry, HttpProtocol
+from pyvia.server.connection import _QUEUE_SAMPLE, ConnectionRegistry, HttpProtocol
 from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits, derive_max_connections, derive_max_streams
 from pyvia.server.runner import effective_caps
 from tests.helpers import FakeLoop, FakeTransport, get
@@ -57,6 +57,7 @@ def connect(app: Any, registry: ConnectionRegistry, ip: str) -> tuple[HttpProtoc
 def test_defaults_are_valid_and_documented() -> None:
     limits = ServerLimits()
     assert limits.max_connections is None and limits.max_streams is None
+    assert limits.max_connections_per_ip is None and limits.max_streams_per_ip is None
     assert limits.per_ip_exempt == ("127.0.0.0/8", "::1")
     assert limits.allowed_hosts is None and limits.shed_after == 0.5
     assert "Capacity defaults and why" in (ServerLimits.__doc__ or "")
@@ -85,9 +86,10 @@ def test_derived_caps_keep_headroom_below_the_fd_limit() -> None:
     assert derive_max_connections(10) == 1
     assert derive_max_connections(-1) > 900_000  # RLIM_INFINITY
     assert derive_max_streams(18_000) == 16_200
-    assert effective_caps(ServerLimits(), 20_000) == (18_000, 16_200)
-    assert effective_caps(ServerLimits(max_connections=100, max_streams=500), 20_000) == (100, 100)
-    assert effective_caps(ServerLimits(max_connections=50_000), 1024) == (922, 830)
+    assert effective_caps(ServerLimits(), 20_000) == (18_000, 16_200, 4_500, 4_050)
+    assert effective_caps(ServerLimits(max_connections=100, max_streams=500), 20_000) == (100, 100, 25, 25)
+    assert effective_caps(ServerLimits(max_connections=50_000), 1024) == (922, 830, 230, 207)
+    assert effective_caps(ServerLimits(max_connections_per_ip=7, max_streams_per_ip=3), 1024)[2:] == (7, 3)
 
 
 # --- host and peer policies ---------------------------------------------------------------------------
@@ -291,10 +293,10 @@ def test_connections_that_waited_past_shed_after_in_the_backlog_get_503_at_accep
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     old = _InfoSocket(900)
     assert registry.late_accept(old)  # sampled: waited 0.9 s
-    assert all(registry.late_accept(_InfoSocket(0)) for _ in range(3))  # the verdict holds in between
+    assert all(registry.late_accept(_InfoSocket(0)) for _ in range(_QUEUE_SAMPLE - 1))  # the verdict holds
     fresh = _InfoSocket(10)
     assert not registry.late_accept(fresh) and fresh.calls == 1  # the next sample clears it
-    assert registry.shed_requests == 4
+    assert registry.shed_requests == _QUEUE_SAMPLE
     off = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=None))  # type: ignore[arg-type]
     assert not off.late_accept(_InfoSocket(10_000))
 

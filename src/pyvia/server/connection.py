@@ -53,7 +53,7 @@ _LINGER = 2.0
 _MAX_LINGERING_REFUSALS = 256
 #: One accepted connection in this many has its wait in the listen backlog measured (a
 #: ``getsockopt`` of ~2 µs); the verdict holds for the accepts in between.
-_QUEUE_SAMPLE = 4
+_QUEUE_SAMPLE = 8
 #: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 
@@ -88,8 +88,8 @@ class ConnectionRegistry:
     the tables are bounded by the connection cap), requests the app still owes, and whether the
     loop is late (a probe timer every ``shed_after / 20`` s) or new connections waited too long in
     the listen backlog (:meth:`late_accept`). ``max_connections`` and
-    ``max_streams`` are the effective caps (the runner derives ``None`` from the fd limit; here
-    ``None`` means no cap).
+    ``max_streams`` (and the per-address ones) are the effective caps: the runner derives the
+    ``None`` ones from the fd limit; here ``None`` in both the keyword and the limits means no cap.
     """
 
     __slots__ = (
@@ -135,6 +135,8 @@ class ConnectionRegistry:
         *,
         max_connections: int | None = None,
         max_streams: int | None = None,
+        max_connections_per_ip: int | None = None,
+        max_streams_per_ip: int | None = None,
     ) -> None:
         limits = limits if limits is not None else ServerLimits()
         self.loop = loop
@@ -148,8 +150,8 @@ class ConnectionRegistry:
         self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
         self.max_streams = max_streams if max_streams is not None else (limits.max_streams or big)
         self.max_in_flight = limits.max_in_flight
-        self._max_conn_ip = limits.max_connections_per_ip
-        self._max_stream_ip = limits.max_streams_per_ip
+        self._max_conn_ip = _first(max_connections_per_ip, limits.max_connections_per_ip, big)
+        self._max_stream_ip = _first(max_streams_per_ip, limits.max_streams_per_ip, big)
         self._exempt = PeerExemption(limits.per_ip_exempt)
         #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
         self.hosts = HostPolicy(limits.allowed_hosts)
@@ -304,6 +306,8 @@ class ConnectionRegistry:
             "max_connections": self.max_connections,
             "streams": self.streams,
             "max_streams": self.max_streams,
+            "max_connections_per_ip": self._max_conn_ip,
+            "max_streams_per_ip": self._max_stream_ip,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "addresses": len(self.by_ip),
@@ -386,6 +390,10 @@ class ConnectionRegistry:
         finally:
             self._waiter = None
         return True
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "ServerLimits",
     "derive_max_connections",
     "derive_max_streams",
+    "derive_per_ip",
     "encode_response",
     "encode_stream_head",
     "frame_chunk",
@@ -75,17 +76,21 @@ class ServerLimits:
       minus a tenth of it, at least 32, kept for files, the engine and the listening socket; 18,000
       with the 20,000 of our machines). Past it a new connection gets 503 and is closed: accept
       keeps working instead of failing on EMFILE.
-    * ``max_connections_per_ip`` = 512 and ``max_streams_per_ip`` = 256, keyed on the TCP peer.
-      A browser holds at most 6 HTTP/1.1 connections to one origin, so 512 is ~85 browsers at
-      their maximum behind one NAT address; streams are half of that so an address at its stream
-      cap still has connections for its page loads and actions.
+    * ``max_connections_per_ip`` and ``max_streams_per_ip`` (``None``: a quarter of the
+      process-wide caps, 4,500 and 4,050 here, 230 and 207 under the common 1,024-file limit),
+      keyed on the TCP peer. Their job is to keep one address from taking the whole process
+      (the single-source slowloris or stream flood); they cannot stop an attacker with many
+      addresses, and lower fixed values would refuse legitimate crowds behind one address: a
+      company's whole staff on one egress NAT, a carrier-grade NAT, an unlisted proxy. Lower
+      them (``max_streams_per_ip=64``…) when every client has its own address.
     * ``per_ip_exempt`` = loopback. The per-address caps count the *peer*: behind a reverse
       proxy every connection is the proxy's, and a per-address cap on it would be a global cap.
       A proxy on loopback (Caddy, nginx on the same host) and local benchmarks (10,000 tabs from
       127.0.0.1) are therefore exempt by default; a proxy on another address must be listed here
       (the same addresses as the app's ``trusted_proxies``), and its own per-client limits do the
       job. Set ``per_ip_exempt=()`` to cap loopback too. ``max_connections`` and
-      ``max_streams`` apply to every peer, exempt or not.
+      ``max_streams`` apply to every peer, exempt or not. With several workers each process
+      counts its own connections, so an address may hold up to (workers) times the per-address caps.
     * ``max_streams`` (``None``: nine tenths of ``max_connections``), so streams can never take
       the last connections that page loads and actions need.
     * ``max_in_flight`` = 1024 requests whose answer the app still owes (its awaitables). At
@@ -97,7 +102,7 @@ class ServerLimits:
       listen backlog (uvloop accepts about one per loop turn, so the backlog is the queue) and
       requests on open connections behind a long loop turn. So a new connection whose bytes
       waited longer than this before it was accepted is answered 503 at once (measured with
-      ``TCP_INFO`` on Linux, on one accept in four), and while the loop runs this late, new
+      ``TCP_INFO`` on Linux, on one accept in eight), and while the loop runs this late, new
       requests are answered 503. A request answered 503 costs ~1/50 of a real one, so the
       backlog drains and what is served waited at most about this long (CoDel's idea, with a
       fixed target). Half a second is already a stall every user sees, and well above a normal
@@ -136,12 +141,12 @@ class ServerLimits:
     sweep_interval: float = 1.0
     #: Open connections in this process → 503 and close at accept. None: derived from the fd limit.
     max_connections: int | None = None
-    #: Open connections from one peer address → 503 and close at accept.
-    max_connections_per_ip: int = 512
+    #: Open connections from one peer address → 503 and close at accept. None: max_connections / 4.
+    max_connections_per_ip: int | None = None
     #: Open streams (SSE responses) in this process → 503. None: 9/10 of ``max_connections``.
     max_streams: int | None = None
-    #: Open streams from one peer address → 503.
-    max_streams_per_ip: int = 256
+    #: Open streams from one peer address → 503. None: max_streams / 4.
+    max_streams_per_ip: int | None = None
     #: Addresses or networks the two per-address caps do not apply to (proxies, loopback).
     per_ip_exempt: tuple[str, ...] = LOOPBACK
     #: Requests the app is still answering asynchronously → 503 for new ones past it.
@@ -180,7 +185,8 @@ class ServerLimits:
         return self.max_request_line + self.max_header_bytes + 1024
 
 
-_OPTIONAL = frozenset({"max_connections", "max_streams", "shed_after", "allowed_hosts"})
+_OPTIONAL = frozenset({"max_connections", "max_connections_per_ip", "max_streams", "max_streams_per_ip",
+                       "shed_after", "allowed_hosts"})
 _TUPLES = frozenset({"per_ip_exempt", "shed_exempt", "allowed_hosts"})
 
 
@@ -195,6 +201,11 @@ def derive_max_connections(fd_soft_limit: int) -> int:
 def derive_max_streams(max_connections: int) -> int:
     """The default stream cap: nine tenths of the connections, so requests always find a few."""
     return max(1, max_connections - max(1, max_connections // 10))
+
+
+def derive_per_ip(process_cap: int) -> int:
+    """The default per-address cap: a quarter of the process-wide one."""
+    return max(1, process_cap // 4)
 
 
 class PeerExemption:

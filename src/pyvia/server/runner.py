@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pyvia.server import ServedApp
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
-from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams
+from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams, derive_per_ip
 
 __all__ = ["DEFAULT_LIMITS", "bind_socket", "effective_caps", "make_ssl_context", "run", "serve"]
 
@@ -58,8 +58,9 @@ def make_ssl_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContex
     return context
 
 
-def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tuple[int, int]:
-    """(max_connections, max_streams) for ``limits``: ``None`` ones derived from the soft fd limit.
+def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tuple[int, int, int, int]:
+    """(max_connections, max_streams, max_connections_per_ip, max_streams_per_ip) for ``limits``:
+    the ``None`` ones derived from the soft fd limit (:class:`ServerLimits` says how).
 
     An explicit ``max_connections`` above what the fd limit allows is lowered to it (with a
     warning): past the fd limit accept fails with EMFILE and nobody gets an answer, not even a 503.
@@ -74,8 +75,12 @@ def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tu
         logger.warning("max_connections=%d is above what the open-file limit (%d) allows; using %d",
                        connections, fd_soft_limit, ceiling)
         connections = ceiling
-    streams = limits.max_streams if limits.max_streams is not None else derive_max_streams(connections)
-    return connections, min(streams, connections)
+    streams = min(limits.max_streams if limits.max_streams is not None else derive_max_streams(connections),
+                  connections)
+    per_ip = limits.max_connections_per_ip
+    streams_per_ip = limits.max_streams_per_ip
+    return (connections, streams, derive_per_ip(connections) if per_ip is None else per_ip,
+            derive_per_ip(streams) if streams_per_ip is None else streams_per_ip)
 
 
 def _format_address(sock: socket.socket) -> tuple[str, int]:
@@ -113,9 +118,10 @@ async def serve(
     own_sock = sock is None
     if sock is None:
         sock = bind_socket(host, port)
-    max_connections, max_streams = effective_caps(limits)
-    registry = ConnectionRegistry(loop, limits.sweep_interval, limits,
-                                  max_connections=max_connections, max_streams=max_streams)
+    max_connections, max_streams, per_ip, streams_per_ip = effective_caps(limits)
+    registry = ConnectionRegistry(loop, limits.sweep_interval, limits, max_connections=max_connections,
+                                  max_streams=max_streams, max_connections_per_ip=per_ip,
+                                  max_streams_per_ip=streams_per_ip)
     server: asyncio.Server | None = None
     try:
         await app.startup()
@@ -134,7 +140,7 @@ async def serve(
         logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
         logger.info("capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
                     "flight, shed after %s s of waiting; per-address caps skip %s", max_connections,
-                    limits.max_connections_per_ip, max_streams, limits.max_streams_per_ip, limits.max_in_flight,
+                    per_ip, max_streams, streams_per_ip, limits.max_in_flight,
                     limits.shed_after, ", ".join(limits.per_ip_exempt) or "nobody")
         if isinstance(ready, asyncio.Event):
             ready.set()
