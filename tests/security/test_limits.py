@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 
 import pytest
@@ -234,21 +235,45 @@ def test_in_flight_cap_answers_503_at_once_and_recovers(app: LimitsApp) -> None:
     assert health == 200 and control == 200
 
 
-def test_a_late_loop_sheds_new_requests_then_serves_again(app: LimitsApp) -> None:
+def test_a_single_pause_of_the_loop_sheds_nothing(app: LimitsApp) -> None:
+    """One long turn (a 0.6 s GC pass in bench/RESULTS.md) is not overload: what waited is served."""
     with running_server(app, limits=ServerLimits(shed_after=0.2)) as address, \
-            RawClient(*address) as burner, RawClient(*address) as waiting, RawClient(*address) as probe:
+            RawClient(*address) as burner, RawClient(*address) as waiting:
         burner.send(get("/burn?s=0.8"))
         time.sleep(0.2)
         waiting.send(get("/"))  # arrives while the loop is blocked
-        probe.send(get("/_health"))
         assert status_of(burner) == 200
-        shed = waiting.read_response()
-        health = status_of(probe)
+        served = status_of(waiting)
+    assert served == 200
+
+
+def test_a_loop_that_stays_late_sheds_new_requests_then_serves_again(app: LimitsApp) -> None:
+    statuses: list[int] = []
+
+    def burn(address: tuple[str, int]) -> None:
+        with RawClient(*address, timeout=10.0) as c:
+            for _ in range(4):  # back to back: every loop turn runs two of these
+                c.send(get("/burn?s=0.3"))
+                statuses.append(status_of(c))
+
+    with running_server(app, limits=ServerLimits(shed_after=0.2)) as address:
+        burners = [threading.Thread(target=burn, args=(address,)) for _ in range(2)]
+        for thread in burners:
+            thread.start()
+        with RawClient(*address, timeout=10.0) as probe:
+            health = []
+            while any(t.is_alive() for t in burners):
+                probe.send(get("/_health"))  # probes are never shed
+                health.append(status_of(probe))
+                time.sleep(0.05)
+        for thread in burners:
+            thread.join()
         time.sleep(0.3)
-        waiting.send(get("/"))
-        control = status_of(waiting)
-    assert shed.status == 503 and shed.header("retry-after") == "1"
-    assert health == 200 and control == 200
+        with RawClient(*address) as c:
+            c.send(get("/"))
+            control = status_of(c)
+    assert 503 in statuses and 200 in statuses, statuses
+    assert set(health) == {200} and control == 200
 
 
 # --- 2. request smuggling ------------------------------------------------------------------------------

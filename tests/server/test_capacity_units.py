@@ -208,13 +208,18 @@ def test_shedding_answers_503_without_the_app_and_keeps_the_connection() -> None
     assert transport.writes[-1].startswith(b"HTTP/1.1 200 ")
 
 
-def test_probe_sheds_while_the_loop_is_late_and_stops_when_on_time() -> None:
+def test_probe_sheds_only_while_the_loop_stays_late() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry._probe_due = 10.0
     registry.probe(10.2)
     assert not registry.shedding and registry.lag == pytest.approx(0.2)
     registry._probe_due = 20.0
-    registry.probe(20.7)
+    registry.probe(20.7)  # one late probe: a pause (a GC pass), not overload
+    assert not registry.shedding
+    registry.probe(registry._probe_due + 0.01)
+    assert not registry.shedding
+    registry.probe(registry._probe_due + 0.8)
+    registry.probe(registry._probe_due + 0.9)  # late twice in a row: the loop cannot keep up
     assert registry.shedding and registry.lagging
     registry.probe(registry._probe_due + 0.01)
     assert not registry.shedding
@@ -289,21 +294,43 @@ class _InfoSocket:
 
 
 @pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
-def test_connections_that_waited_past_shed_after_in_the_backlog_get_503_at_accept() -> None:
+def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    old = _InfoSocket(900)
-    assert registry.late_accept(old)  # sampled: waited 0.9 s
-    assert all(registry.late_accept(_InfoSocket(0)) for _ in range(_QUEUE_SAMPLE - 1))  # the verdict holds
-    fresh = _InfoSocket(10)
-    assert not registry.late_accept(fresh) and fresh.calls == 1  # the next sample clears it
-    assert registry.shed_requests == _QUEUE_SAMPLE
+    registry.probe(0.0)  # opens the first window, until 0.5
+
+    def accept(waited_ms: int) -> bool:
+        return registry.late_accept(_InfoSocket(waited_ms))
+
+    def sampled(*waits: int) -> list[int]:  # each wait for a whole sampling period
+        return [ms for ms in waits for _ in range(_QUEUE_SAMPLE)]
+
+    # A pause leaves a backlog that drains by itself: old and young waits in one window.
+    assert not any(accept(ms) for ms in sampled(900, 800, 700, 400, 100, 10, 5, 1))
+    registry.probe(0.6)
+    assert not registry.queue_late and registry.shed_requests == 0
+    # A standing queue: every sample of the window waited past the target.
+    assert not any(accept(ms) for ms in sampled(700, 650, 800))
+    registry.probe(1.2)
+    assert registry.queue_late
+    probe = _InfoSocket(900)
+    assert registry.late_accept(probe) and probe.calls == 1  # every accept is measured now…
+    assert accept(600)  # …and each one that waited too long is refused
+    assert not any(accept(ms) for ms in [450, 300])  # younger ones are served: waits stay under the target
+    assert registry.shed_requests == 2
+    registry.probe(1.8)
+    assert registry.queue_late  # the least wait is still over half the target: a standing queue
+    assert not accept(40)
+    registry.probe(2.4)
+    assert not registry.queue_late  # a wait of under half the target: drained
     off = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=None))  # type: ignore[arg-type]
+    off.queue_late = True
     assert not off.late_accept(_InfoSocket(10_000))
 
 
 @pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
 def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry.queue_late = True
     app = App()
     protocol = HttpProtocol(app, registry, registry.limits)
     transport = FakeTransport()

@@ -56,6 +56,7 @@ _MAX_LINGERING_REFUSALS = 256
 _QUEUE_SAMPLE = 8
 #: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
+_NEVER = float("inf")
 
 _NO_HEADERS = Headers()
 _NO_RAW_HEADERS: list[tuple[bytes, bytes]] = []  # never appended to: on_message_begin sets a fresh list
@@ -105,6 +106,9 @@ class ConnectionRegistry:
         "_probe_every",
         "_sample_in",
         "_waiter",
+        "_was_late",
+        "_window_end",
+        "_window_min",
         "by_ip",
         "connections",
         "hosts",
@@ -158,7 +162,10 @@ class ConnectionRegistry:
         self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
         self._sample_in = 1
-        #: True while sampled new connections waited longer than ``shed_after`` to be accepted.
+        self._window_min = _NEVER
+        self._window_end = 0.0
+        self._was_late = False
+        #: True while the listen backlog is overloaded (see :meth:`late_accept`).
         self.queue_late = False
         self._probe_due = 0.0
         #: Admitted connections (refused ones still closing are not counted).
@@ -265,30 +272,57 @@ class ConnectionRegistry:
             self.shedding = False
 
     def late_accept(self, sock: socket.socket | None) -> bool:
-        """True when a connection just accepted should be answered 503: it (or the last one
-        sampled) waited in the listen backlog longer than ``shed_after``.
+        """True when a connection just accepted should be answered 503 because it waited in the
+        listen backlog longer than ``shed_after`` while the backlog is overloaded.
 
         The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
         sends its request right after connecting, so that is its time in the backlog (at most:
-        an idle preconnect counts from the handshake). One accept in ``_QUEUE_SAMPLE`` pays the
-        ``getsockopt``; off Linux, and for TLS (the handshake came after accept), nothing is
-        measured and only the loop lag sheds.
+        an idle preconnect counts from the handshake). Off Linux, and for TLS (the handshake came
+        after accept), nothing is measured and only the loop lag sheds.
+
+        CoDel's rule with a fixed target: the backlog is overloaded (``queue_late``) once every
+        sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
+        a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
+        that backlog drains by itself, and its young connections show up in the window). Until
+        then one accept in ``_QUEUE_SAMPLE`` pays the ``getsockopt`` (~2 µs); while overloaded
+        every accept is measured and those that waited too long are refused, so the backlog
+        drains at the cost of a 503 each and what is served waited at most ``shed_after``.
         """
         if not self._measure_queue or sock is None:
             return False
-        self._sample_in -= 1
-        if self._sample_in <= 0:
-            self._sample_in = _QUEUE_SAMPLE
-            try:
-                info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
-                waited = struct.unpack_from("I", info, 52)[0] / 1000 if len(info) >= 56 else 0.0
-            except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
+        if not self.queue_late:
+            self._sample_in -= 1
+            if self._sample_in > 0:
                 return False
-            self.queue_late = waited > self.limits.shed_after  # type: ignore[operator]
-        if self.queue_late:
+            self._sample_in = _QUEUE_SAMPLE
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
+        except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
+            return False
+        if len(info) < 56:
+            return False
+        waited = struct.unpack_from("I", info, 52)[0] / 1000
+        if waited < self._window_min:
+            self._window_min = waited
+        if self.queue_late and waited > self.limits.shed_after:  # type: ignore[operator]
             self.shed_requests += 1
             return True
         return False
+
+    def _judge_backlog(self, now: float) -> None:
+        """At the end of each window: overloaded if its least wait was over ``shed_after``; back to
+        normal once a window saw a wait of half that or less (or no accept at all)."""
+        if now < self._window_end:
+            return
+        least = self._window_min
+        target = self.limits.shed_after
+        assert target is not None
+        if self.queue_late:
+            self.queue_late = least > target / 2
+        else:
+            self.queue_late = least != _NEVER and least > target
+        self._window_min = _NEVER
+        self._window_end = now + target
 
     def buffered_bytes(self) -> int:
         """Bytes every transport of this server still holds for its peer (O(connections))."""
@@ -339,17 +373,25 @@ class ConnectionRegistry:
             self._probe = None
 
     def probe(self, now: float) -> None:
-        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed while past ``shed_after``.
+        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed while the loop stays
+        past ``shed_after``.
 
-        A loop turn that runs long (CPU overload: every ready socket's handler runs in one turn)
-        makes the next probe late, and the turns that follow answer 503 until a probe runs on time
-        again: those are short, so shedding lasts about one probe period at a time.
+        A loop turn that runs long (CPU overload on open connections: every ready socket's handler
+        runs in one turn) makes the next probe late. One late probe is a pause (a GC pass, one slow
+        handler) and sheds nothing; two in a row are a loop that cannot keep up, and the turns that
+        follow answer 503 until a probe runs on time again: those are short, so shedding lasts
+        about one probe period at a time.
         """
         shed_after = self.limits.shed_after
         self.lag = lag = max(0.0, now - self._probe_due)
-        self.lagging = lagging = shed_after is not None and lag > shed_after
+        late = shed_after is not None and lag > shed_after
+        # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
+        self.lagging = lagging = late and self._was_late
+        self._was_late = late
         self.shedding = lagging or self.in_flight >= self.max_in_flight
         self._probe_due = now + self._probe_every
+        if self._measure_queue:
+            self._judge_backlog(now)
 
     def _on_probe(self) -> None:
         self.probe(self.loop.time())
