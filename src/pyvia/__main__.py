@@ -1,5 +1,5 @@
 """``python -m pyvia`` is the ``pyvia`` command."""
 
-from pyvia.cli import main
+from pyvia.cli import console_main
 
-main()
+console_main()

@@ -627,7 +627,9 @@ class App:
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
         if isinstance(exc, ClientError):
-            log.info("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            # refusals can come in floods (a rate-limited client): one line each, 429s at debug
+            log.log(logging.DEBUG if exc.status == 429 else logging.INFO,
+                    "%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
                 return self._not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))

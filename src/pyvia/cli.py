@@ -163,6 +163,25 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def console_main() -> None:
+    """The ``pyvia`` script and ``python -m pyvia``: :func:`main`, then a fast process exit.
+
+    After a graceful stop nothing is left to save, so the process skips freeing a large heap
+    object by object (interpreter teardown took 5-6 s with 800 MB of page contexts,
+    bench/RESULTS.md finding 2). Calling :func:`main` in-process keeps the normal exit.
+    """
+    try:
+        main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: str | None) -> int:
     from pyvia.server.supervisor import Supervisor, SupervisorConfig
 

@@ -87,7 +87,10 @@ class Config:
     #: Tabs are long-lived and hold no reference cycles, so Python's default (700 allocations)
     #: makes the collector walk them again and again: 70 µs per counter page view instead of 47
     #: (in-process, 40,000 views; bench/RESULTS.md). Objects alive at start are frozen too.
-    gc_thresholds: tuple[int, int, int] | None = (50_000, 50, 100)
+    #: The middle threshold stays small: a generation-1 pass walks up to 50,000 x it survivors,
+    #: and with 150,000 waiting page contexts 50 gave 0.57 s pauses (enough to trip the load
+    #: shedder), 5 gives 81 ms (in-process, bench/RESULTS.md finding 1).
+    gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100)
     #: A SQLite file where global state, shared signals and session data are kept across a
     #: graceful restart (written at stop, read at start). None keeps them in memory only.
     persist_path: str | None = None

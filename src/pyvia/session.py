@@ -46,18 +46,26 @@ def _unb64(text: str) -> bytes:
 class ContextIds:
     """Makes and checks signed context ids."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_key", "_random")
 
     def __init__(self, secret: bytes, app_path: str = "/") -> None:
         # the app's path is in the key: an id made by one app (of several mounted in a process,
         # sharing a secret) is not valid for another
         self._key = hashlib.sha256(b"pyvia context id\0" + secret + b"\0" + app_path.encode()).digest()
+        self._random = memoryview(b"")
 
     def _sign(self, payload: bytes, session_id: str) -> bytes:
         return hmac.new(self._key, payload + b"\0" + session_id.encode(), hashlib.sha256).digest()[:_SIG_BYTES]
 
+    def _nonce(self) -> str:
+        """12 hex digits from the OS's CSPRNG, read 4 KiB at a time (one syscall per 680 page views)."""
+        if len(self._random) < 6:
+            self._random = memoryview(os.urandom(4096))
+        chunk, self._random = self._random[:6], self._random[6:]
+        return chunk.hex()
+
     def make(self, route: str, params: dict[str, str], session_id: str) -> str:
-        payload = orjson.dumps([route, params, secrets.token_hex(6)])
+        payload = orjson.dumps([route, params, self._nonce()])
         return _b64(payload) + "." + _b64(self._sign(payload, session_id))
 
     def verify(self, context_id: str, session_id: str) -> tuple[str, dict[str, str]] | None:

@@ -293,7 +293,7 @@ class Profile:
         """One line with the limits and every derived value; pinned values end with ``*``.
 
         ``autotune: cpu 2.00 (cgroup v2), memory 1024 MiB (cgroup v2); workers=2 [cgroup quota],
-        memory_budget=480MiB, encoder_budget=120MiB, max_tabs=10993, gc=freeze+50000/50/100 (* = pinned)``
+        memory_budget=480MiB, encoder_budget=120MiB, max_tabs=10993, gc=freeze+50000/5/100 (* = pinned)``
         """
         lim = self.limits
         memory = f"{lim.memory // MiB} MiB ({lim.memory_source})" if lim.memory is not None else "unknown"
