@@ -576,8 +576,15 @@ class App:
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM."""
-        from pyvia.server.runner import run  # the core imports a front end only here
+        import dataclasses
 
+        from pyvia.server.http import ServerLimits  # the core imports a front end only here
+        from pyvia.server.runner import run
+
+        if self.config.trusted_proxies:  # a proxy's address is every user's: no per-address caps on it
+            limits = server_options.get("limits") or ServerLimits()
+            server_options["limits"] = dataclasses.replace(
+                limits, per_ip_exempt=(*limits.per_ip_exempt, *self.config.trusted_proxies))
         run(self, host=host, port=port, **server_options)
 
     @property
