@@ -1,0 +1,151 @@
+"""``tabs``: N idle connected tabs; server RSS per tab and CPU to open one.
+
+Per repetition, a fresh server: a few warm-up tabs are opened (and kept), RSS is read, then N
+tabs are opened in batches (page view, then the stream with identity encoding: no
+``Accept-Encoding``, so no compressor is counted), each only counted once its stream's first
+event arrived. After a settle time RSS is read again: KB per idle tab = (RSS_N - RSS_before) / N,
+the method of machine-limits.md §2 (there 2.0 KB for a bare httptools stream, 15.6 for stario).
+The CPU of the opening phase divided by N is the cost of opening one tab (page + stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections import Counter
+from typing import Any
+
+from bench.client import ProtocolError
+from bench.report import fmt, quiet_spread, spread
+from bench.server import Server
+from bench.tabs_client import Browser, Tab, TabError
+from bench.window import Window
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--tabs", type=int, default=1000, help="idle tabs to open (default 1000)")
+    parser.add_argument("-b", "--batch", type=int, default=100, help="tabs opened per batch (default 100)")
+    parser.add_argument("-r", "--repeat", type=int, default=3, help="repetitions, a fresh server each (default 3)")
+    parser.add_argument("--browsers", type=int, default=16, help="page-view connections (sessions; default 16)")
+    parser.add_argument("--warm-tabs", type=int, default=20, help="tabs opened and kept before 'before' (default 20)")
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds between opening and reading RSS")
+
+
+def _slab_kb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Slab:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def _open_batch(browsers: list[Browser], count: int, port: int, failures: Counter[str]) -> list[Tab]:
+    """Open ``count`` tabs, each browser opening its share one after the other."""
+    shares = [count // len(browsers) + (1 if i < count % len(browsers) else 0) for i in range(len(browsers))]
+
+    async def one_browser(browser: Browser, share: int) -> list[Tab]:
+        opened = []
+        for _ in range(share):
+            try:
+                opened.append(await browser.open_tab(port))
+            except (OSError, TimeoutError, ProtocolError, TabError) as exc:
+                failures[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
+                if browser.conn.closed:
+                    await browser.reconnect(port)
+        return opened
+
+    groups = await asyncio.gather(*(one_browser(b, s) for b, s in zip(browsers, shares, strict=True)))
+    return [tab for group in groups for tab in group]
+
+
+async def _one_rep(args: argparse.Namespace, server: Server, rep: int, tabs: list[Tab]) -> dict[str, Any]:
+    browsers = [await Browser.open(server.host, server.port) for _ in range(args.browsers)]
+    failures: Counter[str] = Counter()
+    tabs += await _open_batch(browsers, args.warm_tabs, server.port, failures)
+    warm = len(tabs)
+    await asyncio.sleep(1.0)
+    rss_before, slab_before = server.rss_kb(), _slab_kb()
+    opening = Window(server).start()
+    for start in range(0, args.tabs, args.batch):
+        tabs += await _open_batch(browsers, min(args.batch, args.tabs - start), server.port, failures)
+    opening.stop()
+    opened = len(tabs) - warm
+    idle = Window(server).start()
+    await asyncio.sleep(args.settle)
+    idle.stop()
+    rss_n, slab_n = server.rss_kb(), _slab_kb()
+    alive = sum(1 for t in tabs[warm:] if not t.stream.closed)
+    for browser in browsers:
+        browser.conn.close()
+    return {
+        "type": "rep", "rep": rep, "requested": args.tabs, "opened": opened, "alive_after_settle": alive,
+        "failures": dict(failures), "dirty": bool(failures) or opened != args.tabs or alive != opened,
+        "warm_tabs": warm, "rss_before_kb": rss_before, "rss_with_tabs_kb": rss_n,
+        "kb_per_tab": (rss_n - rss_before) / opened if opened else float("nan"),
+        "open_cpu_us_per_tab": opening.server_cpu / opened * 1e6 if opened else float("nan"),
+        "open_cpu_us_per_tab_clock": opening.server_cpu_precise / opened * 1e6 if opened else float("nan"),
+        "open_wall_s": opening.wall, "open_client_busy": opening.client_busy, "open_server_busy": opening.server_busy,
+        "open_others_on_server_core": opening.others_on_core, "noisy": opening.noisy,
+        "open_others_on_client_core": opening.others_on_client_core,
+        "idle_server_cpu_s": idle.server_cpu, "idle_wall_s": idle.wall,
+        "slab_kb_per_tab_pair": (slab_n - slab_before) / opened if opened else float("nan"),
+        "first_event_bytes": sum(t.stream.bytes_seen for t in tabs[warm:]) / opened if opened else float("nan"),
+    }
+
+
+async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
+    """R repetitions, each on a fresh server."""
+    reps = []
+    for rep in range(1, args.repeat + 1):
+        server = await session.start()
+        tabs: list[Tab] = []
+        try:
+            record = await _one_rep(args, server, rep, tabs)
+        finally:
+            for tab in tabs:
+                tab.close()
+            await session.stop(server)
+        session.recorder.write(record)
+        reps.append(record)
+        _print_rep(record)
+    summary: dict[str, Any] = {"type": "summary", "tabs": args.tabs}
+    for key in ("kb_per_tab", "open_cpu_us_per_tab", "open_cpu_us_per_tab_clock", "idle_server_cpu_s",
+                "slab_kb_per_tab_pair", "rss_before_kb", "rss_with_tabs_kb"):
+        summary[key] = spread([r[key] for r in reps])
+    summary["dirty_reps"] = [r["rep"] for r in reps if r["dirty"]]
+    summary["noisy_reps"] = [r["rep"] for r in reps if r["noisy"]]
+    summary["quiet"] = quiet_spread(reps, ("kb_per_tab", "open_cpu_us_per_tab_clock"))
+    session.recorder.write(summary)
+    _print_summary(summary)
+    return summary
+
+
+def _print_rep(r: dict[str, Any]) -> None:
+    print(f"rep {r['rep']}: {r['opened']:,}/{r['requested']:,} tabs open ({r['alive_after_settle']:,} alive after "
+          f"settle) in {r['open_wall_s']:.2f} s; "
+          f"RSS {r['rss_before_kb'] / 1024:.1f} → {r['rss_with_tabs_kb'] / 1024:.1f} MB "
+          f"= {r['kb_per_tab']:.2f} KB/tab; "
+          f"open CPU {r['open_cpu_us_per_tab']:.0f} µs/tab ({r['open_cpu_us_per_tab_clock']:.0f} by the CPU clock) "
+          f"(server core {r['open_server_busy']:.0%}, client core {r['open_client_busy']:.0%}, "
+          f"others on server/client core {r['open_others_on_server_core']:.0%}/"
+          f"{r['open_others_on_client_core']:.0%}); idle CPU "
+          f"{r['idle_server_cpu_s'] * 1000:.0f} ms in {r['idle_wall_s']:.1f} s; kernel slab "
+          f"{r['slab_kb_per_tab_pair']:.1f} KB/socket pair; failures {sum(r['failures'].values())}"
+          f"{' DIRTY ' + str(r['failures']) if r['dirty'] else ''}", flush=True)
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    print("summary: median (min-max) over repetitions, a fresh server each")
+    print(f"  RSS KB per idle connected tab  {fmt(s['kb_per_tab'], 2)}   (target ≤ 10)")
+    print(f"  server CPU µs to open a tab    {fmt(s['open_cpu_us_per_tab'], 0)} by ticks, "
+          f"{fmt(s['open_cpu_us_per_tab_clock'], 0)} by the CPU clock   (page view + stream connect)")
+    print(f"  server CPU while idle (ms)     {fmt({k: v * 1000 for k, v in s['idle_server_cpu_s'].items()}, 0)}")
+    print(f"  kernel slab KB per socket pair {fmt(s['slab_kb_per_tab_pair'], 1)}   (client + server side; not in RSS)")
+    q = s["quiet"]
+    if s["noisy_reps"] and q["n"]:
+        print(f"  quiet repetitions only (n={q['n']}): {fmt(q['kb_per_tab'], 2)} KB/tab, "
+              f"open CPU {fmt(q['open_cpu_us_per_tab_clock'], 0)} µs/tab by the CPU clock")
+    print(f"  dirty repetitions: {s['dirty_reps'] or 'none'}; noisy (others took > 5% of a core "
+          f"while opening): {s['noisy_reps'] or 'none'}")

@@ -1,0 +1,97 @@
+"""What a browser tab does, minus the browser: page view, stream connect, action POSTs.
+
+A :class:`Browser` is one keep-alive connection with one session cookie (the cookie the first
+page view sets is sent back on every later request, as a browser would). A :class:`Tab` is a
+page view's context id plus its own stream connection, opened with the same cookie.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from bench.client import Connection, Response, Stream, boot_signals, build_request, event_signals, stream_target
+
+__all__ = ["SESSION_COOKIE", "Browser", "Tab", "TabError"]
+
+SESSION_COOKIE = "via_session_id"
+_STREAM_HEADERS = [("Accept", "text/event-stream, text/html, application/json"), ("Datastar-Request", "true")]
+
+
+class TabError(Exception):
+    """A tab could not be opened or did not behave (bad status, missing seed, missing first event)."""
+
+
+class Browser:
+    """One keep-alive connection carrying page views and actions for one session."""
+
+    def __init__(self, conn: Connection, host: str) -> None:
+        self.conn = conn
+        self.host = host
+        self.cookie: str | None = None
+        self._page = build_request("GET", "/", host)
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> Browser:
+        return cls(await Connection.open("127.0.0.1", port), host)
+
+    def _cookie_headers(self) -> list[tuple[str, str]]:
+        return [("Cookie", f"{SESSION_COOKIE}={self.cookie}")] if self.cookie else []
+
+    async def reconnect(self, port: int) -> None:
+        self.conn.close()
+        self.conn = await Connection.open("127.0.0.1", port)
+
+    async def page(self, timeout: float = 5.0) -> Response:
+        """``GET /``; keeps the session cookie it sets."""
+        response = await self.conn.request(self._page, timeout)
+        if self.cookie is None:
+            cookie = response.cookie(SESSION_COOKIE)
+            if cookie:
+                self.cookie = cookie
+                self._page = build_request("GET", "/", self.host, self._cookie_headers())
+        return response
+
+    def action_request(self, name: str, signals: dict[str, Any]) -> bytes:
+        """The POST Datastar sends for ``@post('/_action/<name>')`` with the tab's signals as JSON."""
+        headers = [("Origin", f"http://{self.host}"), ("Content-Type", "application/json"),
+                   ("Datastar-Request", "true"), *self._cookie_headers()]
+        return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps(signals))
+
+    async def open_tab(self, port: int, timeout: float = 5.0) -> Tab:
+        """Page view, then the tab's stream; returns once the stream's first event arrived."""
+        response = await self.page(timeout)
+        if response.status != 200:
+            raise TabError(f"page view answered {response.status}")
+        seed = boot_signals(response.body)
+        ctx_id = seed.get("via_ctx")
+        if not isinstance(ctx_id, str):
+            raise TabError("page without a via_ctx seed")
+        signals = {k: v for k, v in seed.items() if not k.startswith("_")}
+        conn = await Connection.open("127.0.0.1", port, timeout)
+        request = build_request("GET", stream_target(signals), self.host, [*_STREAM_HEADERS, *self._cookie_headers()])
+        opened = await conn.open_stream(request, timeout)
+        if not isinstance(opened, Stream):
+            conn.close()
+            raise TabError(f"stream answered {opened.status} {opened.body[:120]!r}")
+        tab = Tab(ctx_id, signals, opened)
+        _, first = await opened.next_event(timeout)
+        if event_signals(first) != {"_disconnected": False}:
+            opened.close()
+            raise TabError(f"unexpected first event {first[:120]!r}")
+        return tab
+
+
+class Tab:
+    """An open tab: its context id, the signals it last knew, and its stream."""
+
+    __slots__ = ("ctx_id", "signals", "stream")
+
+    def __init__(self, ctx_id: str, signals: dict[str, Any], stream: Stream) -> None:
+        self.ctx_id = ctx_id
+        self.signals = signals
+        self.stream = stream
+
+    def close(self) -> None:
+        self.stream.close()
