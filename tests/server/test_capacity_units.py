@@ -293,7 +293,6 @@ class _InfoSocket:
         pass
 
 
-@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
 def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.probe(0.0)  # opens the first window, until 0.5
@@ -327,7 +326,6 @@ def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() ->
     assert not off.late_accept(_InfoSocket(10_000))
 
 
-@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_INFO"), reason="TCP_INFO is Linux's")
 def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.queue_late = True
