@@ -90,6 +90,10 @@ class Server:
     def cpu_split(self) -> tuple[float, float]:
         return proc.cpu_split(self.pid)
 
+    def usage(self) -> tuple[float, float, int]:
+        """(user s, system s, minor faults) of the server's process tree so far."""
+        return proc.usage(self.pid)
+
     def cpu_precise(self) -> float:
         return proc.cpu_seconds_precise(self.pid)
 

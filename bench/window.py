@@ -26,8 +26,9 @@ class Window:
     server: Server
     wall0: float = 0.0
     cpu0: float = 0.0
-    split0: tuple[float, float] = (0.0, 0.0)
+    split0: tuple[float, float, int] = (0.0, 0.0, 0)
     server_sys: float = 0.0
+    server_faults: int = 0
     client0: float = 0.0
     wall: float = 0.0
     server_cpu: float = 0.0
@@ -47,8 +48,8 @@ class Window:
             self.gc0 = gcstats.snapshot(self.server.pid, self.server.log_path)
         self.core0 = proc.core_times(int(SERVER_CPU))
         self.client_core0 = proc.core_times(CLIENT_CPU)
-        self.split0 = self.server.cpu_split()
-        self.cpu0 = sum(self.split0)
+        self.split0 = self.server.usage()
+        self.cpu0 = self.split0[0] + self.split0[1]
         self.cpu0_precise = self.server.cpu_precise()
         self.client0 = time.process_time()
         self.wall0 = time.perf_counter()
@@ -57,9 +58,10 @@ class Window:
     def stop(self) -> Window:
         self.wall = time.perf_counter() - self.wall0
         self.client_cpu = time.process_time() - self.client0
-        split = self.server.cpu_split()
-        self.server_cpu = sum(split) - self.cpu0
+        split = self.server.usage()
+        self.server_cpu = split[0] + split[1] - self.cpu0
         self.server_sys = split[1] - self.split0[1]
+        self.server_faults = split[2] - self.split0[2]
         self.server_cpu_precise = self.server.cpu_precise() - self.cpu0_precise
         busy, steal = proc.core_times(int(SERVER_CPU))
         self.core_busy = busy - self.core0[0]
@@ -106,7 +108,7 @@ class Window:
 
     def as_dict(self) -> dict[str, Any]:
         return {"wall_s": self.wall, "server_cpu_s": self.server_cpu, "server_cpu_clock_s": self.server_cpu_precise,
-                "server_sys_s": self.server_sys,
+                "server_sys_s": self.server_sys, "server_minor_faults": self.server_faults,
                 "client_cpu_s": self.client_cpu,
                 "server_busy": self.server_busy, "client_busy": self.client_busy,
                 "others_on_server_core": self.others_on_core, "steal_s": self.core_steal,
