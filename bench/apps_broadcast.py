@@ -13,7 +13,8 @@ changes to the framework:
   calls ``malloc_trim(0)`` (to tell memory the allocator keeps from memory still held).
 
 Settings come from the environment so that one module serves every variant (the harness sets
-them before starting the server): ``BENCH_VIEW_BYTES``, ``BENCH_BROADCAST_TICK``, ``BENCH_IDLE_RELEASE``,
+them before starting the server): ``BENCH_VIEW_BYTES``, ``BENCH_BROADCAST_TICK``, ``BENCH_FLUSH_POLICY``
+(``pyvia`` | ``settle``), ``BENCH_SETTLE_MS``, ``BENCH_IDLE_RELEASE``,
 ``BENCH_GOL_MODE`` (``full`` | ``diff``), ``BENCH_GOL_RESEED``, ``BENCH_STATIC_DIR``.
 """
 
@@ -79,8 +80,44 @@ class _TimedBroadcaster(Broadcaster):
         return written
 
 
+_SETTLE: dict[str, float | None] = {"first": None}
+_SETTLE_QUIET = float(os.environ.get("BENCH_SETTLE_MS", "2")) / 1000
+
+
+class _SettlingBroadcaster(_TimedBroadcaster):
+    """An alternative flush policy, for measurement only (``BENCH_FLUSH_POLICY=settle``): flush
+    once no new mark has come for ``BENCH_SETTLE_MS`` (2 ms), but no later than a tick after the
+    first unflushed mark, and never sooner than the framework's "twice the last flush" spacing.
+    pyvia's own policy flushes at once when the loop was idle, so a burst's first action costs a
+    whole flush that carries only its own result."""
+
+    __slots__ = ()
+
+    def mark(self, state: Any) -> None:
+        if state.name not in self.pending:
+            self.pending[state.name] = state
+        clock = self.app.clock
+        if clock is None:
+            return
+        now = clock.now()
+        first = _SETTLE["first"]
+        if first is None:
+            first = _SETTLE["first"] = now
+        when = max(min(now + _SETTLE_QUIET, first + self.tick), self._last_start + 2 * self._last_duration)
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = clock.call_later(max(0.0, when - now), self._on_timer)
+
+    def flush(self, *, force: bool = False) -> int:
+        _SETTLE["first"] = None
+        return super().flush(force=force)
+
+
 def _add_probes(target: App) -> None:
-    target.broadcaster.__class__ = _TimedBroadcaster  # same slots: only flush() is wrapped
+    # same slots, so the class can be swapped: only flush() (and, for "settle", mark()) change
+    policy = os.environ.get("BENCH_FLUSH_POLICY", "pyvia")
+    target.broadcaster.__class__ = _SettlingBroadcaster if policy == "settle" else _TimedBroadcaster
+    target.scopes.on_change = target.broadcaster.mark  # the registry holds the bound method
 
     @target.route("GET", "/stats")
     def stats(request: Request) -> dict[str, Any]:

@@ -23,6 +23,11 @@ written (client clock) until the last of the tabs has *decoded* the final value
 (``start + 200``) on its stream; also when the last action was answered and how many flushes
 the server made (coalescing: a flush runs at most every 25 ms).
 
+(d) **Encoder micro-benchmark** (no server, a process pinned to CPU 1 after the runs): what
+``Stream.send`` (the per-tab call of a flush) costs for the same 450-byte frame with identity, zstd
+and br, for one stream (its encoder warm in the cache) and for 1,000 streams used in turn as a
+flush uses them (each encoder cold when its turn comes).
+
 (c) **5,000 tabs**, identity, fresh server: RSS per idle tab, then rounds spaced 300 ms: from
 ``POST /bump`` written to the last tab having the value; the server's flush start and duration
 (``GET /stats``) tell how much of that is the server writing and how much the client reading.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -73,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--big", type=int, default=5000, help="tabs for (c); 0 skips it (default 5000)")
     p.add_argument("--big-rounds", type=int, default=7, help="broadcasts for (c) (default 7)")
     p.add_argument("--server", default="native", help="native | uvicorn | granian | hypercorn")
+    p.add_argument("--no-micro", action="store_true", help="skip the encoder micro-benchmark (d)")
+    p.add_argument("--flush-policy", choices=("pyvia", "settle"), default="pyvia",
+                   help="settle: an alternative scheduler in the bench app (flush 2 ms after the last mark)")
+    p.add_argument("--micro-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tick", type=float, default=None,
                    help="the app's broadcast_tick in seconds (default: pyvia's, 0.025)")
     return p
@@ -179,7 +189,10 @@ def _quiet_or_all(reps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- (a) and (b) ----------------------------------------------------------------------------------
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
-    return {} if args.tick is None else {"BENCH_BROADCAST_TICK": str(args.tick)}
+    env = {"BENCH_FLUSH_POLICY": args.flush_policy}
+    if args.tick is not None:
+        env["BENCH_BROADCAST_TICK"] = str(args.tick)
+    return env
 
 
 async def per_coding(args: argparse.Namespace, coding: str, recorder: Recorder) -> dict[str, Any]:
@@ -293,6 +306,7 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
     control.conn.close()
     summary = {
         "type": "summary", "part": "a+b", "server": args.server, "coding": coding, "tabs": len(tabs), "tick": args.tick,
+        "flush_policy": args.flush_policy,
         "open_failures": dict(failures), "check": check,
         "dirty": bool(failures) or not check["clean"] or any(s["non2xx"] for s in storms),
         "noisy_reps": [r["rep"] for r in reps if r["noisy"]],
@@ -426,6 +440,59 @@ async def _big(args: argparse.Namespace, recorder: Recorder, server: Server, tab
     return summary
 
 
+def encoder_micro() -> list[dict[str, Any]]:
+    """(d): Stream.send per tab, warm (one stream) and cold (1,000 streams in turn)."""
+    from bench.apps_broadcast import _view_markup
+    from pyvia import protocol
+    from pyvia.compress import Compression
+    from pyvia.ops.metrics import PyviaMetrics
+    from pyvia.stream import Outflow, Stream
+
+    class Sink:
+        buffered = 0
+        is_closed = False
+
+        def write(self, data: bytes) -> None:
+            pass
+
+    compression, meter = Compression(), PyviaMetrics()
+    views = [protocol.patch_elements(_view_markup(v), "#via-view", "inner") for v in range(1000, 1300)]
+    first = protocol.patch_signals({"_disconnected": False})
+    rows = []
+    for coding in ("identity", "zstd", "br"):
+        out: dict[str, Any] = {"type": "micro", "coding": coding}
+        for label, count, rounds in (("warm", 1, 3000), ("cold", 1000, 30)):
+            streams = []
+            for _ in range(count):
+                stream = Stream(1 << 20, Outflow(meter))
+                encoder = compression.stream_encoder(coding) if coding != "identity" else None
+                stream.attach(Sink(), 0.0, encoder)  # type: ignore[arg-type]
+                stream.send(first, None, 0.0)  # the connect event: creates the encoder, as in the server
+                streams.append(stream)
+            per_tab = []
+            for r in range(rounds):
+                view, signals = views[r % len(views)], protocol.patch_signals({"route__n": r})
+                t0 = time.perf_counter()
+                for stream in streams:
+                    stream.send(signals, view, 1.0)
+                per_tab.append((time.perf_counter() - t0) / count * 1e6)
+            out[f"us_per_tab_{label}"] = statistics.median(per_tab[rounds // 6:])
+        rows.append(out)
+    return rows
+
+
+async def _micro(recorder: Recorder) -> None:
+    proc_ = await asyncio.create_subprocess_exec("taskset", "-c", "1", sys.executable, "-m", "bench.broadcast",
+                                                 "--micro-child", stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc_.communicate(), 120)
+    print("(d) Stream.send per tab, same 450-byte frame, no server (pinned to CPU 1):")
+    for line in out.decode().splitlines():
+        row = json.loads(line)
+        recorder.write(row)
+        print(f"  {row['coding']:8} warm (one stream) {row['us_per_tab_warm']:.2f} µs; 1,000 streams in turn "
+              f"{row['us_per_tab_cold']:.2f} µs per tab", flush=True)
+
+
 def _slab_kb() -> int:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -450,12 +517,18 @@ async def _main(args: argparse.Namespace) -> int:
     if args.big:
         summary = await big(args, recorder)
         dirty |= summary["dirty"]
+    if not args.no_micro:
+        await _micro(recorder)
     print(f"# done in {time.monotonic() - started:.0f} s{'; DIRTY results above' if dirty else ''}")
     return 1 if dirty else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.micro_child:
+        for row in encoder_micro():
+            print(json.dumps(row))
+        return 0
     pin_client()
     return int(run(_main(args)))
 

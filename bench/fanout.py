@@ -403,12 +403,14 @@ class TabStream(asyncio.Protocol):
                 self.n_signals += 1
                 at = raw.find(_SIGNALS_DATA)
                 values = orjson.loads(raw[at + len(_SIGNALS_DATA):])
-                if not self.opened.done():
-                    if values != {"_disconnected": False}:
-                        raise ProtocolError(f"unexpected first event {raw[:120]!r}")
+                # The connect event. What the tab missed between its page view and now (a held view,
+                # queued signals) is written just before it, so other events may come first.
+                if not self.opened.done() and values.get("_disconnected") is False:
                     self.first_at = now
                     self.opened.set_result(None)
-                    continue
+                    values = {k: v for k, v in values.items() if k != "_disconnected"}
+                    if not values:
+                        continue
                 hub.on_signals(self, values, now)
             elif raw.startswith(_ELEMENTS):
                 self.n_elements += 1

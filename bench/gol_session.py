@@ -34,7 +34,7 @@ Last, **alternatives** offline (no server; ``--alternatives``): the same 300 gen
 of board frames, whole and changed-cells, through pyvia's own ``StreamEncoder`` at levels and
 windows the framework does not choose today. Each configuration runs in a fresh process that
 feeds K encoders every frame and reports the RSS and heap growth per encoder, the bytes per
-frame and the µs per frame (one encoder at a time, so warm in cache: a lower bound).
+frame, and the µs per tab-frame with the K encoders used in turn, as a flush uses them.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
 def _probe(spec: str) -> dict[str, Any]:
     """Run in a fresh process: K encoders of one configuration, each fed every frame in turn (frame
     i to every encoder, then frame i+1, as a flush does), so each encoder is cold in the cache when
-    its turn comes; then one more encoder fed all frames at once (warm). A ``-shared`` coding is one
+    its turn comes; then one more encoder fed all frames alone. A ``-shared`` coding is one
     encoder for all K tabs (the same bytes written to each) that ends its zstd frame every 50
     frames, where a tab that connected since could join."""
     import gc
@@ -194,7 +194,8 @@ async def alternatives(args: argparse.Namespace, recorder: Recorder) -> list[dic
               f"{row['wire_bytes_per_frame']:5,.0f} B/frame = {row['ratio']:5.1f}:1 "
               f"({row['board_ratio']:5.1f}:1 against the whole board), "
               f"{row['us_per_tab_frame_cold']:5.1f} µs/tab-frame with {args.alternatives} tabs in turn "
-              f"({row['us_per_frame_warm']:.1f} warm){'   <- pyvia today' if row['pyvia_today'] else ''}", flush=True)
+              f"({row['us_per_frame_warm']:.1f} for one encoder alone)"
+              f"{'   <- pyvia today' if row['pyvia_today'] else ''}", flush=True)
     return rows
 
 
