@@ -27,6 +27,7 @@ from pyvia import protocol
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
+from pyvia.cluster.link import ClusterLink
 from pyvia.compress import ZSTD, Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
@@ -287,7 +288,7 @@ class App:
         self._on_start: list[Callable[..., Any]] = []
         self._on_stop: list[Callable[..., Any]] = []
         self._on_error: list[Callable[..., Any]] = []
-        self._app_intervals: list[tuple[Callable[..., Any], float]] = []
+        self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
         self.errors = 0
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
@@ -298,6 +299,8 @@ class App:
         self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
         self.raise_server_exceptions = False
+        #: The engine link when several workers or nodes share state (pyvia.cluster.link), else None.
+        self.link: ClusterLink | None = None
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -379,10 +382,13 @@ class App:
     # --- shared state and broadcasting -------------------------------------------------------------
 
     def broadcast(self, scope: str) -> None:
-        """Mark a scope (``"global"``, ``"route:/chat"``, ``"room:lobby"``, ``"room:*"``) for the next flush."""
+        """Mark a scope (``"global"``, ``"route:/chat"``, ``"room:lobby"``, ``"room:*"``) for the next flush
+        (on every worker and node)."""
         check_broadcast_target(scope)
         for state in self.scopes.matching(scope):
             self.broadcaster.mark(state)
+        if self.link is not None:
+            self.link.broadcast(scope)
 
     def flush_broadcasts(self) -> int:
         """Send every marked scope now, ignoring the tick and throttles; return the tabs written
@@ -453,20 +459,24 @@ class App:
         self._on_error.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], ms: float) -> Callable[..., Any]:
-        """Call ``fn()`` every ``ms`` milliseconds while the server runs (errors are reported, not fatal)."""
+    def set_interval(self, fn: Callable[..., Any], ms: float, *, every_worker: bool = False) -> Callable[..., Any]:
+        """Call ``fn()`` every ``ms`` milliseconds while the server runs (errors are reported, not fatal).
+
+        With several workers or nodes it runs on one of them (the holder of the engine's timer
+        lease) unless ``every_worker``.
+        """
         if ms <= 0:
             raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
-        self._app_intervals.append((fn, ms / 1000.0))
+        self._app_intervals.append((fn, ms / 1000.0, every_worker))
         if self.clock is not None:
-            self._arm_app_interval(fn, ms / 1000.0)
+            self._arm_app_interval(fn, ms / 1000.0, every_worker)
         return fn
 
     def spawn(self, awaitable: Awaitable[Any]) -> None:
         """Run a coroutine in the background; its errors are reported, never fatal."""
         self._spawn(awaitable, None, "task")
 
-    def _arm_app_interval(self, fn: Callable[..., Any], period: float) -> None:
+    def _arm_app_interval(self, fn: Callable[..., Any], period: float, every_worker: bool = False) -> None:
         clock = self.clock
         assert clock is not None
         slot = len(self._app_timers)
@@ -474,7 +484,8 @@ class App:
 
         def tick() -> None:
             try:
-                result = fn()
+                elsewhere = self.link is not None and not every_worker and not self.link.is_timer_leader
+                result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
                 if inspect.isawaitable(result):
                     self._spawn(result, None, "timer")
             except Exception as exc:
@@ -507,12 +518,33 @@ class App:
         """Called by the front end inside the running loop before it serves."""
         import asyncio
         import gc
+        import os
 
+        from pyvia.cluster import ENGINE_URL_ENV, create_engine
+
+        url = os.environ.get(ENGINE_URL_ENV)
+        if url and not url.startswith("memory:") and self.link is None:
+            await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(asyncio.get_running_loop()))
         if self.config.gc_thresholds is not None:
             gc.collect()
             gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again
             gc.set_threshold(*self.config.gc_thresholds)
+
+    async def use_engine(self, engine: Any) -> None:
+        """Share scoped signals, global state, broadcasts and tabs with other workers through ``engine``
+        (a :class:`pyvia.cluster.Engine`, not yet connected). ``startup`` does it when
+        ``PYVIA_ENGINE_URL`` is set, as ``pyvia run --workers N`` does."""
+        link = ClusterLink(self, engine)
+        await link.start()
+        self.link = link
+        self.scopes.link = link
+        self.global_state.link = link
+
+    @property
+    def engine(self) -> Any:
+        """The cluster engine (``/_health`` reports it), or None with one worker."""
+        return self.link.engine if self.link is not None else None
 
     def start(self, clock: Clock) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
@@ -529,8 +561,8 @@ class App:
         if self.config.persist_path is not None:
             self._restore()
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
-        for fn, period in self._app_intervals:
-            self._arm_app_interval(fn, period)
+        for fn, period, every_worker in self._app_intervals:
+            self._arm_app_interval(fn, period, every_worker)
         for fn in self._on_start:
             try:
                 result = fn()
@@ -568,6 +600,11 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
+        link, self.link = self.link, None
+        if link is not None:
+            self.scopes.link = None
+            self.global_state.link = None
+            await link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -796,8 +833,23 @@ class App:
         session_id = self._session_of(request) or new_session_id()
         params = request.path_params
         ctx = Context(self, self._ids.make(route.pattern, params, session_id), route, params, session_id, request)
+        if self.link is not None:
+            self.link.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = _bind(route, params, ctx, request)
-        return _then(route.handler(**kwargs), lambda result: self._page_response(ctx, result))
+        return _then(route.handler(**kwargs),
+                     lambda result: self._after_loads(lambda: self._page_response(ctx, result)))
+
+    def _after_loads(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` once the scoped signals just declared hold their shared values (several workers)."""
+        link = self.link
+        if link is None or not link.loading:
+            return fn()
+
+        async def later() -> Any:
+            await link.loaded()
+            return fn()
+
+        return later()
 
     def _page_response(self, ctx: Context, result: Any) -> Response:
         if result is not None:
@@ -861,6 +913,8 @@ class App:
 
     def _register(self, ctx: Context) -> None:
         self.contexts[ctx.id] = ctx
+        if self.link is not None and ctx.revived:
+            self.link.claim(ctx.id)  # a page view claimed it already
         for name in ctx._scopes:
             self.scopes.join(ctx, name)
         ctx.state = State.CREATED
@@ -1057,6 +1111,8 @@ class App:
         ctx.stream.close()
         for name in ctx._scopes:
             self.scopes.leave(ctx, name)
+        if self.link is not None:
+            self.link.release(ctx.id)
         if self.config.revival_window > 0:
             self._graveyard[ctx.id] = (self._now() + self.config.revival_window, ctx.tab_state)
             self._graveyard.move_to_end(ctx.id)
@@ -1101,10 +1157,40 @@ class App:
         session_id = self._session_of(request)
         ctx = self.contexts.get(ctx_id)
         if ctx is None:
+            if self.link is not None:
+                return self._take_over(request, ctx_id, session_id, signals)
             return _then(self._revive(request, ctx_id, session_id, signals),
                          lambda found: self._stream_for(request, found) if found is not None
                          else self._reload_stream(ctx_id))
         return self._stream_for(request, ctx)
+
+    async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
+                         signals: dict[str, Any]) -> Any:
+        """A stream for a tab another worker holds: take the tab over (with its tab state), or
+        revive it here when that worker is gone."""
+        assert self.link is not None
+        owner = await self.link.owner(ctx_id)
+        if owner is not None and session_id is not None:
+            state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
+            if ctx_id not in self._graveyard:  # the directory vouches that the tab lived recently
+                self._graveyard[ctx_id] = (self._now() + self.config.revival_window, state or {})
+        found = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+        if found is None:
+            return self._reload_stream(ctx_id)
+        return await _settled(self._stream_for(request, found))
+
+    def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
+        """Another worker took this tab's stream: let the tab go, giving it its tab state."""
+        ctx = self.contexts.get(ctx_id)
+        if ctx is None:
+            record = self._graveyard.pop(ctx_id, None)
+            return _json_or_empty(record[1]) if record is not None else None
+        if Scope.session(ctx.session_id) != session_hash:
+            return None
+        state = _json_or_empty(ctx.tab_state)
+        self.destroy(ctx)
+        self._graveyard.pop(ctx_id, None)
+        return state
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
         if ctx.session_id != self._session_of(request):
@@ -1182,7 +1268,8 @@ class App:
             log.info("revived a tab of %s", route.pattern)
             return ctx
 
-        return _then(self._with_middleware(request, route, endpoint), finish)
+        return _then(self._with_middleware(request, route, endpoint),
+                     lambda result: self._after_loads(lambda: finish(result)))
 
     # --- actions ---------------------------------------------------------------------------------
 
@@ -1206,7 +1293,8 @@ class App:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
         self._check_origin(request)
-        wait = self._limiter.check(self.client_address(request), self._now())
+        forwarded = request.state.get("_forwarded", False)  # counted where it landed
+        wait = 0.0 if forwarded else self._limiter.check(self.client_address(request), self._now())
         if wait:
             raise RateLimited(f"action rate limit for {self.client_address(request)}",
                               headers=[("retry-after", str(max(1, math.ceil(wait))))])
@@ -1221,9 +1309,26 @@ class App:
         session_id = self._session_of(request)
         ctx = self.contexts.get(ctx_id)
         if ctx is None:
+            if self.link is not None and not forwarded:
+                return self._forward_action(request, ctx_id, session_id, signals, name)
             return _then(self._revive(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
+
+    async def _forward_action(self, request: Request, ctx_id: str, session_id: str | None,
+                              signals: dict[str, Any], name: str) -> Any:
+        """An action for a tab held by another worker or node: its owner answers it; when the
+        owner is gone the tab is revived here."""
+        assert self.link is not None
+        owner = await self.link.owner(ctx_id)
+        if owner is not None:
+            response = await self.link.forward(owner, request, self.config.action_timeout)
+            if response is not None:
+                return response
+            if ctx_id not in self._graveyard:  # the directory vouches that the tab lived recently
+                self._graveyard[ctx_id] = (self._now() + self.config.revival_window, {})
+        ctx = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+        return await _settled(self._run_action(request, ctx, name, signals))
 
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
@@ -1238,6 +1343,7 @@ class App:
         def endpoint(req: Request) -> Any:
             now = self._now()
             started = time.perf_counter()
+            writes = self.link.writing if self.link is not None else 0
             ctx.request = req
             ctx.last_action = now
             if ctx.state is State.DISCONNECTED:
@@ -1254,12 +1360,15 @@ class App:
                 self.metrics.observe_action(time.perf_counter() - started)
                 if self.config.dev:
                     self._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
+                if self.link is not None and self.link.writing > writes:
+                    return self._after_writes(ctx, writes)
                 return self._action_response(ctx)
-            return self._await_action(ctx, pending, started)
+            return self._await_action(ctx, pending, started, writes)
 
         return self._with_middleware(request, ctx.route, endpoint)
 
-    async def _await_action(self, ctx: Context, pending: Awaitable[Any], started: float) -> Response:
+    async def _await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0
+                            ) -> Response:
         import asyncio
 
         try:
@@ -1269,6 +1378,14 @@ class App:
         finally:
             ctx._end_batch()
             self.metrics.observe_action(time.perf_counter() - started)
+        if self.link is not None:
+            await self.link.written(writes)
+        return self._action_response(ctx)
+
+    async def _after_writes(self, ctx: Context, writes: int) -> Response:
+        """Answer once the shared-state writes the action made are in the engine."""
+        assert self.link is not None
+        await self.link.written(writes)
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:
@@ -1306,6 +1423,23 @@ class App:
         if found is None:
             raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
         return found
+
+
+async def _settled(result: Any) -> Any:
+    """The value of a result that may be awaitable (handlers and middleware may be sync or async)."""
+    return await result if inspect.isawaitable(result) else result
+
+
+def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
+    """Tab state that can travel to another worker (JSON), or nothing."""
+    try:
+        import orjson
+
+        orjson.dumps(state)
+    except TypeError:
+        log.warning("a tab's tab_state is not JSON: it does not move with the tab to another worker")
+        return {}
+    return state
 
 
 def _context_of(request: Request, app: App) -> Context | None:

@@ -94,6 +94,9 @@ class Config:
     #: A SQLite file where global state, shared signals and session data are kept across a
     #: graceful restart (written at stop, read at start). None keeps them in memory only.
     persist_path: str | None = None
+    #: Namespace of this app's buckets and subjects on a shared engine (NATS or Redis), so apps
+    #: sharing one engine stay apart; the same on every worker and node of one app.
+    engine_prefix: str = "pyvia"
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
@@ -126,6 +129,8 @@ class Config:
             raise ConfigError(
                 f"base_path={self.base_path!r}: must be '/' or '/segment[/segment…]' of [A-Za-z0-9_.-], like '/live'"
             )
+        if not isinstance(self.engine_prefix, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.engine_prefix):
+            raise ConfigError(f"engine_prefix={self.engine_prefix!r}: must match [A-Za-z0-9_-]{{1,32}}, like 'shop'")
         if not self.base_path.endswith("/"):
             object.__setattr__(self, "base_path", self.base_path + "/")
         import ipaddress

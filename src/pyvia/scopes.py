@@ -29,6 +29,7 @@ from pyvia.errors import DeclarationError
 from pyvia.signals import Signal
 
 if TYPE_CHECKING:
+    from pyvia.cluster.link import ClusterLink
     from pyvia.context import Context
 
 T = TypeVar("T")
@@ -135,21 +136,39 @@ class SharedSignal(Signal[T]):
 
     @value.setter
     def value(self, new: T) -> None:
+        self._set_local(new)
+        link = self.scope.registry.link
+        if link is not None:
+            link.put_signal(self)
+
+    def _set_local(self, new: T) -> None:
         self._value = new
         self._changed = True
         self.scope.touch(self)
 
     def increment(self, by: int = 1) -> int:
-        """Add ``by`` to an integer value and return the result, atomically."""
+        """Add ``by`` to an integer value and return the result, atomically.
+
+        With several workers the engine adds; the value returned is this worker's view, and every
+        worker ends on the engine's total.
+        """
         current = self._value
         if not isinstance(current, int) or isinstance(current, bool):
             raise TypeError(f"increment() needs an int signal; {self.id} holds {type(current).__name__}")
-        self.value = current + by  # type: ignore[assignment]  # checked int above
+        self._set_local(current + by)  # type: ignore[arg-type]  # checked int above
+        link = self.scope.registry.link
+        if link is not None:
+            link.increment_signal(self, by)
         return self._value  # type: ignore[return-value]  # checked int above
 
     def mutate(self, fn: Callable[[T], T]) -> T:
-        """Replace the value with ``fn(value)`` atomically; ``fn`` must not await."""
-        self.value = fn(self._value)
+        """Replace the value with ``fn(value)`` atomically; ``fn`` must be pure and must not await
+        (with several workers the engine may run it again on a newer value)."""
+        before = self._value
+        self._set_local(fn(before))
+        link = self.scope.registry.link
+        if link is not None:
+            link.mutate_signal(self, fn, before)
         return self._value
 
     def accept_client_value(self, value: Any) -> bool:
@@ -157,6 +176,9 @@ class SharedSignal(Signal[T]):
         if accepted:
             self._changed = True
             self.scope.touch(self)
+            link = self.scope.registry.link
+            if link is not None:
+                link.put_signal(self)
         return accepted
 
     def __repr__(self) -> str:
@@ -187,6 +209,8 @@ class ScopeState:
         sig: SharedSignal[T] = SharedSignal(self, name, initial, client_writable=client_writable)
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
+        if self.registry.link is not None:
+            self.registry.link.track(sig)  # other workers may hold a value already
         return sig
 
     def touch(self, sig: SharedSignal[Any]) -> None:
@@ -209,11 +233,13 @@ class ScopeState:
 class ScopeRegistry:
     """All scopes of one process: membership, shared signals and wildcard lookup."""
 
-    __slots__ = ("_scopes", "on_change", "restored")
+    __slots__ = ("_scopes", "link", "on_change", "restored")
 
     def __init__(self, on_change: Callable[[ScopeState], None]) -> None:
         self._scopes: dict[str, ScopeState] = {}
         self.on_change = on_change
+        #: The engine link with several workers (``pyvia.cluster.link``), else None.
+        self.link: ClusterLink | None = None
         #: Values saved at the last graceful stop, taken by the first declaration of each signal.
         self.restored: dict[tuple[str, str], Any] = {}
 
@@ -239,6 +265,9 @@ class ScopeRegistry:
             del state.members[ctx.id]
         if not state.members and not state.kept:
             del self._scopes[name]
+            if self.link is not None:
+                for sig in state.signals.values():
+                    self.link.untrack(sig)
 
     def matching(self, pattern: str) -> Iterator[ScopeState]:
         """Scopes named ``pattern``, or matching it where it holds ``*`` wildcards."""

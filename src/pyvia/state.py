@@ -10,32 +10,48 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyvia.errors import UsageError
+
+if TYPE_CHECKING:
+    from pyvia.cluster.link import ClusterLink
 
 __all__ = ["GlobalState", "SessionData", "SessionStore"]
 
 
 class GlobalState(MutableMapping[str, Any]):
-    """Process-wide key/value state: ``app.global_state["visits"]``."""
+    """Process-wide key/value state: ``app.global_state["visits"]``.
 
-    __slots__ = ("_data", "max_keys")
+    With several workers it is shared through the engine (values must be JSON); each worker reads
+    its local copy, writes go to the engine, ``increment`` and ``mutate`` run atomically there.
+    """
+
+    __slots__ = ("_data", "link", "max_keys")
 
     def __init__(self, max_keys: int = 100_000) -> None:
         self._data: dict[str, Any] = {}
         self.max_keys = max_keys
+        #: The engine link with several workers (``pyvia.cluster.link``), else None.
+        self.link: ClusterLink | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        self._set_local(key, value)
+        if self.link is not None:
+            self.link.put_global(key, value)
+
+    def _set_local(self, key: str, value: Any) -> None:
         if key not in self._data and len(self._data) >= self.max_keys:
             raise UsageError(f"global state is full ({self.max_keys} keys); delete keys or raise max_keys")
         self._data[key] = value
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
+        if self.link is not None:
+            self.link.delete_global(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -48,13 +64,20 @@ class GlobalState(MutableMapping[str, Any]):
         current = self._data.get(key, 0)
         if not isinstance(current, int) or isinstance(current, bool):
             raise TypeError(f"increment() needs an int; global state {key!r} holds {type(current).__name__}")
-        self[key] = current + by
+        self._set_local(key, current + by)
+        if self.link is not None:
+            self.link.increment_global(key, by)
         return current + by
 
     def mutate(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
-        """Replace the value with ``fn(value)`` atomically (``fn`` gets ``default`` if missing)."""
+        """Replace the value with ``fn(value)`` atomically (``fn`` gets ``default`` if missing).
+
+        ``fn`` must be pure: with several workers the engine may run it again on a newer value.
+        """
         value = fn(self._data.get(key, default))
-        self[key] = value
+        self._set_local(key, value)
+        if self.link is not None:
+            self.link.mutate_global(key, fn, default)
         return value
 
 

