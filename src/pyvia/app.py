@@ -540,6 +540,7 @@ class App:
         self.link = link
         self.scopes.link = link
         self.global_state.link = link
+        self.sessions.link = link
 
     @property
     def engine(self) -> Any:
@@ -604,6 +605,7 @@ class App:
         if link is not None:
             self.scopes.link = None
             self.global_state.link = None
+            self.sessions.link = None
             await link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -652,6 +654,11 @@ class App:
 
     def handle(self, request: Request) -> HandleResult:
         """Answer one request (see the module docstring)."""
+        link = self.link
+        if link is not None:  # several workers: the session's data comes from the engine first
+            session_id = self._session_of(request)
+            if session_id is not None and not link.has_session(session_id):
+                return self._handle_after(link.load_session(session_id), request)
         try:
             result = self._dispatch(request)
         except BaseException as exc:  # every failure becomes an answer here
@@ -660,6 +667,11 @@ class App:
             self.metrics.observe_request(request.kind or "other", result.status)
             return result
         return self._finish(result, request)
+
+    async def _handle_after(self, loading: Awaitable[None], request: Request) -> Response | StreamResponse:
+        await loading
+        result = self.handle(request)
+        return await result if inspect.isawaitable(result) else result
 
     async def _finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
         try:
@@ -814,8 +826,9 @@ class App:
             self._rotated_from.popitem(last=False)
         data = self.sessions.peek(old)
         if data is not None:
+            saved = dict(data)
             self.sessions.clear(old)
-            self.sessions.get(new).update(data)
+            self.sessions.get(new).update(saved)
         old_scope, new_scope = Scope.session(old), Scope.session(new)
         for tab in [c for c in self.contexts.values() if c.session_id == old]:
             tab.session_id = new

@@ -82,21 +82,31 @@ class GlobalState(MutableMapping[str, Any]):
 
 
 class SessionData(MutableMapping[str, Any]):
-    """One session's data: ``c.session_data["user"]``. Shared by every tab of the session."""
+    """One session's data: ``c.session_data["user"]``. Shared by every tab of the session.
 
-    __slots__ = ("_data",)
+    With several workers it is kept in the engine (values must be JSON): assign values rather than
+    changing them in place, so the change is seen and sent.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_data", "key", "link")
+
+    def __init__(self, link: ClusterLink | None = None, key: str = "") -> None:
         self._data: dict[str, Any] = {}
+        self.link = link
+        self.key = key  # the session's hash: its key in the engine
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._data[key] = value
+        if self.link is not None:
+            self.link.put_session(self)
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
+        if self.link is not None:
+            self.link.put_session(self)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -111,20 +121,27 @@ class SessionData(MutableMapping[str, Any]):
 class SessionStore:
     """Session data by session id, least recently used evicted past ``max_sessions``."""
 
-    __slots__ = ("_sessions", "evictions", "max_sessions")
+    __slots__ = ("_sessions", "evictions", "link", "max_sessions")
 
     def __init__(self, max_sessions: int = 10_000) -> None:
         self._sessions: OrderedDict[str, SessionData] = OrderedDict()
         self.max_sessions = max_sessions
         self.evictions = 0
+        #: The engine link with several workers (``pyvia.cluster.link``), else None.
+        self.link: ClusterLink | None = None
 
     def get(self, session_id: str) -> SessionData:
         data = self._sessions.get(session_id)
         if data is None:
-            data = self._sessions[session_id] = SessionData()
+            link = self.link
+            data = self._sessions[session_id] = SessionData(link, link.session_key(session_id) if link else "")
+            if link is not None:
+                link.follow_session(data)
             if len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+                _, evicted = self._sessions.popitem(last=False)
                 self.evictions += 1
+                if link is not None:
+                    link.forget_session(evicted)
         else:
             self._sessions.move_to_end(session_id)
         return data
@@ -136,7 +153,13 @@ class SessionStore:
         return self._sessions.get(session_id)
 
     def clear(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        data = self._sessions.pop(session_id, None)
+        if data is not None and self.link is not None:
+            self.link.forget_session(data, delete=True)  # the engine's copy goes too (a rotation)
+
+    def drop_all(self) -> None:
+        """Forget every session here (the engine holds them; they are read again when used)."""
+        self._sessions.clear()
 
     def __len__(self) -> int:
         return len(self._sessions)

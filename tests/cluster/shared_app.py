@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from pyvia import App, Context, Response, Scope
+from pyvia import App, Context, Request, Response, Scope
 
 app = App(title="Shared state")
 
@@ -57,6 +57,11 @@ def home(c: Context) -> None:
         ran_here()
 
     @c.action
+    def login() -> None:
+        c.session_data["user"] = item.value
+        ran_here()
+
+    @c.action
     def announce() -> None:
         app.broadcast(Scope.route("/"))  # no signal changed: the view reads global state
         ran_here()
@@ -67,6 +72,13 @@ def home(c: Context) -> None:
 @app.route("GET", "/pid")
 def pid_route(request: object) -> Response:
     return Response.text(str(os.getpid()))
+
+
+@app.route("GET", "/whoami")
+def whoami(request: Request) -> Response:
+    session_id = app.session_id(request)
+    user = app.session_data(session_id).get("user", "") if session_id else ""
+    return Response.text(user)
 
 
 @app.route("GET", "/block")

@@ -83,6 +83,12 @@ def pid_of(port: int, path: str = "/pid") -> int:
         return int(client.read_response().body)
 
 
+def get_status(port: int, path: str) -> int:
+    with RawClient(HOST, port) as client:
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+        return client.read_response().status
+
+
 def get_json(port: int, path: str) -> object:
     with RawClient(HOST, port) as client:
         client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
@@ -195,6 +201,24 @@ def test_a_tab_whose_node_died_is_revived_where_its_action_lands(two_nodes) -> N
     tab.close()
 
 
+def test_session_data_written_on_one_node_is_read_on_the_other(two_nodes) -> None:
+    a, b, _ = two_nodes
+    tab = Tab(a)
+    assert tab.act(a, "login", item="ada") == 200
+    with RawClient(HOST, b) as client:
+        client.send(f"GET /whoami HTTP/1.1\r\nHost: {HOST}\r\nCookie: {tab.cookie}\r\n\r\n".encode())
+        assert client.read_response().body == b"ada"
+    assert tab.act(b, "login", item="grace") == 200  # forwarded to a, seen on b through the engine
+    with RawClient(HOST, b) as client:
+        for _ in range(50):
+            client.send(f"GET /whoami HTTP/1.1\r\nHost: {HOST}\r\nCookie: {tab.cookie}\r\n\r\n".encode())
+            if client.read_response().body == b"grace":
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("node b never saw the second login")
+
+
 def test_app_timers_run_on_one_node(two_nodes) -> None:
     a, b, _ = two_nodes
     time.sleep(1.5)
@@ -269,3 +293,37 @@ def test_two_workers_count_1000_concurrent_clicks_exactly(engine: str, request: 
         cluster.stop()
         for pid in list(children(cluster.proc.pid)):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url: str) -> None:
+    from tests.cluster.servers import RedisServer
+
+    redis = RedisServer()
+    url = redis.start()
+    node = ServerProcess(APP, free_port(), env={ENGINE_URL_ENV: url, "PYVIA_APP__ENGINE_PREFIX": "outage"})
+    node.start()
+    try:
+        port = node.port
+        tab = Tab(port)
+        tab.connect(port)
+        assert tab.act(port, "bump") == 200
+        tab.wait_for(r'"route__count":1\b')
+        redis.stop()
+        deadline = time.monotonic() + 10
+        while get_status(port, "/_health") != 503:
+            assert time.monotonic() < deadline, "health never reported the engine down"
+            time.sleep(0.05)
+        assert get_status(port, "/_ready") == 200  # balancers keep sending: local tabs still work
+        assert tab.act(port, "bump") == 200
+        tab.wait_for(r'"route__count":2\b')
+        redis.start()  # same port, empty: the worker writes back what it holds
+        deadline = time.monotonic() + 40
+        while get_status(port, "/_health") != 200:
+            assert time.monotonic() < deadline, "the engine never came back"
+            time.sleep(0.1)
+        assert tab.act(port, "bump") == 200
+        tab.wait_for(r'"route__count":3\b')
+        tab.close()
+    finally:
+        node.stop()
+        redis.stop()

@@ -47,10 +47,12 @@ from pyvia.cluster.base import (
 )
 from pyvia.cluster.replica import Replica
 from pyvia.http import Headers, Request, Response
+from pyvia.scopes import Scope
 
 if TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.scopes import SharedSignal
+    from pyvia.state import SessionData
 
 __all__ = ["DIRECTORY", "GLOBAL_BUCKET", "SCOPES", "ClusterLink", "signal_key"]
 
@@ -58,6 +60,7 @@ log = logging.getLogger("pyvia.cluster")
 
 SCOPES = "scopes"
 GLOBAL_BUCKET = "global"
+SESSIONS = "sessions"
 DIRECTORY = "directory"
 LEASES = "leases"
 _BROADCAST_SUBJECT = "bcast"
@@ -96,6 +99,8 @@ class ClusterLink:
         "is_timer_leader",
         "node",
         "replica",
+        "session_replica",
+        "sessions",
         "signals",
         "warned",
     )
@@ -109,6 +114,10 @@ class ClusterLink:
         self.replica = Replica(engine, SCOPES, on_change=self._signal_changed, on_resync=self._resync)
         self.global_replica = Replica(engine, GLOBAL_BUCKET, on_change=self._global_changed,
                                       on_resync=self._resync_global, track_all=True)
+        #: Session data followed on this worker, by session hash.
+        self.sessions: dict[str, SessionData] = {}
+        self.session_replica = Replica(engine, SESSIONS, on_change=self._session_changed,
+                                       on_resync=self._resync_sessions)
         self.is_timer_leader = False
         self.warned = False
         self._seq = 0
@@ -128,10 +137,11 @@ class ClusterLink:
         engine = self.engine
         await engine.connect()
         await engine.configure_bucket(LEASES, ttl=_LEASE_TTL)
-        for bucket in (SCOPES, GLOBAL_BUCKET, DIRECTORY):
+        for bucket in (SCOPES, GLOBAL_BUCKET, SESSIONS, DIRECTORY):
             await engine.configure_bucket(bucket)  # made now: creating one on first use takes a while on NATS
         await self.replica.start()
         await self.global_replica.start()
+        await self.session_replica.start()
         await self._load_global()
         self._subs.append(await engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
         self._subs.append(await engine.serve(f"fwd.{self.node}", self._serve))
@@ -153,6 +163,7 @@ class ClusterLink:
         self._subs.clear()
         await self.replica.stop()
         await self.global_replica.stop()
+        await self.session_replica.stop()
         await self.engine.close()
 
     def _spawn(self, awaitable: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -163,8 +174,9 @@ class ClusterLink:
 
     # --- writes, in order per key ----------------------------------------------------------------
 
-    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> None:
-        """Run ``op`` after the earlier writes of this worker to the same key; actions wait for it."""
+    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> asyncio.Task[None]:
+        """Run ``op`` after the earlier writes (and reads) of this worker to the same key; actions
+        wait for it. Changes from others to the key wait until it is done."""
         self._seq += 1
         seq = self._seq
         slot = (bucket, key)
@@ -172,13 +184,16 @@ class ClusterLink:
         task = asyncio.ensure_future(self._run_write(seq, slot, self._tails.get(slot), op))
         self._tails[slot] = task
         self._pending[seq] = task
+        return task
 
     async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[None] | None,
                          op: Callable[[], Awaitable[Any]]) -> None:
+        written = False
         try:
             if before is not None and not before.done():
                 await asyncio.wait([before])
             await asyncio.wait_for(op(), _WRITE_TIMEOUT)
+            written = True
             self.warned = False
         except TimeoutError:
             log.warning("a write of %s/%s got no answer from the engine in %s s", *slot, _WRITE_TIMEOUT)
@@ -197,7 +212,8 @@ class ClusterLink:
                 del self._busy[slot]
                 if self._tails.get(slot) is asyncio.current_task():
                     del self._tails[slot]
-                self._settle(slot)
+                if written:  # after a failed write the local value stands until the engine resyncs
+                    self._settle(slot)
 
     def _settle(self, slot: tuple[str, str]) -> None:
         """No write of ours is in flight any more: take the newest value the engine reported."""
@@ -206,6 +222,10 @@ class ClusterLink:
             held = self.replica.peek(key)
             if held is not None and held[0] is not None:
                 self._signal_changed(key, held[0])
+        elif bucket == SESSIONS:
+            held = self.session_replica.peek(key)
+            if held is not None:
+                self._session_changed(key, held[0])
         else:
             held = self.global_replica.peek(key)
             if held is not None:
@@ -228,8 +248,13 @@ class ClusterLink:
         """A scoped signal was declared here: read its shared value (creating it with ours if new)."""
         key = signal_key(sig.scope.name, sig.name)
         self.signals[key] = sig
+        self._read(key, sig)
+
+    def _read(self, key: str, sig: SharedSignal[Any]) -> None:
+        """Read (or create) the key in line with this worker's writes to it, so a write made
+        meanwhile lands after the read; changes from others are applied once both are done."""
         self.replica.expect(key)  # a change that arrives during the read is kept
-        task = asyncio.ensure_future(self._load(key, sig))
+        task = self._write(SCOPES, key, lambda: self._load(key, sig))
         self._loads.add(task)
         task.add_done_callback(self._loads.discard)
 
@@ -251,10 +276,7 @@ class ClusterLink:
                 value, revision = await self.engine.get(SCOPES, key)  # another worker created it first
                 if value is None:
                     return
-            self.replica.remember(key, value, revision, notify=False)
-            held = self.replica.peek(key)
-            if held is not None and held[0] is not None and (SCOPES, key) not in self._busy:
-                self._signal_changed(key, held[0])
+            self.replica.remember(key, value, revision, notify=False)  # applied when the key settles
         except EngineError as exc:
             log.warning("cannot read shared signal %s from the engine (the local value is used): %s", key, exc)
 
@@ -299,10 +321,7 @@ class ClusterLink:
     def _resync(self) -> None:
         """Changes may have been missed while disconnected: read every followed signal again."""
         for key, sig in list(self.signals.items()):
-            self.replica.expect(key)
-            task = asyncio.ensure_future(self._load(key, sig))
-            self._loads.add(task)
-            task.add_done_callback(self._loads.discard)
+            self._read(key, sig)
 
     # --- global state ----------------------------------------------------------------------------
 
@@ -343,6 +362,65 @@ class ClusterLink:
 
     def _resync_global(self) -> None:
         self._spawn(self._load_global())
+
+    # --- session data ----------------------------------------------------------------------------
+
+    @staticmethod
+    def session_key(session_id: str) -> str:
+        """A session's key in the engine: its hash, never the cookie itself."""
+        return Scope.session(session_id).split(":", 1)[1]
+
+    def has_session(self, session_id: str) -> bool:
+        """Whether this worker follows the session's data already (no engine read needed)."""
+        return self.session_replica.peek(self.session_key(session_id)) is not None
+
+    async def load_session(self, session_id: str) -> None:
+        """Read a session's data before a request of that session is handled here."""
+        key = self.session_key(session_id)
+        self.session_replica.expect(key)
+        try:
+            value, revision = await self.engine.get(SESSIONS, key)
+        except EngineError as exc:
+            log.warning("cannot read session data from the engine (it starts empty here): %s", exc)
+            return
+        self.session_replica.remember(key, value, revision, notify=False)
+        self.app.sessions.get(session_id)  # follows it, filled from what was just read
+
+    def follow_session(self, data: SessionData) -> None:
+        self.sessions[data.key] = data
+        held = self.session_replica.peek(data.key)
+        if held is not None and held[0] is not None:
+            self._session_changed(data.key, held[0])
+
+    def forget_session(self, data: SessionData, *, delete: bool = False) -> None:
+        if self.sessions.get(data.key) is data:
+            del self.sessions[data.key]
+        if delete:
+            key = data.key
+            self._write(SESSIONS, key, lambda: self.engine.delete(SESSIONS, key))
+        else:
+            self.session_replica.forget(data.key)
+
+    def put_session(self, data: SessionData) -> None:
+        key, value = data.key, _encode(data._data)
+        self._write(SESSIONS, key, lambda: self.engine.put(SESSIONS, key, value))
+
+    def _session_changed(self, key: str, raw: bytes | None) -> None:
+        data = self.sessions.get(key)
+        if data is None or (SESSIONS, key) in self._busy:
+            return
+        try:
+            value = {} if raw is None else orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            log.warning("dropped a change of session data that is not JSON")
+            return
+        if isinstance(value, dict):
+            data._data = value
+
+    def _resync_sessions(self) -> None:
+        """The copy was dropped: sessions are read again on their next request."""
+        self.sessions.clear()
+        self.app.sessions.drop_all()
 
     # --- broadcasts ------------------------------------------------------------------------------
 
