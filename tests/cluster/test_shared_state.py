@@ -9,6 +9,7 @@ spreads connections between them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -68,10 +69,8 @@ class Tab:
                 return found.group(0)
             if time.monotonic() > deadline:
                 raise AssertionError(f"{needle!r} not on the stream within {timeout} s: {self.received[-600:]!r}")
-            try:
+            with contextlib.suppress(TimeoutError, socket.timeout):
                 self.received += self.stream.read_chunk()
-            except (TimeoutError, socket.timeout):
-                pass
 
     def act(self, port: int, name: str, **signals: object) -> int:
         return post_action(HOST, port, name, {"via_ctx": self.ctx, **signals}, self.cookie).status
@@ -314,6 +313,8 @@ def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url:
             assert time.monotonic() < deadline, "health never reported the engine down"
             time.sleep(0.05)
         assert get_status(port, "/_ready") == 200  # balancers keep sending: local tabs still work
+        health = get_json(port, "/_health")
+        assert health["status"] == "engine down" and health["engine"]["state"] == "down"
         assert tab.act(port, "bump") == 200
         tab.wait_for(r'"route__count":2\b')
         redis.start()  # same port, empty: the worker writes back what it holds

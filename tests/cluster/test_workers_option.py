@@ -46,7 +46,8 @@ def test_one_worker_with_an_engine_runs_in_process_and_hands_the_url_to_the_app(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.delenv("PYVIA_ENGINE_URL", raising=False)
+    monkeypatch.setenv("PYVIA_ENGINE_URL", "")  # remembered, so what the CLI sets is undone after
+    monkeypatch.delenv("PYVIA_ENGINE_URL")
     monkeypatch.setattr(App, "run", lambda self, **kw: calls.append({**kw, "env": os.environ.get("PYVIA_ENGINE_URL")}))
     assert run_cli(["run", "examples.counter:app", "--engine", "nats://10.1.2.3:4222"]) == 0
     assert calls == [{"host": "127.0.0.1", "port": 3000, "certfile": None, "keyfile": None,

@@ -91,7 +91,8 @@ class FakeEngine:
 
 def test_health_is_503_while_a_configured_engine_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
     app = make_app()
-    monkeypatch.setattr(app, "engine", FakeEngine(connected=False), raising=False)
+    engine = FakeEngine(connected=False)  # the report's format; tests/cluster takes a real engine down
+    monkeypatch.setattr(type(app), "engine", property(lambda self: engine))
     with TestClient(app) as client:
         client.open("/")
         response = health_response(app)

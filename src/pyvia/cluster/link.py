@@ -545,7 +545,7 @@ class ClusterLink:
 
     async def take_over(self, owner: str, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Ask ``owner`` to let the tab go; its tab state, or None when the owner is gone or refused."""
-        payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash})
+        payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash, "to": self.node})
         try:
             raw = await self.engine.request(f"fwd.{owner}", payload, 5.0)
         except EngineError as exc:
@@ -560,7 +560,11 @@ class ClusterLink:
         if message.get("op") == "ping":
             return b"{}"
         if message.get("op") == "handover":
-            return orjson.dumps({"tab_state": self.app._hand_over(message["id"], message["session"])})
+            ctx_id = message["id"]
+            state = self.app._hand_over(ctx_id, message["session"])
+            if state is not None:  # before answering, so no request finds the tab nowhere meanwhile
+                await self.engine.put(DIRECTORY, ctx_id, str(message["to"]).encode())
+            return orjson.dumps({"tab_state": state})
         request = Request(
             method=message["m"], path=message["p"], query_string=message["q"],
             headers=Headers([(k, v) for k, v in message["h"]]), body=base64.b64decode(message["b"]),
