@@ -283,3 +283,35 @@ def test_on_open_runs_once_per_open_before_the_first_statement(backend: Backend)
             await db.close()
 
     run(scenario())
+
+
+def test_cancelled_callers_always_give_their_permits_back(backend: Backend) -> None:
+    """Callers cancelled while they wait, while their statement runs, or inside a transaction
+    leave every checkout and the write permit free: afterwards the whole pool still works."""
+    async def scenario() -> None:
+        db = backend.database(pool_size=2, timeout=5)
+        try:
+            await with_items(db)
+            slow = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) "
+                    "SELECT count(*) FROM n")
+
+            async def in_transaction() -> None:
+                async with db.transaction() as tx:
+                    await tx.execute("UPDATE items SET qty = 999")
+                    await asyncio.sleep(10)
+
+            tasks = [asyncio.create_task(db.fetchval(slow)) for _ in range(6)]
+            tasks += [asyncio.create_task(db.execute("UPDATE items SET qty = qty + 1")) for _ in range(6)]
+            tasks.append(asyncio.create_task(in_transaction()))
+            await asyncio.sleep(0.05)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # every checkout is free again: pool_size slow reads at once, then a transaction
+            assert await asyncio.gather(*(db.fetchval(slow) for _ in range(2))) == [300000, 300000]
+            async with db.transaction() as tx:
+                assert await tx.fetchval("SELECT count(*) FROM items WHERE qty = 999") == 0  # rolled back
+        finally:
+            await db.close()
+
+    run(scenario())

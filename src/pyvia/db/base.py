@@ -24,14 +24,12 @@ import contextvars
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyvia.db.sql import TRANSACTION, classify
 from pyvia.db.url import DatabaseConfig
 from pyvia.errors import PyviaError, UsageError
-
-if TYPE_CHECKING:
-    from pyvia.ops.metrics import PyviaMetrics
+from pyvia.ops.metrics import PyviaMetrics
 
 __all__ = ["Database", "Session", "Transaction", "error_message"]
 
@@ -98,8 +96,6 @@ class Database:
     kind = ""
 
     def __init__(self, config: DatabaseConfig, *, metrics: PyviaMetrics | None = None) -> None:
-        from pyvia.ops.metrics import PyviaMetrics  # ops.metrics is dependency-free; imported late for clarity
-
         self.config = config
         #: Where statements are counted; the App passes its own so ``/metrics`` shows them.
         self.metrics = metrics if metrics is not None else PyviaMetrics()
