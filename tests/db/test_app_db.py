@@ -78,6 +78,9 @@ def test_statements_are_counted_on_metrics_by_kind(backend: Backend) -> None:
     assert sample("pyvia_db_queries_total", kind="read", status="ok") == 2  # page count, then after the INSERT
     assert sample("pyvia_db_query_duration_seconds_count", kind="read") == 2
     assert sample("pyvia_db_write_wait_seconds_count") == (3 if backend.kind == "sqlite" else 0)
+    assert sample("pyvia_db_connections") == (5 if backend.kind == "sqlite" else 1)  # 1 writer + 4 readers
+    assert 1 <= sample("pyvia_db_connections_idle") <= sample("pyvia_db_connections")
+    assert sample("pyvia_db_connections_discarded_total") == 0
     label_sets = {labels for name, labels in samples if name.startswith("pyvia_db_")}
     assert {k for labels in label_sets for k, _ in labels} <= {"kind", "status", "le"}  # no SQL, table or path
 

@@ -243,6 +243,10 @@ def test_a_broken_connection_is_never_handed_out_again(backend: Backend) -> None
             # every read succeeds: a broken connection is replaced, the read run again on a fresh one
             assert [await db.fetchval("SELECT count(*) FROM items") for _ in range(6)] == [3] * 6
             assert await db.execute("UPDATE items SET qty = 0") == 3
+            if backend.kind == "sqlite":
+                assert db.pool_stats()["discarded"] == 2  # both broken readers, closed, not reused
+            pool = db.pool_stats()
+            assert 1 <= pool["idle"] <= pool["open"] <= 3
         finally:
             await db.close()
 
@@ -311,6 +315,22 @@ def test_cancelled_callers_always_give_their_permits_back(backend: Backend) -> N
             assert await asyncio.gather(*(db.fetchval(slow) for _ in range(2))) == [300000, 300000]
             async with db.transaction() as tx:
                 assert await tx.fetchval("SELECT count(*) FROM items WHERE qty = 999") == 0  # rolled back
+        finally:
+            await db.close()
+
+    run(scenario())
+
+
+def test_sqlite_refuses_attach(tmp_path: object) -> None:
+    from pyvia.db import connect
+
+    async def scenario() -> None:
+        db = connect(f"sqlite:///{tmp_path}/main.db")
+        db.open()
+        try:
+            for sql in (f"ATTACH DATABASE '{tmp_path}/other.db' AS other", "DETACH DATABASE main"):
+                with pytest.raises(DatabaseError, match="ATTACH and DETACH are refused"):
+                    await db.execute(sql)
         finally:
             await db.close()
 

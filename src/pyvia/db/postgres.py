@@ -158,6 +158,13 @@ class PostgresDatabase(Database):
                 raise
             await tx.commit()
 
+    def pool_stats(self) -> dict[str, int]:
+        """asyncpg's pool: open connections and idle ones (it closes broken ones itself, uncounted)."""
+        pool = self._pool
+        if pool is None:
+            return {"open": 0, "idle": 0, "discarded": 0}
+        return {"open": pool.get_size(), "idle": pool.get_idle_size(), "discarded": 0}
+
     def _translate(self, exc: BaseException, sql: str) -> BaseException | None:
         pg = self._asyncpg
         if isinstance(exc, pg.IntegrityConstraintViolationError):

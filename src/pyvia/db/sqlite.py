@@ -104,9 +104,10 @@ class SqliteDatabase(Database):
         self._read_threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._permit: asyncio.Lock | None = None
         self._checkouts: asyncio.Semaphore | None = None
-        #: Reader connections opened and closed as broken, since open (pool health).
+        #: Reader connections opened, and closed as broken, since this object was made (pool health).
         self.readers_opened = 0
         self.readers_discarded = 0
+        self._checked_out = 0
 
     # --- connections -------------------------------------------------------------------------------
 
@@ -262,6 +263,7 @@ class SqliteDatabase(Database):
         except BaseException:
             checkouts.release()
             raise
+        self._checked_out += 1
         future = loop.run_in_executor(threads, job, conn)
         # the reader goes back (or is closed) only once its thread is done with it
         future.add_done_callback(lambda f: self._check_in(conn, f, checkouts))
@@ -269,6 +271,7 @@ class SqliteDatabase(Database):
 
     def _check_in(self, conn: sqlite3.Connection, future: asyncio.Future[Any], checkouts: asyncio.Semaphore) -> None:
         exc = None if future.cancelled() else future.exception()
+        self._checked_out -= 1
         try:
             if _is_broken(exc) or checkouts is not self._checkouts:  # broken, or the pool was closed meanwhile
                 self.readers_discarded += _is_broken(exc)
@@ -285,6 +288,13 @@ class SqliteDatabase(Database):
                 self._idle.append(conn)
         finally:
             checkouts.release()  # after the connection is visible in the idle list
+
+    def pool_stats(self) -> dict[str, int]:
+        """The writer and the readers: open ones, idle readers, readers discarded as broken."""
+        if self._writer is None:
+            return {"open": 0, "idle": 0, "discarded": self.readers_discarded}
+        return {"open": 1 + len(self._idle) + self._checked_out, "idle": len(self._idle),
+                "discarded": self.readers_discarded}
 
     # --- errors ------------------------------------------------------------------------------------
 

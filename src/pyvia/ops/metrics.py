@@ -452,6 +452,11 @@ class PyviaMetrics:
                                          "Time a SQLite write waited for the one write permit.", buckets=DB_BUCKETS)
         self.db_pool_timeouts = r.counter("pyvia_db_pool_timeouts_total",
                                           "Statements refused because no connection or write permit came in time.")
+        self.db_connections = r.gauge("pyvia_db_connections", "Database connections the pool holds "
+                                      "(SQLite: the writer and the readers); 0 without a database.")
+        self.db_idle = r.gauge("pyvia_db_connections_idle", "Database connections free to hand out.")
+        self.db_discarded = r.counter("pyvia_db_connections_discarded_total",
+                                      "Database connections closed because they broke (never handed out again).")
         self.gc_seconds = r.histogram("pyvia_gc_pause_seconds", "Cyclic garbage collections, by generation.",
                                       buckets=GC_BUCKETS, labels={"generation": GC_GENERATIONS})
         # state, read at scrape time
@@ -599,6 +604,12 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m.errors.set_total(totals["errors"])
     m.rate_limited.set_total(totals["rate_limited"])
     m.session_evictions.set_total(totals["evictions"])
+    db = getattr(app, "db", None)
+    if db is not None and getattr(db, "kind", "none") != "none":
+        pool = db.pool_stats()
+        m.db_connections.set(pool["open"])
+        m.db_idle.set(pool["idle"])
+        m.db_discarded.set_total(pool["discarded"])
     state = engine_state(app)
     if state != "none":
         m.engine_up.labels(engine=engine_name(app)).set(1 if state == "up" else 0)
