@@ -165,3 +165,20 @@ def test_pyvia_run_refuses_an_unopenable_sqlite_file_with_one_line(tmp_path: Pat
     assert done.returncode == 2
     assert "pyvia run: error: [db] url 'sqlite:///nowhere/app.db': the folder 'nowhere' does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["native", "uvicorn"])
+def test_over_http_the_server_opens_the_database_and_closes_it_on_stop(backend: Backend, kind: str) -> None:
+    from tests.server.test_app_over_http import front_end, open_page, post_action
+
+    app = notes_app(backend.url)
+    with front_end(app, kind) as (host, port):
+        assert app.db.is_open
+        page, seed, cookie = open_page(host, port)
+        assert page.status == 200 and seed["count"] == 0
+        answer = post_action(host, port, "add", {"via_ctx": seed["via_ctx"], "body": "over http"}, cookie)
+        assert answer.status == 200
+        assert open_page(host, port)[1]["count"] == 1
+        refused = post_action(host, port, "add", {"via_ctx": seed["via_ctx"], "body": "over http"}, cookie)
+        assert refused.status == 500 and refused.body == b"Action failed"  # UNIQUE: no traceback sent
+    assert not app.db.is_open
