@@ -56,12 +56,11 @@ class Transaction:
     Commits when the ``async with`` block ends normally, rolls back when it raises.
     """
 
-    __slots__ = ("_db", "_depth", "_session", "active")
+    __slots__ = ("_db", "_session", "active")
 
-    def __init__(self, db: Database, session: Session, depth: int = 0) -> None:
+    def __init__(self, db: Database, session: Session) -> None:
         self._db = db
         self._session = session
-        self._depth = depth
         #: False once the block has ended; statements on it are then refused.
         self.active = True
 
@@ -284,7 +283,7 @@ class Database:
             raise UsageError("this transaction has ended; statements go in its `async with` block")
         name = f"pyvia_sp{next(self._savepoints)}"
         await tx._session.run("execute", f"SAVEPOINT {name}", ())
-        inner = Transaction(self, tx._session, tx._depth + 1)
+        inner = Transaction(self, tx._session)
         token = _CURRENT.set(inner)
         try:
             yield inner

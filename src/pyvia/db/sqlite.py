@@ -242,7 +242,7 @@ class SqliteDatabase(Database):
             self._check_open()
             raise AssertionError("unreachable")
         # a cancelled caller does not stop the thread: shield, so the permit's order still holds
-        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(thread, _guarded, writer, job))
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(thread, job, writer))
 
     async def _on_reader(self, job: Callable[[sqlite3.Connection], Any]) -> Any:
         """Check out a reader, run ``job(reader)`` on a pool thread, check the reader back in."""
@@ -317,10 +317,6 @@ class SqliteDatabase(Database):
                 isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, UsageError)):
             return DatabaseError(error_message("sqlite", exc, sql))
         return None
-
-
-def _guarded(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], Any]) -> Any:
-    return job(conn)
 
 
 def _atomic(conn: sqlite3.Connection, job: Callable[[], Any]) -> Any:
