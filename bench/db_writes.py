@@ -1,6 +1,6 @@
 """SQLite writes per second through ``pyvia.db`` at concurrency 1 to 16 (issue 8): a plateau, never a collapse.
 
-    flock /tmp/bench.lock python -m bench.db_writes [--seconds 3] [--reps 5] [--concurrency 1,4,16]
+    python -m bench.db_writes [--seconds 3] [--reps 5] [--concurrency 1,4,16]
 
 In one process pinned to CPU 1 (the server's core; the database threads run there too), ``c``
 tasks each run write transactions back to back for ``--seconds``: ``BEGIN IMMEDIATE``, read a
