@@ -335,3 +335,31 @@ def test_sqlite_refuses_attach(tmp_path: object) -> None:
             await db.close()
 
     run(scenario())
+
+
+def test_two_sqlite_databases_on_one_file_wait_for_each_other(tmp_path: object) -> None:
+    """As two workers would: each has its own permit, and SQLite's busy_timeout makes one wait
+    for the other's transaction instead of failing."""
+    from pyvia.db import connect
+
+    async def scenario() -> None:
+        first, second = (connect(f"sqlite:///{tmp_path}/shared.db") for _ in range(2))
+        first.open()
+        second.open()
+        try:
+            await first.execute("CREATE TABLE counter (n INTEGER NOT NULL)")
+            await first.execute("INSERT INTO counter VALUES (0)")
+
+            async def bump(db: Database) -> None:
+                async with db.transaction() as tx:
+                    n = await tx.fetchval("SELECT n FROM counter")
+                    await asyncio.sleep(0.001)  # hold the file lock while the other worker tries
+                    await tx.execute("UPDATE counter SET n = $1", n + 1)
+
+            await asyncio.gather(*(bump(db) for _ in range(25) for db in (first, second)))
+            assert await second.fetchval("SELECT n FROM counter") == 50
+        finally:
+            await first.close()
+            await second.close()
+
+    run(scenario())
