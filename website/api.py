@@ -7,7 +7,8 @@ import inspect
 from typing import Any
 
 import pyvia
-from pyvia import testing
+import pyvia.db
+from pyvia import errors, testing
 
 #: (title, objects) in reading order: the public names users touch.
 SECTIONS: list[tuple[str, list[Any]]] = [
@@ -16,9 +17,11 @@ SECTIONS: list[tuple[str, list[Any]]] = [
     ("Signals and actions", [pyvia.Signal, pyvia.SharedSignal, pyvia.Action]),
     ("Scopes", [pyvia.Scope]),
     ("HTTP", [pyvia.Request, pyvia.Response, pyvia.UploadedFile]),
+    ("Database", [pyvia.db.connect, pyvia.db.Database, pyvia.db.Transaction]),
     ("Testing", [testing.TestClient, testing.Tab]),
     ("Errors", [pyvia.PyviaError, pyvia.UsageError, pyvia.ConfigError, pyvia.DeclarationError, pyvia.RouteError,
-                pyvia.ClientError, pyvia.ServiceError]),
+                pyvia.ClientError, pyvia.ServiceError, errors.DatabaseError, errors.IntegrityError,
+                errors.DatabaseUnavailable, errors.PoolTimeout]),
 ]
 
 
@@ -48,7 +51,7 @@ def _members(cls: type) -> list[tuple[str, Any]]:
 def render_reference() -> str:
     """The whole reference as one HTML fragment."""
     parts = ["<h1>API reference</h1><p>Generated from the docstrings of the public names "
-             "(<code>pyvia.__all__</code> and <code>pyvia.testing</code>).</p>"]
+             "(<code>pyvia.__all__</code>, <code>pyvia.db</code> and <code>pyvia.testing</code>).</p>"]
     for title, objects in SECTIONS:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         for obj in objects:

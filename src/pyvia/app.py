@@ -31,6 +31,7 @@ from pyvia.cluster.link import ClusterLink
 from pyvia.compress import ZSTD, Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
+from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DEVTOOLS_PATH, DevLog
 from pyvia.devtools import error_page as dev_error_page
 from pyvia.devtools import panel as devtools_panel
@@ -232,7 +233,8 @@ class App:
     def __init__(self, **options: Any) -> None:
         # keyword arguments win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
         settings = load_settings(**options)  # unknown keywords are refused here, with a suggestion
-        misplaced = sorted(set(options) - Config.field_names())
+        misplaced = sorted(set(options) - Config.field_names() - {"db_url", "db_pool_size", "db_timeout",
+                                                                 "db_busy_timeout"})
         if misplaced:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
@@ -294,6 +296,10 @@ class App:
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
+        db_config = settings.db_config()
+        #: The database of ``[db] url`` (:mod:`pyvia.db`), opened at start and closed at stop.
+        self.db: Database = NoDatabase(metrics=self.metrics) if db_config is None else connect(
+            db_config, metrics=self.metrics)
         self._dev_log = DevLog()
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
@@ -559,6 +565,7 @@ class App:
         self.draining = False
         self.metrics.start_monitors(clock)
         self._start_assets()  # a missing bundle fails at start, not on a page
+        self.db.open()  # a SQLite file that cannot be opened fails at start
         if self.config.persist_path is not None:
             self._restore()
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
@@ -595,6 +602,7 @@ class App:
                     await result
             except Exception as exc:
                 self._report(exc, None, "stop")
+        await self.db.close()  # after the stop hooks, which may still write
         for ctx in list(self._connected.values()):
             ctx.stream.close()
             self._disconnected(ctx)

@@ -160,6 +160,9 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:  # the port is taken, the address is not ours, the certificate is unreadable
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:  # refused at start: a [db] url whose SQLite file cannot be opened
+        print(f"pyvia run: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

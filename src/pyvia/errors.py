@@ -15,8 +15,15 @@
     │  ├─ MethodNotAllowed     405
     │  ├─ PayloadTooLarge      413
     │  └─ RateLimited          429  (with ``Retry-After``)
-    └─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
-       └─ ActionTimeout    504  an action ran past ``action_timeout``
+    ├─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
+    │  ├─ ActionTimeout    504  an action ran past ``action_timeout``
+    │  └─ DatabaseUnavailable  503  the database cannot be reached, or no connection came in time
+    │     └─ PoolTimeout       503  every connection (or SQLite's write permit) stayed busy too long
+    └─ DatabaseError       a statement failed (bad SQL, a constraint); answered with a bare 500
+       └─ IntegrityError   a unique, foreign-key, not-null or check constraint refused a write
+
+Database errors are the same classes whichever back end runs (SQLite or PostgreSQL); the
+driver's own exception is their ``__cause__``.
 
 Client errors are raised as one internal type and turned into a short plain-text answer at the
 dispatch boundary, with one log line and no traceback. Anything else raised by user code is
@@ -30,12 +37,16 @@ __all__ = [
     "ClientError",
     "ConfigError",
     "ContextNotFound",
+    "DatabaseError",
+    "DatabaseUnavailable",
     "DeclarationError",
     "Forbidden",
+    "IntegrityError",
     "MalformedRequest",
     "MethodNotAllowed",
     "NotFound",
     "PayloadTooLarge",
+    "PoolTimeout",
     "PyviaError",
     "RateLimited",
     "RouteError",
@@ -125,3 +136,21 @@ class ServiceError(PyviaError):
 class ActionTimeout(ServiceError):
     status = 504
     public_message = "Action timed out"
+
+
+class DatabaseUnavailable(ServiceError):
+    """The database cannot be reached (or gave no connection in time); retry later (503)."""
+
+    public_message = "Service Unavailable"
+
+
+class PoolTimeout(DatabaseUnavailable):
+    """Every pooled connection, or SQLite's one write permit, stayed busy past ``[db] timeout``."""
+
+
+class DatabaseError(PyviaError):
+    """A statement failed: bad SQL, a missing table, a refused value. Answered with a bare 500."""
+
+
+class IntegrityError(DatabaseError):
+    """A constraint (unique, foreign key, not null, check) refused a write."""

@@ -25,6 +25,8 @@ from typing import Any
 __all__ = [
     "ACTION_BUCKETS",
     "CONTENT_TYPE",
+    "DB_BUCKETS",
+    "DB_KINDS",
     "FLUSH_BUCKETS",
     "GC_BUCKETS",
     "LAG_BUCKETS",
@@ -64,6 +66,11 @@ FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 #: A collection: young ones take microseconds, a full one with 50,000 tabs ~130 ms (bench/gc_pauses.py).
 GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: Database statements by kind (pyvia.db.sql.classify) and outcome.
+DB_KINDS = ("read", "write")
+DB_STATUSES = ("ok", "error")
+#: A statement as its caller saw it: a SQLite point read is tens of µs, a commit with fsync ms.
+DB_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 #: A round trip to the cluster engine (NATS, Redis): loopback is ~0.1 ms.
 ENGINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
@@ -437,6 +444,19 @@ class PyviaMetrics:
         self.loop_lag = r.histogram("pyvia_event_loop_lag_seconds",
                                     "How late a callback scheduled every 250 ms ran.", buckets=LAG_BUCKETS)
         self.loop_lag_last = r.gauge("pyvia_event_loop_lag_last_seconds", "The lag of the latest check.")
+        self.db_queries = r.counter("pyvia_db_queries_total", "Database statements, by kind (read/write) "
+                                    "and status (ok/error).", labels={"kind": DB_KINDS, "status": DB_STATUSES})
+        self.db_seconds = r.histogram("pyvia_db_query_duration_seconds", "Time a database statement took, as its "
+                                      "caller saw it, by kind.", buckets=DB_BUCKETS, labels={"kind": DB_KINDS})
+        self.db_write_wait = r.histogram("pyvia_db_write_wait_seconds",
+                                         "Time a SQLite write waited for the one write permit.", buckets=DB_BUCKETS)
+        self.db_pool_timeouts = r.counter("pyvia_db_pool_timeouts_total",
+                                          "Statements refused because no connection or write permit came in time.")
+        self.db_connections = r.gauge("pyvia_db_connections", "Database connections the pool holds "
+                                      "(SQLite: the writer and the readers); 0 without a database.")
+        self.db_idle = r.gauge("pyvia_db_connections_idle", "Database connections free to hand out.")
+        self.db_discarded = r.counter("pyvia_db_connections_discarded_total",
+                                      "Database connections closed because they broke (never handed out again).")
         self.gc_seconds = r.histogram("pyvia_gc_pause_seconds", "Cyclic garbage collections, by generation.",
                                       buckets=GC_BUCKETS, labels={"generation": GC_GENERATIONS})
         # state, read at scrape time
@@ -464,6 +484,8 @@ class PyviaMetrics:
         # pre-bound children: the hot paths do no label lookup
         self._request_children: dict[tuple[str, int], Any] = {}
         self._sent = {c: (self.frames_sent.labels(coding=c), self.bytes_sent.labels(coding=c)) for c in CODINGS}
+        self._db = {(k, ok): (self.db_queries.labels(kind=k, status="ok" if ok else "error"),
+                              self.db_seconds.labels(kind=k)) for k in DB_KINDS for ok in (True, False)}
 
     # --- what the core calls -------------------------------------------------------------------
 
@@ -497,6 +519,16 @@ class PyviaMetrics:
 
     def frame_held(self) -> None:
         self.frames_held.inc()
+
+    def observe_query(self, kind: str, ok: bool, seconds: float) -> None:
+        """One database statement of ``kind`` (``"read"``/``"write"``) that took ``seconds``."""
+        pair = self._db.get((kind, ok))
+        if pair is None:
+            pair = self._db[(kind, ok)] = (self.db_queries.labels(kind=kind, status="ok" if ok else "error"),
+                                           self.db_seconds.labels(kind=kind))
+        count, hist = pair
+        count.value += 1
+        hist.observe(seconds)
 
     def observe_engine(self, seconds: float) -> None:
         self.engine_seconds.observe(seconds)
@@ -572,6 +604,12 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m.errors.set_total(totals["errors"])
     m.rate_limited.set_total(totals["rate_limited"])
     m.session_evictions.set_total(totals["evictions"])
+    db = getattr(app, "db", None)
+    if db is not None and getattr(db, "kind", "none") != "none":
+        pool = db.pool_stats()
+        m.db_connections.set(pool["open"])
+        m.db_idle.set(pool["idle"])
+        m.db_discarded.set_total(pool["discarded"])
     state = engine_state(app)
     if state != "none":
         m.engine_up.labels(engine=engine_name(app)).set(1 if state == "up" else 0)

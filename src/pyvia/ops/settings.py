@@ -17,7 +17,10 @@ Sections and keys (every key name is unique across sections, so keywords need no
 * ``[server]`` — ``host``, ``port``, ``cert``, ``key``, ``workers`` (a count or ``"auto"``);
 * ``[log]`` — ``level``, ``format`` (``"text"`` or ``"json"``);
 * ``[autotune]`` — ``memory_budget``, ``max_tabs``: pins on the derived profile
-  (:mod:`pyvia.ops.autotune`; ``workers``, ``encoder_budget`` and ``gc_thresholds`` pin it too).
+  (:mod:`pyvia.ops.autotune`; ``workers``, ``encoder_budget`` and ``gc_thresholds`` pin it too);
+* ``[db]`` — ``url``, ``pool_size``, ``timeout``, ``busy_timeout`` (:mod:`pyvia.db`). As keywords
+  they are spelled ``db_url``, ``db_pool_size``… (``App(db_url="sqlite:///app.db")``); a password
+  in the URL is shown redacted.
 """
 
 from __future__ import annotations
@@ -160,6 +163,11 @@ class _Key:
     type: Any
     default: Any
     check: Callable[[Any], Any] | None = None  # returns the normalised value or raises ValueError
+    prefix: str = ""  # the keyword argument is prefix + name ("db_url" for [db] url)
+
+    @property
+    def keyword(self) -> str:
+        return self.prefix + self.name
 
 
 def _port(value: int) -> int:
@@ -196,6 +204,26 @@ def _positive(value: int | None) -> int | None:
     return value
 
 
+def _db_url(value: str | None) -> str | None:
+    if value is not None:
+        from pyvia.db.url import parse_url
+
+        parse_url(value)  # ValueError names what is wrong
+    return value
+
+
+def _seconds(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"{value}: must be a number of seconds > 0")
+    return float(value)
+
+
+def _pool(value: int) -> int:
+    if not 1 <= value <= 1000:
+        raise ValueError(f"{value}: must be a number of connections, 1..1000")
+    return value
+
+
 def _schema() -> dict[str, dict[str, _Key]]:
     hints = typing.get_type_hints(Config)
     defaults = Config()
@@ -218,8 +246,14 @@ def _schema() -> dict[str, dict[str, _Key]]:
         "memory_budget": _Key("autotune", "memory_budget", int | None, None, _positive),
         "max_tabs": _Key("autotune", "max_tabs", int | None, None, _positive),
     }
-    schema = {"app": app, "server": server, "log": log, "autotune": autotune}
-    names = [k for section in schema.values() for k in section]
+    db = {
+        "url": _Key("db", "url", str | None, None, _db_url, "db_"),
+        "pool_size": _Key("db", "pool_size", int, 4, _pool, "db_"),
+        "timeout": _Key("db", "timeout", float, 30.0, _seconds, "db_"),
+        "busy_timeout": _Key("db", "busy_timeout", float, 5.0, _seconds, "db_"),
+    }
+    schema = {"app": app, "server": server, "log": log, "autotune": autotune, "db": db}
+    names = [key.keyword for section in schema.values() for key in section.values()]
     clashes = {n for n in names if names.count(n) > 1}
     if clashes:  # keywords are unsectioned: a clash would make one of them unreachable
         raise RuntimeError(f"setting names used in two sections: {sorted(clashes)}")
@@ -251,6 +285,12 @@ class Setting:
     def is_set(self) -> bool:
         """Whether an operator set it (any source but the default)."""
         return self.origin != "default"
+
+
+def _redact_url(url: str) -> str:
+    from pyvia.db.url import redact_url
+
+    return redact_url(url)
 
 
 def _is_secret(key: str) -> bool:
@@ -298,6 +338,16 @@ class Settings:
         """Keyword arguments for :func:`pyvia.ops.logs.configure_logging`: ``level``, ``fmt``."""
         return {"level": self["log.level"], "fmt": self["log.format"]}
 
+    def db_config(self) -> Any:
+        """The :class:`pyvia.db.DatabaseConfig` of ``[db]``, or None when no ``url`` is set."""
+        from pyvia.db.url import parse_url
+
+        url = self["db.url"]
+        if url is None:
+            return None
+        return parse_url(url, pool_size=self["db.pool_size"], timeout=self["db.timeout"],
+                         busy_timeout=self["db.busy_timeout"])
+
     def autotune_pins(self) -> dict[str, Any]:
         """Keyword arguments for :func:`pyvia.ops.autotune.derive_profile`: the pinned values.
 
@@ -337,12 +387,18 @@ class Settings:
                 value, where = self._env[core_var], f"{core_var} (read by the App)"
             if _is_secret(s.key) and value is not None:
                 value = REDACTED
+            elif s.name == "db.url" and isinstance(value, str):
+                value = _redact_url(value)
             rows.append((s.name, value, where))
         return rows
 
     def __repr__(self) -> str:
-        changed = ", ".join(f"{s.name}={REDACTED if _is_secret(s.key) else s.value!r}"
-                            for s in self._values.values() if s.is_set)
+        def shown(s: Setting) -> str:
+            if _is_secret(s.key):
+                return REDACTED
+            return repr(_redact_url(s.value) if s.name == "db.url" and isinstance(s.value, str) else s.value)
+
+        changed = ", ".join(f"{s.name}={shown(s)}" for s in self._values.values() if s.is_set)
         return f"Settings({changed})"
 
 
@@ -375,7 +431,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
             values[setting.name] = setting
     for setting in _from_env(env, schema):
         values[setting.name] = setting
-    by_name = {k: key for keys in schema.values() for k, key in keys.items()}
+    by_name = {key.keyword: key for keys in schema.values() for key in keys.values()}
     for name, raw in kwargs.items():
         where = f"keyword argument {name}"
         key = by_name.get(name)
