@@ -1190,7 +1190,7 @@ class App:
         """A stream for a tab another worker holds: take the tab over (with its tab state), or
         revive it here when that worker is gone."""
         assert self.link is not None
-        owner = await self.link.owner(ctx_id)
+        owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and session_id is not None:
             state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
             if ctx_id not in self._graveyard:  # the directory vouches that the tab lived recently
@@ -1341,13 +1341,13 @@ class App:
         """An action for a tab held by another worker or node: its owner answers it; when the
         owner is gone the tab is revived here."""
         assert self.link is not None
-        owner = await self.link.owner(ctx_id)
-        if owner is not None:
-            response = await self.link.forward(owner, request, self.config.action_timeout)
-            if response is not None:
-                return response
-            if ctx_id not in self._graveyard:  # the directory vouches that the tab lived recently
-                self._graveyard[ctx_id] = (self._now() + self.config.revival_window, {})
+        response = await self.link.forward(ctx_id, request, self.config.action_timeout)
+        if response is not None:
+            return response
+        # A directory entry naming a (dead) owner vouches that the tab lived recently: revive it.
+        if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
+                and await self.link.owner(ctx_id, cached=False) is not None):
+            self._graveyard[ctx_id] = (self._now() + self.config.revival_window, {})
         ctx = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
         return await _settled(self._run_action(request, ctx, name, signals))
 

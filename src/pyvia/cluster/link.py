@@ -29,10 +29,10 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,7 @@ _LEASE_TTL = 5.0
 _LEASE_RENEW = 1.0
 _WRITE_TIMEOUT = 10.0  # an engine that does not answer must not hold an action (or the writes after it)
 _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
+_OWNER_CACHE = 65_536  # directory entries remembered by a worker that forwards
 _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its owner is alive
 
 
@@ -87,6 +88,7 @@ class ClusterLink:
         "_busy",
         "_loads",
         "_outgoing",
+        "_owners",
         "_pending",
         "_publish_scheduled",
         "_seq",
@@ -127,6 +129,7 @@ class ClusterLink:
         self._loads: set[asyncio.Task[None]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
+        self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
         self._publish_scheduled = False
         self._subs: list[Subscription] = []
 
@@ -502,8 +505,16 @@ class ClusterLink:
         except EngineError as exc:
             log.debug("directory write failed: %s", exc)
 
-    async def owner(self, ctx_id: str) -> str | None:
-        """The node holding ``ctx_id`` when it is another one, else None."""
+    async def owner(self, ctx_id: str, *, cached: bool = True) -> str | None:
+        """The node holding ``ctx_id`` when it is another one, else None.
+
+        Owners are remembered (a tab's later actions skip the directory read); an owner that no
+        longer holds the tab says so and the entry is read again (see :meth:`forward`).
+        """
+        if cached:
+            node = self._owners.get(ctx_id)
+            if node is not None:
+                return node
         try:
             value, _ = await self.engine.get(DIRECTORY, ctx_id)
         except EngineError:
@@ -511,15 +522,33 @@ class ClusterLink:
         if value is None:
             return None
         node = value.decode(errors="replace")
-        return None if node == self.node else node
+        if node == self.node:
+            return None
+        self._owners[ctx_id] = node
+        if len(self._owners) > _OWNER_CACHE:
+            self._owners.popitem(last=False)
+        return node
 
-    async def forward(self, owner: str, request: Request, timeout: float) -> Response | None:
-        """Answer ``request`` on ``owner``; None when it is gone (the caller revives the tab here)."""
+    async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
+        """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it
+        (the caller revives the tab here)."""
         payload = orjson.dumps({
-            "op": "request", "m": request.method, "p": request.path, "q": request.query_string,
-            "h": list(request.headers), "b": base64.b64encode(request.body).decode(),
-            "c": request.client, "s": request.scheme,
+            "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
+            "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client,
+            "s": request.scheme,
         })
+        for cached in (True, False):
+            owner = await self.owner(ctx_id, cached=cached)
+            if owner is None:
+                return None
+            reply = await self._ask(owner, payload, timeout)
+            if reply is not None and "moved" not in reply:
+                return Response(reply["status"], [tuple(h) for h in reply["headers"]],
+                                reply["body"].encode("latin-1"))
+            self._owners.pop(ctx_id, None)  # gone, or the tab moved on: read the directory again
+        return None
+
+    async def _ask(self, owner: str, payload: bytes, timeout: float) -> dict[str, Any] | None:
         task = asyncio.ensure_future(self.engine.request(f"fwd.{owner}", payload, timeout))
         try:
             # A request sent in the instant its owner died is lost without a "no responders"
@@ -528,11 +557,10 @@ class ClusterLink:
                 if not await self._answers(owner):
                     task.cancel()
                     return None
-            raw = task.result()
+            reply: dict[str, Any] = orjson.loads(task.result())
         except NoResponders:
             return None
-        reply = orjson.loads(raw)
-        return Response(reply["status"], [tuple(h) for h in reply["headers"]], base64.b64decode(reply["body"]))
+        return reply
 
     async def _answers(self, owner: str) -> bool:
         try:
@@ -565,9 +593,11 @@ class ClusterLink:
             if state is not None:  # before answering, so no request finds the tab nowhere meanwhile
                 await self.engine.put(DIRECTORY, ctx_id, str(message["to"]).encode())
             return orjson.dumps({"tab_state": state})
+        if message["x"] not in self.app.contexts:
+            return b'{"moved":1}'  # the sender's directory entry was old
         request = Request(
             method=message["m"], path=message["p"], query_string=message["q"],
-            headers=Headers([(k, v) for k, v in message["h"]]), body=base64.b64decode(message["b"]),
+            headers=Headers([(k, v) for k, v in message["h"]]), body=message["b"].encode("latin-1"),
             client=message["c"], scheme=message["s"],
         )
         request.state["_forwarded"] = True
@@ -577,7 +607,7 @@ class ClusterLink:
         if not isinstance(result, Response):  # a stream: never for an action
             return orjson.dumps({"status": 500, "headers": [], "body": ""})
         return orjson.dumps({"status": result.status, "headers": list(result.headers),
-                             "body": base64.b64encode(bytes(result.body)).decode()})
+                             "body": bytes(result.body).decode("latin-1")})
 
     # --- timers ----------------------------------------------------------------------------------
 

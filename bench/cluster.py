@@ -1,0 +1,347 @@
+"""``python -m bench.cluster throughput|forward|hotkey``: what several workers and nodes cost and give.
+
+* ``throughput --workers N``: closed-loop CPU-bound private actions (``work``, ~2 ms each) from
+  ``--connections`` keep-alive connections on ``--tabs`` tabs, for ``--seconds``; actions/s with
+  1 worker (no engine) and with N workers (a local NATS started by ``pyvia run``). The kernel
+  spreads connections over the workers, so about half of the actions land on a worker that does
+  not hold their tab and are forwarded. ``--action bump`` makes it broadcast-bound instead: every
+  action increments a counter shared by every tab, and each tab's stream is read to the end.
+* ``forward``: two nodes (two ``pyvia run`` on two ports) sharing one local NATS; one tab on node
+  A. CPU per trivial action (``tap``) sent to A (local) and sent to B (forwarded to A), from
+  ``/proc`` of both nodes, and with the NATS server's CPU added.
+* ``hotkey --engine nats|redis``: ``increment()`` and ``mutate()`` on one key from ``--writers``
+  processes for ``--seconds``, through a real engine: operations/s and exactness.
+
+The client runs in this process (not pinned: the servers use both cores). Every response is
+checked: a run with anything but 200 is marked dirty. Raw results go to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.client import Connection, boot_signals, build_request, stream_target
+from bench.proc import cpu_seconds_precise
+from bench.provenance import print_provenance, provenance
+from bench.report import Recorder
+
+REPO = Path(__file__).resolve().parent.parent
+APP = "bench.apps_cluster:app"
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class Node:
+    """One ``pyvia run`` (its supervisor and workers when ``workers`` > 1) on its own port."""
+
+    def __init__(self, workers: int, env: dict[str, str], engine: str | None = None) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "pyvia", "run", APP, "--host", HOST, "--port", str(self.port)]
+        if workers > 1:
+            command += ["--workers", str(workers)]
+        if engine:
+            command += ["--engine", engine]
+        self.log = tempfile.NamedTemporaryFile(prefix="pyvia-bench-cluster-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **env}, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        self.command = command
+
+    async def ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {Path(self.log.name).read_text()[-2000:]}")
+            try:
+                conn = await Connection.open(HOST, self.port)
+                response = await conn.request(build_request("GET", "/_ready", HOST))
+                conn.close()
+                if response.status == 200:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        raise TimeoutError("server not ready")
+
+    def cpu(self) -> float:
+        return cpu_seconds_precise(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        os.unlink(self.log.name)
+
+
+class Tab:
+    __slots__ = ("cookie", "ctx", "stream")
+
+    def __init__(self, ctx: str, cookie: str) -> None:
+        self.ctx = ctx
+        self.cookie = cookie
+        self.stream: Any = None
+
+
+async def open_tab(port: int, *, stream: bool = True) -> Tab:
+    conn = await Connection.open(HOST, port)
+    page = await conn.request(build_request("GET", "/", HOST))
+    conn.close()
+    assert page.status == 200, page.status
+    signals = boot_signals(page.body)
+    tab = Tab(signals["via_ctx"], f"via_session_id={page.cookie('via_session_id')}")
+    if stream:
+        sconn = await Connection.open(HOST, port)
+        tab.stream = await sconn.open_stream(build_request("GET", stream_target({"via_ctx": tab.ctx}), HOST,
+                                                          [("Cookie", tab.cookie)]))
+    return tab
+
+
+def action_request(port: int, tab: Tab, name: str) -> bytes:
+    body = orjson.dumps({"via_ctx": tab.ctx})
+    return build_request("POST", f"/_action/{name}", f"{HOST}:{port}",
+                         [("Origin", f"http://{HOST}:{port}"), ("Cookie", tab.cookie),
+                          ("Content-Type", "application/json")], body)
+
+
+async def drain(tabs: list[Tab], until: float) -> None:
+    """Read every tab's stream so no socket fills up (events are dropped here)."""
+    while time.monotonic() < until:
+        for tab in tabs:
+            tab.stream.events.clear()
+        await asyncio.sleep(0.05)
+
+
+async def closed_loop(port: int, tabs: list[Tab], name: str, connections: int, seconds: float
+                      ) -> tuple[int, dict[int, int]]:
+    statuses: dict[int, int] = {}
+    done = 0
+    stop_at = time.monotonic() + seconds
+    requests = [action_request(port, tab, name) for tab in tabs]
+
+    async def worker() -> None:
+        nonlocal done
+        conn = await Connection.open(HOST, port)
+        while time.monotonic() < stop_at:
+            response = await conn.request(random.choice(requests), timeout=30.0)
+            statuses[response.status] = statuses.get(response.status, 0) + 1
+            done += 1
+        conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return done, statuses
+
+
+async def throughput_once(workers: int, action: str, args: argparse.Namespace) -> dict[str, Any]:
+    env = {"PYVIA_SECRET": "bench-cluster", "BENCH_WORK": str(args.work)}
+    node = Node(workers, env)
+    try:
+        await node.ready()
+        tabs = [await open_tab(node.port) for _ in range(args.tabs)]
+        drainer = asyncio.ensure_future(drain(tabs, time.monotonic() + args.seconds + 30))
+        await closed_loop(node.port, tabs, action, args.connections, 1.0)  # warm-up
+        cpu0, t0 = node.cpu(), time.monotonic()
+        done, statuses = await closed_loop(node.port, tabs, action, args.connections, args.seconds)
+        elapsed, cpu = time.monotonic() - t0, node.cpu() - cpu0
+        drainer.cancel()
+        for tab in tabs:
+            tab.stream.close()
+        return {"workers": workers, "action": action, "actions": done, "seconds": round(elapsed, 3),
+                "per_second": round(done / elapsed, 1), "server_cpu_s": round(cpu, 3),
+                "cpu_us_per_action": round(cpu / done * 1e6, 1), "statuses": statuses,
+                "clean": set(statuses) == {200}}
+    finally:
+        node.stop()
+
+
+async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
+    for rep in range(args.reps):
+        rows = [await throughput_once(w, args.action, args) for w in (1, args.workers)]
+        one, many = rows
+        ratio = many["per_second"] / one["per_second"]
+        for row in rows:
+            recorder.write({"rep": rep, **row})
+        print(f"rep {rep}: 1 worker {one['per_second']:.0f}/s, {args.workers} workers {many['per_second']:.0f}/s "
+              f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us)"
+              f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}")
+        recorder.write({"rep": rep, "ratio": round(ratio, 3)})
+
+
+async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
+    from pyvia.cluster.nats_server import LocalNats
+
+    nats = LocalNats()
+    url = nats.start()
+    env = {"PYVIA_SECRET": "bench-cluster"}
+    nodes = [Node(1, env, engine=url) for _ in range(2)]
+    try:
+        for node in nodes:
+            await node.ready()
+        a, b = nodes
+        tab = await open_tab(a.port)
+        drainer = asyncio.ensure_future(drain([tab], time.monotonic() + 3600))
+        for rep in range(args.reps):
+            row: dict[str, Any] = {"rep": rep}
+            for where, node in (("local", a), ("forwarded", b)):
+                conn = await Connection.open(HOST, node.port)
+                request = action_request(node.port, tab, "tap")
+                for _ in range(200):  # warm-up
+                    assert (await conn.request(request)).status == 200
+                cpu0, nats0, t0 = a.cpu() + b.cpu(), cpu_seconds_precise(nats.pid), time.perf_counter()
+                statuses: dict[int, int] = {}
+                for _ in range(args.actions):
+                    status = (await conn.request(request)).status
+                    statuses[status] = statuses.get(status, 0) + 1
+                elapsed = time.perf_counter() - t0
+                cpu = a.cpu() + b.cpu() - cpu0
+                broker = cpu_seconds_precise(nats.pid) - nats0
+                conn.close()
+                row[where] = {"cpu_us": round(cpu / args.actions * 1e6, 1),
+                              "cpu_with_nats_us": round((cpu + broker) / args.actions * 1e6, 1),
+                              "latency_us": round(elapsed / args.actions * 1e6, 1), "statuses": statuses}
+            row["ratio"] = round(row["forwarded"]["cpu_us"] / row["local"]["cpu_us"], 3)
+            row["ratio_with_nats"] = round(row["forwarded"]["cpu_with_nats_us"] / row["local"]["cpu_with_nats_us"], 3)
+            recorder.write(row)
+            print(f"rep {rep}: local {row['local']['cpu_us']} us, forwarded {row['forwarded']['cpu_us']} us "
+                  f"= {row['ratio']}x (with nats-server {row['ratio_with_nats']}x); latency "
+                  f"{row['local']['latency_us']} vs {row['forwarded']['latency_us']} us")
+        drainer.cancel()
+    finally:
+        for node in nodes:
+            node.stop()
+        nats.stop()
+
+
+_HOTKEY_WRITER = """
+import asyncio, sys, time, orjson, uvloop
+from pyvia.cluster import create_engine
+async def main(url, prefix, op, seconds):
+    engine = create_engine(url, prefix=prefix)
+    await engine.connect()
+    go = asyncio.Event()
+    await engine.subscribe("go", lambda s, p: go.set())
+    print("ready", flush=True)
+    await asyncio.wait_for(go.wait(), 30)
+    n, stop = 0, time.monotonic() + seconds
+    while time.monotonic() < stop:
+        if op == "increment":
+            await engine.increment("hot", "count")
+        else:
+            await engine.mutate("hot", "list", lambda raw: orjson.dumps([*orjson.loads(raw)[-20:], n]), b"[]")
+        n += 1
+    print(n, flush=True)
+    await engine.close()
+uvloop.run(main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])))
+"""
+
+
+async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
+    from pyvia.cluster import create_engine
+
+    server: Any
+    if args.engine == "nats":
+        from pyvia.cluster.nats_server import LocalNats
+
+        server = LocalNats()
+        url = server.start()
+    else:
+        url, server = _start_redis()
+    try:
+        for rep in range(args.reps):
+            for op in ("increment", "mutate"):
+                prefix = f"hot{rep}{op[0]}{os.getpid()}"
+                procs = [subprocess.Popen([sys.executable, "-c", _HOTKEY_WRITER, url, prefix, op, str(args.seconds)],
+                                          cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(args.writers)]
+                for proc in procs:
+                    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+                engine = create_engine(url, prefix=prefix)
+                await engine.connect()
+                await engine.publish("go", b"")
+                counts = [int(proc.stdout.readline()) for proc in procs]  # type: ignore[union-attr]
+                for proc in procs:
+                    proc.wait(10)
+                total = sum(counts)
+                exact = None
+                if op == "increment":
+                    value, _ = await engine.get("hot", "count")
+                    exact = value is not None and int(value) == total
+                await engine.close()
+                row = {"rep": rep, "engine": args.engine, "op": op, "writers": args.writers, "ops": total,
+                       "per_second": round(total / args.seconds, 1), "exact": exact}
+                recorder.write(row)
+                print(f"rep {rep}: {args.engine} {op} x{args.writers} writers: {row['per_second']:.0f}/s"
+                      f"{'' if exact is None else f', final value exact: {exact}'}")
+    finally:
+        server.stop()
+
+
+def _start_redis() -> tuple[str, Any]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is missing (scripts/install test)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL)
+    time.sleep(0.3)
+
+    class Stopper:
+        def stop(self) -> None:
+            proc.terminate()
+            proc.wait(5)
+
+    return f"redis://{HOST}:{port}/0", Stopper()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--workers", type=int, default=2)
+    t.add_argument("--action", choices=("work", "bump"), default="work")
+    t.add_argument("--work", type=int, default=60_000, help="iterations of the CPU-bound action (~2 ms)")
+    t.add_argument("--tabs", type=int, default=64)
+    t.add_argument("--connections", type=int, default=16)
+    t.add_argument("--seconds", type=float, default=8.0)
+    t.add_argument("--reps", type=int, default=3)
+    f = sub.add_parser("forward")
+    f.add_argument("--actions", type=int, default=3000)
+    f.add_argument("--reps", type=int, default=3)
+    h = sub.add_parser("hotkey")
+    h.add_argument("--engine", choices=("nats", "redis"), default="nats")
+    h.add_argument("--writers", type=int, default=4)
+    h.add_argument("--seconds", type=float, default=5.0)
+    h.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    recorder = Recorder(f"cluster-{args.command}")
+    record = provenance(f"cluster {args.command}", vars(args), [sys.executable, "-m", "pyvia", "run", APP])
+    print_provenance(record)
+    recorder.write({"provenance": record})
+    from bench.client import run
+
+    run({"throughput": throughput, "forward": forward, "hotkey": hotkey}[args.command](args, recorder))
+    print(f"# raw results: {recorder.path}")
+
+
+if __name__ == "__main__":
+    main()
