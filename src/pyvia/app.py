@@ -622,17 +622,16 @@ class App:
         self._bundle_asset = None
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
-        """Serve the app on the native server until SIGINT/SIGTERM."""
-        import dataclasses
+        """Serve the app on the native server until SIGINT/SIGTERM.
 
-        from pyvia.server.http import ServerLimits  # the core imports a front end only here
+        The server's limits come from ``pyvia.toml`` ``[server]``, ``PYVIA_SERVER__*`` and
+        keywords named like those keys (``app.run(max_streams_per_ip=64)``), checked as strictly
+        as the App's options (:func:`pyvia.server.options.serve_options`).
+        """
+        from pyvia.server.options import serve_options  # the core imports a front end only here
         from pyvia.server.runner import run
 
-        if self.config.trusted_proxies:  # a proxy's address is every user's: no per-address caps on it
-            limits = server_options.get("limits") or ServerLimits()
-            server_options["limits"] = dataclasses.replace(
-                limits, per_ip_exempt=(*limits.per_ip_exempt, *self.config.trusted_proxies))
-        run(self, host=host, port=port, **server_options)
+        run(self, host=host, port=port, **serve_options(server_options, trusted_proxies=self.config.trusted_proxies))
 
     @property
     def bundle(self) -> Bundle:

@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                           "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)")
     run.add_argument("--graceful-timeout", type=float, default=None, metavar="SECONDS",
                      help="how long a stop waits for streams and requests to end (default: 3)")
+    run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                     help="a [server] or [log] setting over pyvia.toml and PYVIA_* (repeatable), such as "
+                          "--set max_streams_per_ip=64 or --set allowed_hosts='[\"example.com\"]'")
     config = commands.add_parser("config", help="print the effective configuration and where each value comes from",
                                  description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
                                              "with each value's source, secrets redacted.")
@@ -105,7 +108,7 @@ def _apply_settings(args: argparse.Namespace) -> Any:
     from pyvia.ops.logs import configure_logging
     from pyvia.ops.settings import load_settings
 
-    settings = load_settings()
+    settings = load_settings(command_line=args.settings)
     server = settings.server_options()
     args.host = args.host or server["host"] or "127.0.0.1"
     if args.port is None:  # 0 is a port too: "any free one"
@@ -150,7 +153,11 @@ def _run(args: argparse.Namespace) -> int:
         return _run_workers(args, workers, source, engine)
     if engine is not None:
         os.environ[ENGINE_URL_ENV] = engine  # the app connects to it at start
-    options: dict[str, Any] = {}
+    from pyvia.ops.settings import SERVER_LIMITS
+
+    # app.run() reads the file and PYVIA_SERVER__* itself; what --set gave goes over them
+    options: dict[str, Any] = {s.key: s.value for s in settings
+                               if s.origin == "command line" and s.key in SERVER_LIMITS}
     if args.graceful_timeout is not None:
         options["graceful_timeout"] = args.graceful_timeout
     try:
@@ -192,6 +199,7 @@ def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: st
         app=args.app, host=args.host, port=args.port, workers=workers, engine_url=engine,
         certfile=args.certfile, keyfile=args.keyfile, worker_source=source,
         graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
+        settings=tuple(args.settings),
     )
     try:
         return Supervisor(config).run()

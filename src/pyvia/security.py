@@ -1,17 +1,21 @@
-"""Request-level defences: the client's address behind proxies, and per-address rate limits.
+"""Request-level defences: the client's address behind proxies, per-address rate limits, and
+which peers and ``Host`` names a server accepts.
 
-Pure decisions over values and a clock reading; the App calls them on the action path.
+Pure decisions over values and a clock reading: the App calls the first two on the action path,
+the native server the last two at accept and per request, and the settings use them to check
+``per_ip_exempt`` and ``allowed_hosts`` before anything starts.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pyvia.http import Request
 
-__all__ = ["RateLimiter", "TrustedProxies"]
+__all__ = ["HostPolicy", "PeerExemption", "RateLimiter", "TrustedProxies", "normalize_host"]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -111,3 +115,105 @@ class RateLimiter:
             self._buckets.popitem(last=False)
             self.evictions += 1
         return wait
+
+
+class PeerExemption:
+    """Which peer addresses the per-address caps skip: ``exempt(ip)``, cached per address."""
+
+    __slots__ = ("_cache", "_networks")
+
+    _CACHE_MAX = 4096
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._networks = []
+        for entry in entries:
+            try:
+                self._networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"per_ip_exempt entry {entry!r}: not an address or network") from None
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, address: str) -> bool:
+        found = self._cache.get(address)
+        if found is None:
+            found = self._match(address)
+            if len(self._cache) >= self._CACHE_MAX:
+                self._cache.clear()
+            self._cache[address] = found
+        return found
+
+    def _match(self, address: str) -> bool:
+        if not self._networks:
+            return False
+        try:
+            ip = ipaddress.ip_address(address.partition("%")[0])  # fe80::1%eth0: drop the zone
+        except ValueError:
+            return False  # a Unix socket or an unknown peer: counted like any other address
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # a dual-stack socket's ::ffff:127.0.0.1
+        return any(ip.version == net.version and ip in net for net in self._networks)
+
+
+#: RFC 9110 §7.2 / RFC 3986 §3.2.2: an IP literal or a reg-name, then an optional port.
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.vV]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::[0-9]*)?")
+
+
+def normalize_host(value: str) -> str | None:
+    """The host name of a ``Host`` field value (lower case, no port, no trailing dot), or None
+    when the value is not a valid ``uri-host [ ":" port ]`` (RFC 9112 §3.2 makes that a 400)."""
+    match = _HOST.fullmatch(value.strip())
+    if match is None:
+        return None
+    return match.group(1).lower().rstrip(".")
+
+
+class HostPolicy:
+    """Whether a ``Host`` field value names this server: ``policy(value) -> bool``, cached.
+
+    ``None`` patterns allow every valid host. A pattern is a host name (``example.com``), a
+    wildcard for its subdomains at any depth (``*.example.com``, which does not match
+    ``example.com`` itself: list both), an IP literal (``[::1]``, ``127.0.0.1``) or ``*``.
+    Comparison ignores case, the port and a trailing dot. An invalid value is always refused.
+    """
+
+    __slots__ = ("_any", "_exact", "_suffixes", "cache")
+
+    _CACHE_MAX = 1024
+
+    def __init__(self, patterns: Iterable[str] | None) -> None:
+        self._any = patterns is None
+        self._exact: set[str] = set()
+        self._suffixes: list[str] = []
+        for pattern in patterns or ():
+            name = pattern.strip().lower().rstrip(".")
+            if name == "*":
+                self._any = True
+            elif name.startswith("*."):
+                rest = name[2:]
+                if not rest or "*" in rest or normalize_host(rest) != rest:
+                    raise ValueError(f"allowed_hosts pattern {pattern!r}: expected *.domain")
+                self._suffixes.append("." + rest)
+            elif not name or "*" in name or normalize_host(name) != name:
+                raise ValueError(f"allowed_hosts pattern {pattern!r}: expected a host name without port")
+            else:
+                self._exact.add(name)
+        #: value -> verdict; a connection reads it directly (one dict lookup a request) and calls
+        #: the policy only on a miss. Cleared when full, so random names cannot grow it.
+        self.cache: dict[str, bool] = {}
+
+    def __call__(self, value: str) -> bool:
+        found = self.cache.get(value)
+        if found is None:
+            found = self._check(value)
+            if len(self.cache) >= self._CACHE_MAX:
+                self.cache.clear()
+            self.cache[value] = found
+        return found
+
+    def _check(self, value: str) -> bool:
+        name = normalize_host(value)
+        if name is None:
+            return False
+        if self._any:
+            return True
+        return name in self._exact or any(name.endswith(s) for s in self._suffixes)

@@ -2,8 +2,9 @@
 
 Rules this module keeps (DESIGN.md "Operations"; ``ephpm-lessons.md`` §5.8, lesson 12):
 
-1. Three sources, in increasing priority: the file, then ``PYVIA_<SECTION>__<KEY>`` environment
-   variables, then keyword arguments. Anything not set keeps its default.
+1. Sources, in increasing priority: the file, then ``PYVIA_<SECTION>__<KEY>`` environment
+   variables, then ``pyvia run --set KEY=VALUE``, then keyword arguments. Anything not set keeps
+   its default.
 2. Strict: an unknown section or key, or a value of the wrong type or out of range, stops the
    start with a :class:`SettingsError` naming the key and where it came from (the file and its
    key, the variable, or the keyword). A typo never silently runs another configuration.
@@ -14,7 +15,9 @@ Sections and keys (every key name is unique across sections, so keywords need no
 
 * ``[app]`` — the fields of :class:`pyvia.config.Config` (top-level keys of the file are App
   options too);
-* ``[server]`` — ``host``, ``port``, ``cert``, ``key``, ``workers`` (a count or ``"auto"``);
+* ``[server]`` — ``host``, ``port``, ``cert``, ``key``, ``workers`` (a count or ``"auto"``), and
+  the native server's limits: every field of :class:`pyvia.server.http.ServerLimits` but its
+  ``sweep_interval`` (sizes, phase timeouts, connection and stream caps, shedding, allowed hosts);
 * ``[log]`` — ``level``, ``format`` (``"text"`` or ``"json"``);
 * ``[autotune]`` — ``memory_budget``, ``max_tabs``: pins on the derived profile
   (:mod:`pyvia.ops.autotune`; ``workers``, ``encoder_budget`` and ``gc_thresholds`` pin it too);
@@ -40,11 +43,13 @@ from typing import Any
 
 from pyvia.config import Config
 from pyvia.errors import ConfigError
+from pyvia.security import HostPolicy, PeerExemption
 
 __all__ = [
     "DEFAULT_FILE",
     "ENV_PREFIX",
     "REDACTED",
+    "SERVER_LIMITS",
     "Setting",
     "Settings",
     "SettingsError",
@@ -61,7 +66,8 @@ _CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS"}
 #: Keys whose relative paths in the file are taken relative to the file's folder.
 _PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key"})
 #: Keys whose values are byte counts: an integer, or a string such as "512MiB".
-_SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget"})
+_SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget", "max_request_line",
+                        "max_header_bytes", "max_body", "max_unsent_bytes"})
 _SECRET_WORDS = ("secret", "password", "token")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -224,6 +230,59 @@ def _pool(value: int) -> int:
     return value
 
 
+def _positive_number(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{value}: must be > 0")
+    return value
+
+
+def _networks(value: tuple[str, ...]) -> tuple[str, ...]:
+    PeerExemption(value)  # raises ValueError naming the entry
+    return value
+
+
+def _hosts(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if value is not None:
+        HostPolicy(value)  # raises ValueError naming the pattern
+    return value
+
+
+def _paths(value: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [p for p in value if not p.startswith("/")]
+    if bad:
+        raise ValueError(f"{bad[0]!r}: a request path, starting with '/'")
+    return value
+
+
+_KIB = 1024
+#: The ``[server]`` keys of the native server's limits: (type, default, check). They are the
+#: fields of :class:`pyvia.server.http.ServerLimits` (a test keeps the two equal), declared here
+#: so that reading the configuration never imports the server (the core reads it too).
+#: ``sweep_interval`` is left out: it is the precision of the timeouts, not a limit, and its
+#: name is the App's.
+SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
+    "max_request_line": (int, 8 * _KIB, _positive),
+    "max_header_count": (int, 100, _positive),
+    "max_header_bytes": (int, 64 * _KIB, _positive),
+    "max_body": (int, 16 * _KIB * _KIB, _positive),
+    "header_timeout": (float, 10.0, _positive_number),
+    "body_timeout": (float, 30.0, _positive_number),
+    "min_body_rate": (float, 500.0, _positive_number),
+    "keep_alive_timeout": (float, 75.0, _positive_number),
+    "max_pipelined": (int, 32, _positive),
+    "max_connections": (int | None, None, _positive),
+    "max_connections_per_ip": (int | None, None, _positive),
+    "max_streams": (int | None, None, _positive),
+    "max_streams_per_ip": (int | None, None, _positive),
+    "per_ip_exempt": (tuple[str, ...], ("127.0.0.0/8", "::1"), _networks),
+    "max_in_flight": (int, 1024, _positive),
+    "shed_after": (float | None, 0.5, _positive_number),
+    "shed_exempt": (tuple[str, ...], ("/_health", "/_ready", "/metrics"), _paths),
+    "allowed_hosts": (tuple[str, ...] | None, None, _hosts),
+    "retry_after": (int, 1, _positive),
+}
+
+
 def _schema() -> dict[str, dict[str, _Key]]:
     hints = typing.get_type_hints(Config)
     defaults = Config()
@@ -237,6 +296,7 @@ def _schema() -> dict[str, dict[str, _Key]]:
         "cert": _Key("server", "cert", str | None, None),
         "key": _Key("server", "key", str | None, None),
         "workers": _Key("server", "workers", int | str, 1, _workers),
+        **{name: _Key("server", name, tp, default, check) for name, (tp, default, check) in SERVER_LIMITS.items()},
     }
     log = {
         "level": _Key("log", "level", str, "INFO", _level),
@@ -266,9 +326,9 @@ def _schema() -> dict[str, dict[str, _Key]]:
 class Setting:
     """One effective value and where it came from.
 
-    ``origin`` is ``"default"``, ``"file"``, ``"env"`` or ``"keyword"``; ``where`` names the
-    place precisely (``"/srv/pyvia.toml [server] port"``, ``"PYVIA_SERVER__PORT"``,
-    ``"keyword argument port"``, ``"default"``).
+    ``origin`` is ``"default"``, ``"file"``, ``"env"``, ``"command line"`` or ``"keyword"``;
+    ``where`` names the place precisely (``"/srv/pyvia.toml [server] port"``,
+    ``"PYVIA_SERVER__PORT"``, ``"--set port=8000"``, ``"keyword argument port"``, ``"default"``).
     """
 
     section: str
@@ -333,6 +393,11 @@ class Settings:
         """
         return {"host": self["server.host"], "port": self["server.port"],
                 "certfile": self["server.cert"], "keyfile": self["server.key"]}
+
+    def server_limit_options(self) -> dict[str, Any]:
+        """The ``[server]`` limits, every one (set or default): keyword arguments of
+        :class:`pyvia.server.http.ServerLimits` (:func:`pyvia.server.options.limits_for` makes it)."""
+        return {name: self[f"server.{name}"] for name in SERVER_LIMITS}
 
     def log_options(self) -> dict[str, Any]:
         """Keyword arguments for :func:`pyvia.ops.logs.configure_logging`: ``level``, ``fmt``."""
@@ -405,11 +470,13 @@ class Settings:
 # --- loading -----------------------------------------------------------------------------------------
 
 def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
-                  **kwargs: Any) -> Settings:
-    """Read the file, then the ``PYVIA_<SECTION>__<KEY>`` variables of ``env``, then ``kwargs``.
+                  *, command_line: Sequence[str] = (), **kwargs: Any) -> Settings:
+    """Read the file, then the ``PYVIA_<SECTION>__<KEY>`` variables of ``env``, then
+    ``command_line``, then ``kwargs``.
 
     ``path`` None reads ``./pyvia.toml`` when it exists; a path given must exist. ``env``
-    defaults to ``os.environ``. Keyword names are the keys themselves (``port=8000``,
+    defaults to ``os.environ``. ``command_line`` holds ``KEY=VALUE`` texts (``pyvia run --set``),
+    read as the variables are. Keyword names are the keys themselves (``port=8000``,
     ``title="Shop"``). Raises :class:`SettingsError` naming the first bad key and its source.
     """
     if env is None:
@@ -432,6 +499,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
     for setting in _from_env(env, schema):
         values[setting.name] = setting
     by_name = {key.keyword: key for keys in schema.values() for key in keys.values()}
+    for setting in _from_command_line(command_line, schema, by_name):
+        values[setting.name] = setting
     for name, raw in kwargs.items():
         where = f"keyword argument {name}"
         key = by_name.get(name)
@@ -516,6 +585,31 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, _Key]]) -> lis
     return out
 
 
+def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, _Key]],
+                       by_name: dict[str, _Key]) -> list[Setting]:
+    """``KEY=VALUE`` texts: ``KEY`` is a keyword name (``max_body``, ``level``) or ``section.key``."""
+    out: list[Setting] = []
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        name = name.strip().lower()
+        where = f"--set {pair}"
+        section, dot, bare = name.rpartition(".")
+        if not sep or not bare:
+            raise SettingsError(where, name, "expected KEY=VALUE, such as max_streams_per_ip=64")
+        key = schema.get(section, {}).get(bare) if dot else by_name.get(bare)
+        if key is None:
+            elsewhere = by_name.get(bare) or next((k for keys in schema.values() for k in keys.values()
+                                                   if k.name == bare), None)
+            if dot and elsewhere is not None:
+                raise SettingsError(where, name, f"{bare!r} belongs in [{elsewhere.section}], not [{section}]")
+            raise SettingsError(where, name, f"unknown setting {name!r}{_hint(bare, by_name)}")
+        if key.section in ("app", "db"):
+            raise SettingsError(where, name, f"{bare!r} is read when the App is made, so set it in pyvia.toml or "
+                                             f"PYVIA_{key.section.upper()}__{key.name.upper()}")
+        out.append(_accept(key, _env_value(key, where, raw), "command line", where))
+    return out
+
+
 def _env_value(key: _Key, var: str, raw: str) -> Any:
     """JSON for lists, tables, booleans, numbers and null; the plain text for a string key."""
     text = raw.strip()
@@ -574,12 +668,12 @@ def _check_app_together(values: dict[str, Setting]) -> None:
 
 def render(settings: Settings, *, profile_line: str | None = None) -> str:
     """The effective configuration as aligned rows ``key  value  source`` (secrets redacted)."""
-    rows = [(name, json.dumps(value, default=str, ensure_ascii=False), where)
+    rows = [(name, json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":")), where)
             for name, value, where in settings.describe()]
     width_key = max(len(r[0]) for r in rows)
     width_value = min(40, max(len(r[1]) for r in rows))
     file = str(settings.path) if settings.path is not None else "none"
-    lines = [f"# pyvia configuration (file: {file}; precedence: default < file < env < keyword)"]
+    lines = [f"# pyvia configuration (file: {file}; precedence: default < file < env < --set < keyword)"]
     lines += [f"{k:<{width_key}}  {v:<{width_value}}  {w}" for k, v, w in rows]
     if profile_line:
         lines.append(f"# {profile_line}")

@@ -102,6 +102,9 @@ class SupervisorConfig:
     graceful_timeout: float = 3.0
     ready_timeout: float = 60.0
     worker_source: str = "given"
+    #: ``pyvia run --set KEY=VALUE`` texts, passed on to every worker (which reads the rest of
+    #: the configuration itself, so a restarted worker sees an edited pyvia.toml).
+    settings: tuple[str, ...] = ()
 
 
 class _Worker:
@@ -269,6 +272,8 @@ class Supervisor:
             args += ["--cert", cfg.certfile]
         if cfg.keyfile:
             args += ["--key", cfg.keyfile]
+        for pair in cfg.settings:
+            args += ["--set", pair]
         try:
             # a session of its own: Ctrl-C reaches the supervisor only, and each worker gets exactly
             # one SIGTERM (the native server restores the default action once it starts stopping,
@@ -471,6 +476,7 @@ def _worker_parser() -> argparse.ArgumentParser:
     parser.add_argument("--graceful-timeout", type=float, default=3.0)
     parser.add_argument("--cert", dest="certfile")
     parser.add_argument("--key", dest="keyfile")
+    parser.add_argument("--set", dest="settings", action="append", default=[])
     return parser
 
 
@@ -494,9 +500,12 @@ def worker_main(argv: list[str] | None = None) -> int:
     import uvloop
 
     from pyvia.cli import load_app
+    from pyvia.ops.settings import load_settings
+    from pyvia.server.options import limits_for
     from pyvia.server.runner import serve
 
     app = load_app(args.app)
+    limits = limits_for(load_settings(command_line=args.settings), trusted_proxies=app.config.trusted_proxies)
     sock = socket.socket(fileno=listen_fd)
     sock.setblocking(False)
 
@@ -517,7 +526,7 @@ def worker_main(argv: list[str] | None = None) -> int:
                 stop.set()
 
         loop.add_reader(life_fd, supervisor_gone)
-        await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096,
+        await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, limits=limits,
                     certfile=args.certfile, keyfile=args.keyfile, graceful_timeout=args.graceful_timeout)
 
     try:
