@@ -1073,6 +1073,7 @@ class App:
         outflow.unsent = total
         was, outflow.congested = outflow.congested, total > self.config.max_unsent_bytes
         if outflow.congested and not was:
+            outflow.cap_hits += 1
             log.warning("tab sockets hold %d bytes (cap %d): holding view frames", total, self.config.max_unsent_bytes)
 
     def _persist(self) -> None:

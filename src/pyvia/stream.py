@@ -28,12 +28,14 @@ class Outflow:
     """What every stream of a process consults: the metrics to count into, and whether all the
     tab sockets together hold more than the process-wide cap (then every view frame is held)."""
 
-    __slots__ = ("congested", "ended", "meter", "unsent")
+    __slots__ = ("cap_hits", "congested", "ended", "meter", "unsent")
 
     def __init__(self, meter: PyviaMetrics | None = None) -> None:
         self.meter = meter
         self.congested = False
         self.unsent = 0
+        #: Times the unsent bytes went over the cap (``max_unsent_bytes``), for /metrics.
+        self.cap_hits = 0
         #: Streams the server ended since the app last looked (their tabs are now without one).
         self.ended = 0
 

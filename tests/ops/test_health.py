@@ -165,3 +165,48 @@ def test_probes_answer_before_middleware() -> None:
         assert client.get("/_ready").status == 200
         assert client.get("/metrics").status == 200
         assert client.get("/").status == 403
+
+
+def test_rate_limited_actions_and_unsent_cap_hits_are_counted_in_metrics() -> None:
+    from pyvia import Scope
+
+    app = App(action_rate=10, action_burst=2, max_unsent_bytes=3000, max_stream_buffer=10_000)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.scope(Scope.ROUTE)
+        n = c.signal(0, "n", scope=Scope.ROUTE)
+
+        @c.action
+        def inc() -> None:
+            n.increment()
+
+        c.view(lambda: f"<p id='n'>{n.value}</p>" + "x" * 1000, share_render=True)
+
+    def counts() -> tuple[float, float, float]:
+        _, samples = parse(metrics_response(app).body.decode())
+        return (value(samples, "pyvia_rate_limited_total"), value(samples, "pyvia_unsent_cap_hits_total"),
+                value(samples, "pyvia_unsent_bytes"))
+
+    with TestClient(app) as client:
+        tabs = [client.open("/") for _ in range(3)]
+        assert counts() == (0, 0, 0)
+        _, samples = parse(metrics_response(app).body.decode())
+        assert not [n for n, _ in samples if n.startswith("pyvia_server_")]  # no native server: no series
+        assert [tabs[2].action("inc").status for _ in range(3)] == [200, 200, 429]
+        assert counts()[0] == 1
+        for t in tabs[:2]:
+            t.pause()  # stalled tabs: the broadcasts pile up in their sockets
+        for _ in range(3):
+            client.clock.advance(0.2)
+            tabs[2].action("inc")
+            app.flush_broadcasts()
+        client.clock.advance(1.1)  # the sweep adds the unsent bytes up: over 3,000 together
+        _, hits, unsent = counts()
+        assert hits == 1 and unsent > 3000
+        client.clock.advance(1.1)  # still over: the same episode, not a new hit
+        assert counts()[1] == 1
+        for t in tabs[:2]:
+            t.resume()
+        client.clock.advance(1.1)
+        assert counts()[1:] == (1, 0)

@@ -31,8 +31,12 @@ __all__ = [
     "GC_BUCKETS",
     "LAG_BUCKETS",
     "OTHER",
+    "REFUSAL_STATUSES",
     "REQUEST_KINDS",
+    "SERVER_CAPS",
     "STATUS_CLASSES",
+    "TIMEOUT_PHASES",
+    "UNAVAILABLE_REASONS",
     "Counter",
     "Gauge",
     "GcMonitor",
@@ -71,6 +75,14 @@ DB_KINDS = ("read", "write")
 DB_STATUSES = ("ok", "error")
 #: A statement as its caller saw it: a SQLite point read is tens of µs, a commit with fsync ms.
 DB_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+#: The native server's label values (pyvia.server.connection keeps the same tuples; a test compares
+#: them): why it answered 503 itself, where it timed a connection out, what it refused a request with.
+UNAVAILABLE_REASONS = ("connections", "connections_per_ip", "backlog", "streams", "streams_per_ip", "in_flight",
+                       "loop_lag")
+TIMEOUT_PHASES = ("header", "body", "idle", "send")
+REFUSAL_STATUSES = ("400", "413", "414", "417", "431", "501", "505")
+#: The native server's effective caps, as ``ConnectionRegistry.stats()`` names them.
+SERVER_CAPS = ("max_connections", "max_connections_per_ip", "max_streams", "max_streams_per_ip", "max_in_flight")
 #: A round trip to the cluster engine (NATS, Redis): loopback is ~0.1 ms.
 ENGINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
@@ -475,6 +487,10 @@ class PyviaMetrics:
         self.errors = r.counter("pyvia_errors_total", "Errors raised by user code (logged with their phase).")
         self.rate_limited = r.counter("pyvia_rate_limited_total", "Actions refused with 429.")
         self.session_evictions = r.counter("pyvia_session_evictions_total", "Sessions dropped past max_sessions.")
+        self.unsent = r.gauge("pyvia_unsent_bytes", "Bytes waiting in all tab sockets together (last sweep).")
+        self.unsent_cap_hits = r.counter("pyvia_unsent_cap_hits_total",
+                                         "Times the tab sockets together went over max_unsent_bytes (view frames "
+                                         "are held everywhere until they drain).")
         self.engine_up = r.gauge("pyvia_engine_up", "1 when the cluster engine is reachable, else 0; "
                                  "absent without an engine.", labels={"engine": ENGINES})
         self.rss = r.gauge("process_resident_memory_bytes", "Resident memory of this process.")
@@ -486,6 +502,25 @@ class PyviaMetrics:
         self._sent = {c: (self.frames_sent.labels(coding=c), self.bytes_sent.labels(coding=c)) for c in CODINGS}
         self._db = {(k, ok): (self.db_queries.labels(kind=k, status="ok" if ok else "error"),
                               self.db_seconds.labels(kind=k)) for k in DB_KINDS for ok in (True, False)}
+        # the native server's counts, read at scrape time while it serves this app (watch_server)
+        self._server_stats: Callable[[], Mapping[str, float]] | None = None
+        self._server: _ServerMetrics | None = None
+
+    def watch_server(self, stats: Callable[[], Mapping[str, float]] | None) -> None:
+        """Read the native server's counts from ``stats()`` at each scrape (None: it stopped).
+
+        The server calls it when it starts serving the app (``ConnectionRegistry.stats``); its
+        metrics (``pyvia_server_*``) appear from then on, and keep their totals across restarts
+        of the server in one process.
+        """
+        self._server_stats = stats
+        if stats is not None and self._server is None:
+            self._server = _ServerMetrics(self.registry)
+
+    def collect_server(self) -> None:
+        """Copy the watched server's counts into the ``pyvia_server_*`` metrics (at scrape time)."""
+        if self._server_stats is not None and self._server is not None:
+            self._server.read(self._server_stats())
 
     # --- what the core calls -------------------------------------------------------------------
 
@@ -548,6 +583,55 @@ class PyviaMetrics:
         return self.registry.render()
 
 
+class _ServerMetrics:
+    """The native server's part of ``/metrics``: what it holds, what it refused and why."""
+
+    def __init__(self, r: Registry) -> None:
+        self.open = r.gauge("pyvia_server_connections_open", "Connections the server has admitted and not closed.")
+        self.accepted = r.counter("pyvia_server_connections_accepted_total", "Connections admitted.")
+        self.streams = r.gauge("pyvia_server_streams_open", "Streamed (SSE) responses open on the server.")
+        self.in_flight = r.gauge("pyvia_server_requests_in_flight", "Requests the app is still answering.")
+        self.shedding = r.gauge("pyvia_server_shedding", "1 while new requests are answered 503 (overload).")
+        self.unsent = r.gauge("pyvia_server_unsent_bytes", "Bytes every connection still holds for its peer.")
+        self.caps = r.gauge("pyvia_server_capacity", "The effective caps (None ones derived from the fd limit).",
+                            labels={"cap": SERVER_CAPS})
+        self.unavailable = r.counter(
+            "pyvia_server_unavailable_total",
+            "503s the server answered by itself: a connection cap or the listen backlog at accept (connections, "
+            "connections_per_ip, backlog), a stream cap (streams, streams_per_ip), load shedding (in_flight, "
+            "loop_lag).", labels={"reason": UNAVAILABLE_REASONS})
+        self.timeouts = r.counter(
+            "pyvia_server_timeouts_total",
+            "Connections timed out: request head (408), body (408), idle keep-alive (closed), a peer not reading "
+            "(send, aborted).", labels={"phase": TIMEOUT_PHASES})
+        self.refused = r.counter("pyvia_server_refused_requests_total",
+                                 "Requests refused before the app, by status (malformed, too large, bad Host...).",
+                                 labels={"status": REFUSAL_STATUSES})
+        self.smuggling = r.counter("pyvia_server_smuggling_refused_total",
+                                   "Requests refused with 400 for ambiguous framing (two Content-Length, "
+                                   "Content-Length with Transfer-Encoding...): request-smuggling attempts.")
+        self.hosts = r.counter("pyvia_server_host_refused_total",
+                               "Requests refused with 400 for a Host that is invalid or not in allowed_hosts.")
+
+    def read(self, stats: Mapping[str, float]) -> None:
+        self.open.set(stats.get("connections", 0))
+        self.accepted.set_total(stats.get("accepted", 0))
+        self.streams.set(stats.get("streams", 0))
+        self.in_flight.set(stats.get("in_flight", 0))
+        self.shedding.set(stats.get("shedding", 0))
+        self.unsent.set(stats.get("buffered_bytes", 0))
+        for cap in SERVER_CAPS:
+            self.caps.labels(cap=cap).set(stats.get(cap, 0))
+        for reason in UNAVAILABLE_REASONS:
+            self.unavailable.labels(reason=reason).set_total(stats.get(f"unavailable.{reason}", 0))
+        for phase in TIMEOUT_PHASES:
+            self.timeouts.labels(phase=phase).set_total(stats.get(f"timeouts.{phase}", 0))
+        for status in REFUSAL_STATUSES:
+            self.refused.labels(status=status).set_total(stats.get(f"refused.{status}", 0))
+        self.smuggling.set_total(stats.get("smuggling", 0))
+        self.hosts.set_total(stats.get("hosts_refused", 0))
+
+
 _BY_APP: weakref.WeakKeyDictionary[Any, PyviaMetrics] = weakref.WeakKeyDictionary()
 
 
@@ -593,6 +677,10 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
         totals["rate_limited"] = totals.get("rate_limited", 0) + (limiter.limited if limiter is not None else 0)
         totals["errors"] = totals.get("errors", 0) + a.errors
         totals["evictions"] = totals.get("evictions", 0) + getattr(a.sessions, "evictions", 0)
+        outflow = getattr(a, "_outflow", None)
+        if outflow is not None:
+            totals["unsent"] = totals.get("unsent", 0) + outflow.unsent
+            totals["cap_hits"] = totals.get("cap_hits", 0) + outflow.cap_hits
     m.flushes.set_total(totals.get("flushes", 0))
     m.broadcast_frames.set_total(totals.get("tab_frames", 0))
     m.broadcast_pending.set(totals.get("pending", 0))
@@ -610,6 +698,9 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
         m.db_connections.set(pool["open"])
         m.db_idle.set(pool["idle"])
         m.db_discarded.set_total(pool["discarded"])
+    m.unsent.set(totals.get("unsent", 0))
+    m.unsent_cap_hits.set_total(totals.get("cap_hits", 0))
+    m.collect_server()
     state = engine_state(app)
     if state != "none":
         m.engine_up.labels(engine=engine_name(app)).set(1 if state == "up" else 0)

@@ -37,7 +37,7 @@ from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
 if TYPE_CHECKING:
     from pyvia.server import ServedApp
 
-__all__ = ["ConnectionRegistry", "HttpProtocol"]
+__all__ = ["REFUSAL_STATUSES", "TIMEOUT_PHASES", "UNAVAILABLE_REASONS", "ConnectionRegistry", "HttpProtocol"]
 
 logger = logging.getLogger("pyvia.server")
 
@@ -63,14 +63,31 @@ _NO_RAW_HEADERS: list[tuple[bytes, bytes]] = []  # never appended to: on_message
 
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")}
 
+#: Why the server answered 503 by itself: a cap at accept (``connections``, ``connections_per_ip``),
+#: a connection that waited too long in the listen backlog (``backlog``), a stream cap
+#: (``streams``, ``streams_per_ip``), or load shedding of a request (``in_flight``, ``loop_lag``).
+UNAVAILABLE_REASONS = ("connections", "connections_per_ip", "backlog", "streams", "streams_per_ip", "in_flight",
+                       "loop_lag")
+#: Where a connection was timed out: its request head (408), its body (408), idle between
+#: requests (closed silently), or a peer that stopped reading what it was sent (aborted).
+TIMEOUT_PHASES = ("header", "body", "idle", "send")
+#: The statuses the server refuses a request with before the app sees it (``wire.ERRORS``; 408 is
+#: counted as a timeout, 500 is the server's own fault).
+REFUSAL_STATUSES = (400, 413, 414, 417, 431, 501, 505)
+#: Words of httptools' errors about a request's framing (two Content-Length, Content-Length with
+#: Transfer-Encoding, a bad Transfer-Encoding): the request-smuggling attempts it refuses itself.
+_FRAMING_WORDS = ("Content-Length", "Transfer-Encoding")
+
 
 class _Reject(Exception):
-    """Raised inside a parser callback to stop parsing and answer ``status`` (then close)."""
+    """Raised inside a parser callback to stop parsing and answer ``status`` (then close);
+    ``cause`` is ``"smuggling"`` for ambiguous framing, ``"host"`` for a ``Host`` not served."""
 
-    __slots__ = ("status",)
+    __slots__ = ("cause", "status")
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, cause: str = "") -> None:
         self.status = status
+        self.cause = cause
 
 
 class _Stop(Exception):
@@ -109,9 +126,11 @@ class ConnectionRegistry:
         "_was_late",
         "_window_end",
         "_window_min",
+        "accepted",
         "by_ip",
         "connections",
         "hosts",
+        "hosts_refused",
         "in_flight",
         "lag",
         "lagging",
@@ -124,11 +143,15 @@ class ConnectionRegistry:
         "queue_late",
         "refusal",
         "refused_connections",
+        "refused_requests",
         "refused_streams",
         "shed_requests",
         "shedding",
+        "smuggling",
         "streams",
         "streams_by_ip",
+        "timeouts",
+        "unavailable",
     )
 
     def __init__(
@@ -189,6 +212,18 @@ class ConnectionRegistry:
         self.refused_streams = 0
         #: Requests and new connections answered 503 by load shedding (lag, in-flight, backlog).
         self.shed_requests = 0
+        # Totals for /metrics (pyvia.ops.metrics), each counted where it happens, off the hot path.
+        #: Connections admitted since the start.
+        self.accepted = 0
+        #: 503s the server answered by itself, by reason (:data:`UNAVAILABLE_REASONS`).
+        self.unavailable = dict.fromkeys(UNAVAILABLE_REASONS, 0)
+        #: Connections timed out, by phase (:data:`TIMEOUT_PHASES`).
+        self.timeouts = dict.fromkeys(TIMEOUT_PHASES, 0)
+        #: Requests refused before the app, by status (:data:`REFUSAL_STATUSES`).
+        self.refused_requests = dict.fromkeys(REFUSAL_STATUSES, 0)
+        #: Of those, the ones refused for ambiguous framing (request smuggling), and for their ``Host``.
+        self.smuggling = 0
+        self.hosts_refused = 0
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -210,17 +245,20 @@ class ConnectionRegistry:
         """Count a new connection, or refuse it (False) when a connection cap is reached."""
         if self.connections >= self.max_connections:
             self.refused_connections += 1
+            self.unavailable["connections"] += 1
             return False
         address = conn._client
         if not self._exempt(address):
             count = self.by_ip.get(address, 0)
             if count >= self._max_conn_ip:
                 self.refused_connections += 1
+                self.unavailable["connections_per_ip"] += 1
                 return False
             self.by_ip[address] = count + 1
             conn._ip_key = address
         conn._admitted = True
         self.connections += 1
+        self.accepted += 1
         return True
 
     def release(self, conn: HttpProtocol) -> None:
@@ -241,12 +279,14 @@ class ConnectionRegistry:
         """Count a stream about to open on ``conn``, or refuse it (False) at a stream cap."""
         if self.streams >= self.max_streams:
             self.refused_streams += 1
+            self.unavailable["streams"] += 1
             return False
         key = conn._ip_key
         if key is not None:
             count = self.streams_by_ip.get(key, 0)
             if count >= self._max_stream_ip:
                 self.refused_streams += 1
+                self.unavailable["streams_per_ip"] += 1
                 return False
             self.streams_by_ip[key] = count + 1
         conn._stream_counted = True
@@ -306,6 +346,7 @@ class ConnectionRegistry:
             self._window_min = waited
         if self.queue_late and waited > self.limits.shed_after:  # type: ignore[operator]
             self.shed_requests += 1
+            self.unavailable["backlog"] += 1
             return True
         return False
 
@@ -324,6 +365,21 @@ class ConnectionRegistry:
         self._window_min = _NEVER
         self._window_end = now + target
 
+    def shed(self) -> None:
+        """Count a request answered 503 by load shedding (the app's work in flight, or a late loop)."""
+        self.shed_requests += 1
+        self.unavailable["in_flight" if self.in_flight >= self.max_in_flight else "loop_lag"] += 1
+
+    def refused(self, status: int, cause: str = "") -> None:
+        """Count a request refused with ``status`` before the app saw it; ``cause`` is
+        ``"smuggling"`` (ambiguous framing) or ``"host"`` (a ``Host`` this server does not serve)."""
+        if status in self.refused_requests:
+            self.refused_requests[status] += 1
+        if cause == "smuggling":
+            self.smuggling += 1
+        elif cause == "host":
+            self.hosts_refused += 1
+
     def buffered_bytes(self) -> int:
         """Bytes every transport of this server still holds for its peer (O(connections))."""
         total = 0
@@ -334,7 +390,11 @@ class ConnectionRegistry:
         return total
 
     def stats(self) -> dict[str, float]:
-        """What the server holds and has refused, for metrics (``buffered_bytes`` walks every connection)."""
+        """What the server holds and has refused, for metrics (``buffered_bytes`` walks every connection).
+
+        Besides the gauges and the older totals: ``accepted``, ``smuggling``, ``hosts_refused``, and one key per
+        reason, phase and status: ``unavailable.<reason>``, ``timeouts.<phase>``, ``refused.<status>``.
+        """
         return {
             "connections": self.connections,
             "max_connections": self.max_connections,
@@ -351,6 +411,12 @@ class ConnectionRegistry:
             "refused_streams": self.refused_streams,
             "shed_requests": self.shed_requests,
             "buffered_bytes": self.buffered_bytes(),
+            "accepted": self.accepted,
+            "smuggling": self.smuggling,
+            "hosts_refused": self.hosts_refused,
+            **{f"unavailable.{k}": v for k, v in self.unavailable.items()},
+            **{f"timeouts.{k}": v for k, v in self.timeouts.items()},
+            **{f"refused.{k}": v for k, v in self.refused_requests.items()},
         }
 
     # --- timers ---------------------------------------------------------------------------------------
@@ -671,12 +737,15 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(cause, _Reject):
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("refused a request from %s with %d", self._client, cause.status)
+                self._registry.refused(cause.status, cause.cause)
                 self._stop_reading(wire.ERRORS[cause.status])
             elif isinstance(cause, _Stop):
                 self._stop_reading(b"")
             elif cause is None:
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("malformed request from %s: %s", self._client, exc)
+                message = str(exc)
+                self._registry.refused(400, "smuggling" if any(w in message for w in _FRAMING_WORDS) else "")
                 self._stop_reading(wire.ERRORS[400])
             elif isinstance(cause, Exception):
                 logger.error("internal error while parsing a request", exc_info=cause)
@@ -691,6 +760,7 @@ class HttpProtocol(asyncio.Protocol):
         if parse == _HEAD:
             if self._head_raw > self._limits.max_head:
                 # One header line still buffered by httptools: cap memory before it completes.
+                self._registry.refused(431)
                 self._stop_reading(wire.ERRORS[431])
                 return
             if self._head_raw == 0 and not self._busy:  # the first piece of this head
@@ -790,15 +860,15 @@ class HttpProtocol(asyncio.Protocol):
         host = headers.get("host")
         if host is None:
             if not self._http10 or not self._registry.hosts(""):
-                raise _Reject(400)  # RFC 9112 §3.2: MUST answer 400; an unnamed host is not ours
+                raise _Reject(400, "host")  # RFC 9112 §3.2: MUST answer 400; an unnamed host is not ours
         elif self._hosts.get(host) is not True and not self._registry.hosts(host):
-            raise _Reject(400)  # invalid, or not in allowed_hosts: refused before the app
+            raise _Reject(400, "host")  # invalid, or not in allowed_hosts: refused before the app
         length = headers.get("content-length")
         if coding is not None:
             if length is not None or self._http10:
                 # Request smuggling (RFC 9112 §6.1, which also makes HTTP/1.0 framing by
                 # Transfer-Encoding faulty); httptools refuses the first case too.
-                raise _Reject(400)
+                raise _Reject(400, "smuggling")
             if coding.strip().lower() != "chunked":
                 raise _Reject(501)
         if length is not None and int(length) > self._limits.max_body:
@@ -888,7 +958,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _shed(self, request: Request, keep_alive: bool, http10: bool) -> None:
         """Overloaded: 503 + Retry-After now, without asking the app; the connection stays usable."""
-        self._registry.shed_requests += 1
+        self._registry.shed()
         keep_alive = keep_alive and not self.draining
         self._transport.write(wire.service_unavailable(
             self._registry.limits.retry_after, head_only=request.method == "HEAD",
@@ -1095,18 +1165,24 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._flushing = 0
             self.deadline = 0.0
+            self._registry.timeouts["send"] += 1
             self._transport.abort()  # closed, and the peer read nothing of the rest
             return
         if self._closing or self._busy:
             return
         self.deadline = 0.0
+        timeouts = self._registry.timeouts
         if self._writing_paused:
             self._closing = True
+            timeouts["send"] += 1
             self._transport.abort()  # the peer stopped reading: do not wait to flush
             return
         late = self._final is None and self._parse != _IDLE and not self._queue
         if late:
+            timeouts["header" if self._parse == _HEAD else "body"] += 1
             self._transport.write(wire.ERRORS[408])  # nothing was answered for this request yet
+        else:
+            timeouts["idle"] += 1
         self._final = b""
         self._close(linger=late)
 

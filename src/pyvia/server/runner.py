@@ -123,6 +123,10 @@ async def serve(
                                   max_streams=max_streams, max_connections_per_ip=per_ip,
                                   max_streams_per_ip=streams_per_ip)
     server: asyncio.Server | None = None
+    # /metrics reads the server's counts through the app's metrics (pyvia.ops.metrics), when it has them
+    watch = getattr(getattr(app, "metrics", None), "watch_server", None)
+    if watch is not None:
+        watch(registry.stats)
     try:
         await app.startup()
         server = await loop.create_server(
@@ -154,6 +158,8 @@ async def serve(
             await _stop(app, server, registry, graceful_timeout)
     finally:
         registry.stop()
+        if watch is not None:
+            watch(None)
         if server is None and own_sock:
             sock.close()
 
