@@ -214,3 +214,93 @@ def test_a_graceful_stop_finishes_the_action_in_flight_and_ends_the_streams_clea
     assert took < 3.0
     with pytest.raises(OSError):
         RawClient(host, port, timeout=1.0)
+
+
+# --- fault isolation ------------------------------------------------------------------------------------
+
+
+def faulty_app() -> App:
+    """Every kind of user code fails on demand: a page, an action, a component's action, a render
+    during a broadcast, a tab timer; the ``/ok`` page is the control that must keep working."""
+    from pyvia import Scope
+    from pyvia.components import Component
+
+    app = App()
+
+    @app.page("/boom")
+    def boom(c: Context) -> None:
+        raise RuntimeError("page broke: password=hunter2")
+
+    @app.page("/ok")
+    def ok(c: Context) -> None:
+        c.scope(Scope.ROUTE)
+        broken = c.signal(False, "broken", scope=Scope.ROUTE)
+        n = c.signal(0, "n")
+
+        def widget(comp: Component) -> None:
+            @comp.action
+            def fail() -> None:
+                raise RuntimeError("component broke")
+
+            comp.view(lambda: "<i>w</i>")
+
+        w = c.component(widget, "w")
+
+        def tick() -> None:
+            raise RuntimeError("timer broke")
+
+        c.set_interval(tick, 50)
+
+        @c.action
+        def fail() -> None:
+            raise ValueError("action broke")
+
+        @c.action
+        def break_views() -> None:
+            broken.value = not broken.value  # every tab of the route renders again
+
+        @c.action
+        def inc() -> None:
+            n.value += 1
+            c.sync()
+
+        def view() -> str:
+            if broken.value and n.value == 0:  # only the tabs that never counted fail to render
+                raise RuntimeError("render broke")
+            return f"<p id='n'>{n.value}</p>{w}"
+
+        c.view(view)
+
+    return app
+
+
+def test_failing_user_code_never_takes_down_the_worker_or_the_other_tabs(caplog: pytest.LogCaptureFixture) -> None:
+    app = faulty_app()
+    with running_server(app) as (host, port):
+        with RawClient(host, port) as client:
+            client.send(f"GET /boom HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            boom = client.read_response()
+        _, seed, cookie = open_page(host, port, "/ok")
+        _, victim_seed, victim_cookie = open_page(host, port, "/ok")
+        ctx = seed["via_ctx"]
+        stream, head = open_stream(host, port, {"via_ctx": ctx, "n": 0}, cookie)
+        victim, _ = open_stream(host, port, {"via_ctx": victim_seed["via_ctx"], "n": 0}, victim_cookie)
+        with stream, victim:
+            assert head.status == 200
+            stream.read_chunk()
+            assert post_action(host, port, "inc", {"via_ctx": ctx, "n": 0}, cookie).status == 200
+            failed = post_action(host, port, "fail", {"via_ctx": ctx}, cookie)
+            component = post_action(host, port, "w__fail", {"via_ctx": ctx}, cookie)
+            flipped = post_action(host, port, "break_views", {"via_ctx": ctx}, cookie)  # the victim's render fails
+            time.sleep(0.3)  # timers fire and fail a few times
+            control = post_action(host, port, "inc", {"via_ctx": ctx, "n": 1}, cookie)
+            received = b""
+            deadline = time.monotonic() + 3
+            while b"<p id='n'>2</p>" not in received and time.monotonic() < deadline:
+                received += stream.read_chunk()
+    assert boom.status == 500 and b"hunter2" not in boom.body and b"Traceback" not in boom.body
+    assert failed.status == 500 and b"action broke" not in failed.body
+    assert component.status == 500 and flipped.status == 200
+    assert control.status == 200 and b"<p id='n'>2</p>" in received  # the tab still works end to end
+    failures = {str(r.exc_info[1]) for r in caplog.records if r.exc_info}
+    assert {"timer broke", "render broke", "component broke", "action broke"} <= failures  # each logged
