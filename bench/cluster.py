@@ -60,7 +60,7 @@ class Node:
             command += ["--workers", str(workers)]
         if engine:
             command += ["--engine", engine]
-        self.log = tempfile.NamedTemporaryFile(prefix="pyvia-bench-cluster-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile(prefix="pyvia-bench-cluster-", suffix=".log", delete=False)  # noqa: SIM115  # lives as long as the node
         self.proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **env}, stdout=self.log,
                                      stderr=subprocess.STDOUT)
         self.command = command
