@@ -85,7 +85,7 @@ class RateLimiter:
     full, which only ever errs on the side of letting a request through). ``rate <= 0`` disables.
     """
 
-    __slots__ = ("_buckets", "burst", "evictions", "limited", "max_addresses", "rate")
+    __slots__ = ("_buckets", "burst", "evictions", "limited", "max_addresses", "rate", "spent")
 
     def __init__(self, rate: float, burst: float, max_addresses: int = 100_000) -> None:
         self.rate = rate
@@ -94,6 +94,8 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self.evictions = 0
         self.limited = 0
+        #: Tokens taken here since the other workers were last told (None: one worker, not counted).
+        self.spent: dict[str, int] | None = None
 
     def reset(self) -> None:
         self._buckets.clear()
@@ -107,6 +109,9 @@ class RateLimiter:
         if tokens >= 1.0:
             self._buckets[address] = (tokens - 1.0, now)
             wait = 0.0
+            spent = self.spent
+            if spent is not None and (address in spent or len(spent) < self.max_addresses):
+                spent[address] = spent.get(address, 0) + 1
         else:
             self._buckets[address] = (tokens, now)
             self.limited += 1
@@ -115,6 +120,18 @@ class RateLimiter:
             self._buckets.popitem(last=False)
             self.evictions += 1
         return wait
+
+    def take_spent_elsewhere(self, address: str, count: int, now: float) -> None:
+        """Another worker let ``count`` requests of ``address`` through: they come out of this bucket too,
+        so the rate holds for the app, not for each worker."""
+        if self.rate <= 0 or count <= 0:
+            return
+        tokens, last = self._buckets.pop(address, (self.burst, now))
+        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        self._buckets[address] = (max(0.0, tokens - count), now)
+        if len(self._buckets) > self.max_addresses:
+            self._buckets.popitem(last=False)
+            self.evictions += 1
 
 
 class PeerExemption:

@@ -218,6 +218,23 @@ def test_session_data_written_on_one_node_is_read_on_the_other(two_nodes) -> Non
             raise AssertionError("node b never saw the second login")
 
 
+def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backend: Backend) -> None:
+    env = {**engine_env(server_backend), "PYVIA_APP__ACTION_RATE": "2", "PYVIA_APP__ACTION_BURST": "10"}
+    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    try:
+        for node in nodes:
+            node.start()
+        a, b = nodes[0].port, nodes[1].port
+        tab = Tab(a)
+        assert [tab.act(a, "note") for _ in range(10)] == [200] * 10  # the burst, spent on node a
+        time.sleep(0.6)  # node a tells node b within 250 ms
+        on_b = [tab.act(b, "note") for _ in range(6)]
+        assert on_b.count(429) >= 4, on_b  # b's own bucket would have let all 6 through
+    finally:
+        for node in nodes:
+            node.stop()
+
+
 def test_app_timers_run_on_one_node(two_nodes) -> None:
     a, b, _ = two_nodes
     time.sleep(1.5)

@@ -22,6 +22,9 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   answered as if local; a stream arriving for such a tab takes it over (the owner hands its tab
   state over and lets it go). When the owner is gone (no responders) the tab is revived where the
   request landed.
+* **Rate limit**: each worker tells the others every 250 ms how many action tokens each client
+  address took there, and takes them out of its own buckets, so the per-address rate holds for
+  the whole app.
 * **Timers** set with ``app.set_interval`` run on the worker holding the ``timers`` lease (renewed
   every second, taken over within a few seconds when its holder dies), unless ``every_worker``.
 """
@@ -64,6 +67,8 @@ SESSIONS = "sessions"
 DIRECTORY = "directory"
 LEASES = "leases"
 _BROADCAST_SUBJECT = "bcast"
+_RATE_SUBJECT = "rate"
+_RATE_PERIOD = 0.25
 _LEASE_TTL = 5.0
 _LEASE_RENEW = 1.0
 _WRITE_TIMEOUT = 10.0  # an engine that does not answer must not hold an action (or the writes after it)
@@ -147,6 +152,9 @@ class ClusterLink:
         await self.session_replica.start()
         await self._load_global()
         self._subs.append(await engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
+        self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
+        self.app._limiter.spent = {}
+        self._spawn(self._tell_rate())
         self._subs.append(await engine.serve(f"fwd.{self.node}", self._serve))
         self._spawn(self._hold_timer_lease())
 
@@ -156,6 +164,7 @@ class ClusterLink:
             await asyncio.wait(list(self._pending.values()), timeout=1.0)
         for task in list(self._tasks):
             task.cancel()
+        self.app._limiter.spent = None
         if self.is_timer_leader:
             self.is_timer_leader = False
             with contextlib.suppress(EngineError):
@@ -474,6 +483,32 @@ class ClusterLink:
         for name in scopes:
             for state in app.scopes.matching(name):
                 app.broadcaster.mark(state)
+
+    # --- the action rate limit -------------------------------------------------------------------
+
+    async def _tell_rate(self) -> None:
+        """Every 250 ms, tell the other workers which addresses took how many action tokens here."""
+        limiter = self.app._limiter
+        while True:
+            await asyncio.sleep(_RATE_PERIOD)
+            spent, limiter.spent = limiter.spent, {}
+            if spent:
+                with contextlib.suppress(EngineError):  # each worker still limits what it sees
+                    await self.engine.publish(_RATE_SUBJECT, orjson.dumps({"n": self.node, "s": spent}))
+
+    def _on_rate(self, subject: str, payload: bytes) -> None:
+        try:
+            message = orjson.loads(payload)
+            node, spent = message["n"], message["s"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+        if node == self.node or not isinstance(spent, dict) or self.app.clock is None:
+            return
+        now = self.app.clock.now()
+        limiter = self.app._limiter
+        for address, count in spent.items():
+            if isinstance(address, str) and len(address) <= 64 and isinstance(count, int):
+                limiter.take_spent_elsewhere(address, count, now)
 
     # --- directory and forwarding ----------------------------------------------------------------
 
