@@ -30,6 +30,7 @@ def home(c: Context) -> None:
     item = c.signal("", "item")
     pid = c.signal(0, "pid")
     notes = c.signal(0, "notes")
+    cart = c.signal(0, "cart", scope=Scope.SESSION)
 
     def ran_here() -> None:
         pid.value = os.getpid()
@@ -54,6 +55,11 @@ def home(c: Context) -> None:
     @c.action
     def visit() -> None:
         app.global_state.increment("visits")
+        ran_here()
+
+    @c.action
+    def buy() -> None:
+        cart.increment()
         ran_here()
 
     @c.action

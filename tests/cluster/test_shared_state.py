@@ -37,8 +37,9 @@ HOST = "127.0.0.1"
 class Tab:
     """One browser tab: its page came from ``port``; its stream may be opened on any node."""
 
-    def __init__(self, port: int) -> None:
-        _, seed, self.cookie = open_page(HOST, port)
+    def __init__(self, port: int, cookie: str | None = None) -> None:
+        _, seed, new_cookie = open_page(HOST, port, cookie=cookie)
+        self.cookie = cookie or new_cookie
         self.ctx = seed["via_ctx"]
         self.seed = seed
         self.stream: RawClient | None = None
@@ -233,6 +234,23 @@ def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backen
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_a_session_scoped_signal_is_shared_by_the_sessions_tabs_on_both_nodes(two_nodes) -> None:
+    a, b, _ = two_nodes
+    first = Tab(a)
+    second = Tab(b, cookie=first.cookie)  # the same browser, another tab, served by the other node
+    stranger = Tab(b)
+    for tab, port in ((first, a), (second, b), (stranger, b)):
+        tab.connect(port)
+    assert first.act(a, "buy") == 200 and second.act(b, "buy") == 200
+    first.wait_for(r'"session__cart":2\b')
+    second.wait_for(r'"session__cart":2\b')
+    assert stranger.act(b, "bump") == 200
+    stranger.wait_for(r'"route__count":1\b')
+    assert not re.search(r'"session__cart":[12]\b', stranger.received.decode())  # another session's cart
+    for tab in (first, second, stranger):
+        tab.close()
 
 
 def test_app_timers_run_on_one_node(two_nodes) -> None:

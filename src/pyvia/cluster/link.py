@@ -51,6 +51,7 @@ from pyvia.cluster.base import (
 from pyvia.cluster.replica import Replica
 from pyvia.http import Headers, Request, Response
 from pyvia.scopes import Scope
+from pyvia.session import SESSION_MAX_AGE
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -62,6 +63,7 @@ __all__ = ["DIRECTORY", "GLOBAL_BUCKET", "SCOPES", "ClusterLink", "signal_key"]
 log = logging.getLogger("pyvia.cluster")
 
 SCOPES = "scopes"
+SESSION_SCOPES = "session-scopes"  # session-scoped signals: they expire with the session
 GLOBAL_BUCKET = "global"
 SESSIONS = "sessions"
 DIRECTORY = "directory"
@@ -107,6 +109,7 @@ class ClusterLink:
         "node",
         "replica",
         "session_replica",
+        "session_scope_replica",
         "sessions",
         "signals",
         "warned",
@@ -119,6 +122,8 @@ class ClusterLink:
         #: Scoped signals declared on this worker, by engine key.
         self.signals: dict[str, SharedSignal[Any]] = {}
         self.replica = Replica(engine, SCOPES, on_change=self._signal_changed, on_resync=self._resync)
+        self.session_scope_replica = Replica(engine, SESSION_SCOPES, on_change=self._signal_changed,
+                                             on_resync=self._resync)
         self.global_replica = Replica(engine, GLOBAL_BUCKET, on_change=self._global_changed,
                                       on_resync=self._resync_global, track_all=True)
         #: Session data followed on this worker, by session hash.
@@ -145,9 +150,12 @@ class ClusterLink:
         engine = self.engine
         await engine.connect()
         await engine.configure_bucket(LEASES, ttl=_LEASE_TTL)
-        for bucket in (SCOPES, GLOBAL_BUCKET, SESSIONS, DIRECTORY):
+        for bucket in (SCOPES, GLOBAL_BUCKET, DIRECTORY):
             await engine.configure_bucket(bucket)  # made now: creating one on first use takes a while on NATS
+        for bucket in (SESSIONS, SESSION_SCOPES):  # what a session leaves behind goes when its cookie would
+            await engine.configure_bucket(bucket, ttl=SESSION_MAX_AGE)
         await self.replica.start()
+        await self.session_scope_replica.start()
         await self.global_replica.start()
         await self.session_replica.start()
         await self._load_global()
@@ -174,6 +182,7 @@ class ClusterLink:
                 await sub.unsubscribe()
         self._subs.clear()
         await self.replica.stop()
+        await self.session_scope_replica.stop()
         await self.global_replica.stop()
         await self.session_replica.stop()
         await self.engine.close()
@@ -230,8 +239,8 @@ class ClusterLink:
     def _settle(self, slot: tuple[str, str]) -> None:
         """No write of ours is in flight any more: take the newest value the engine reported."""
         bucket, key = slot
-        if bucket == SCOPES:
-            held = self.replica.peek(key)
+        if bucket in (SCOPES, SESSION_SCOPES):
+            held = self._where(key)[1].peek(key)
             if held is not None and held[0] is not None:
                 self._signal_changed(key, held[0])
         elif bucket == SESSIONS:
@@ -256,6 +265,12 @@ class ClusterLink:
 
     # --- scoped signals --------------------------------------------------------------------------
 
+    def _where(self, key: str) -> tuple[str, Replica]:
+        """The bucket and read copy of a scoped signal's key."""
+        if key.startswith("session:"):
+            return SESSION_SCOPES, self.session_scope_replica
+        return SCOPES, self.replica
+
     def track(self, sig: SharedSignal[Any]) -> None:
         """A scoped signal was declared here: read its shared value (creating it with ours if new)."""
         key = signal_key(sig.scope.name, sig.name)
@@ -265,8 +280,9 @@ class ClusterLink:
     def _read(self, key: str, sig: SharedSignal[Any]) -> None:
         """Read (or create) the key in line with this worker's writes to it, so a write made
         meanwhile lands after the read; changes from others are applied once both are done."""
-        self.replica.expect(key)  # a change that arrives during the read is kept
-        task = self._write(SCOPES, key, lambda: self._load(key, sig))
+        bucket, replica = self._where(key)
+        replica.expect(key)  # a change that arrives during the read is kept
+        task = self._write(bucket, key, lambda: self._load(key, sig))
         self._loads.add(task)
         task.add_done_callback(self._loads.discard)
 
@@ -275,20 +291,21 @@ class ClusterLink:
         key = signal_key(sig.scope.name, sig.name)
         if self.signals.get(key) is sig:
             del self.signals[key]
-            self.replica.forget(key)
+            self._where(key)[1].forget(key)
 
     async def _load(self, key: str, sig: SharedSignal[Any]) -> None:
+        bucket, replica = self._where(key)
         try:
-            value, revision = await self.engine.get(SCOPES, key)
+            value, revision = await self.engine.get(bucket, key)
             if value is None:
-                created = await self.engine.cas(SCOPES, key, _encode(sig._value), revision)
+                created = await self.engine.cas(bucket, key, _encode(sig._value), revision)
                 if created is not None:
-                    self.replica.remember(key, _encode(sig._value), created, notify=False)
+                    replica.remember(key, _encode(sig._value), created, notify=False)
                     return
-                value, revision = await self.engine.get(SCOPES, key)  # another worker created it first
+                value, revision = await self.engine.get(bucket, key)  # another worker created it first
                 if value is None:
                     return
-            self.replica.remember(key, value, revision, notify=False)  # applied when the key settles
+            replica.remember(key, value, revision, notify=False)  # applied when the key settles
         except EngineError as exc:
             log.warning("cannot read shared signal %s from the engine (the local value is used): %s", key, exc)
 
@@ -303,22 +320,23 @@ class ClusterLink:
 
     def put_signal(self, sig: SharedSignal[Any]) -> None:
         key = signal_key(sig.scope.name, sig.name)
-        data = _encode(sig._value)
-        self._write(SCOPES, key, lambda: self.engine.put(SCOPES, key, data))
+        bucket, data = self._where(key)[0], _encode(sig._value)
+        self._write(bucket, key, lambda: self.engine.put(bucket, key, data))
 
     def increment_signal(self, sig: SharedSignal[Any], by: int) -> None:
         key = signal_key(sig.scope.name, sig.name)
-        self._write(SCOPES, key, lambda: self.engine.increment(SCOPES, key, by))
+        bucket = self._where(key)[0]
+        self._write(bucket, key, lambda: self.engine.increment(bucket, key, by))
 
     def mutate_signal(self, sig: SharedSignal[Any], fn: Callable[[Any], Any], before: Any) -> None:
         key = signal_key(sig.scope.name, sig.name)
-        default = _encode(before)
-        self._write(SCOPES, key, lambda: self.engine.mutate(SCOPES, key, lambda raw: _encode(fn(orjson.loads(raw))),
+        bucket, default = self._where(key)[0], _encode(before)
+        self._write(bucket, key, lambda: self.engine.mutate(bucket, key, lambda raw: _encode(fn(orjson.loads(raw))),
                                                             default))
 
     def _signal_changed(self, key: str, raw: bytes | None) -> None:
         sig = self.signals.get(key)
-        if sig is None or raw is None or (SCOPES, key) in self._busy:
+        if sig is None or raw is None or (self._where(key)[0], key) in self._busy:
             return
         try:
             value = orjson.loads(raw)
@@ -452,7 +470,8 @@ class ClusterLink:
     async def _send_broadcast(self, scopes: list[str], after: int) -> None:
         await self.written(after - 1 if after else 0)  # the writes made before the broadcast go first
         payload = orjson.dumps({"n": self.node, "s": scopes,
-                                "v": [self.replica.revision, self.global_replica.revision]})
+                                "v": [self.replica.revision, self.global_replica.revision,
+                                      self.session_scope_replica.revision]})
         try:
             await self.engine.publish(_BROADCAST_SUBJECT, payload)
         except EngineError as exc:
@@ -461,7 +480,7 @@ class ClusterLink:
     def _on_broadcast(self, subject: str, payload: bytes) -> None:
         try:
             message = orjson.loads(payload)
-            node, scopes, (scopes_rev, global_rev) = message["n"], message["s"], message["v"]
+            node, scopes, revisions = message["n"], message["s"], [int(r) for r in message["v"]]
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("dropped a malformed broadcast message")
             return
@@ -471,13 +490,14 @@ class ClusterLink:
         if len(valid) != len(scopes):
             log.warning("dropped invalid scope names from a broadcast message")
         if valid:
-            self._mark_when_caught_up(valid, int(scopes_rev), int(global_rev), time.monotonic() + _CATCH_UP_LIMIT)
+            self._mark_when_caught_up(valid, revisions, time.monotonic() + _CATCH_UP_LIMIT)
 
-    def _mark_when_caught_up(self, scopes: list[str], scopes_rev: int, global_rev: int, deadline: float) -> None:
-        behind = self.replica.revision < scopes_rev or self.global_replica.revision < global_rev
+    def _mark_when_caught_up(self, scopes: list[str], revisions: list[int], deadline: float) -> None:
+        held = (self.replica.revision, self.global_replica.revision, self.session_scope_replica.revision)
+        behind = any(mine < theirs for mine, theirs in zip(held, revisions, strict=False))
         if behind and time.monotonic() < deadline:
             asyncio.get_running_loop().call_later(
-                0.002, self._mark_when_caught_up, scopes, scopes_rev, global_rev, deadline)
+                0.002, self._mark_when_caught_up, scopes, revisions, deadline)
             return
         app = self.app
         for name in scopes:
