@@ -97,6 +97,9 @@ class Config:
     #: Namespace of this app's buckets and subjects on a shared engine (NATS or Redis), so apps
     #: sharing one engine stay apart; the same on every worker and node of one app.
     engine_prefix: str = "pyvia"
+    #: Workers of one machine forward actions to each other over a unix socket rather than through
+    #: the engine (several times cheaper: bench/RESULTS-2.md); workers on other machines use the engine.
+    cluster_direct: bool = True
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20

@@ -96,8 +96,10 @@ def get_json(port: int, path: str) -> object:
 
 
 def engine_env(backend: Backend) -> dict[str, str]:
-    """Each test its own namespace on the shared engine server."""
-    return {ENGINE_URL_ENV: backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
+    """Each test its own namespace on the shared engine server. The nodes stand for two machines:
+    no direct channel between them, everything goes through the engine."""
+    return {ENGINE_URL_ENV: backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
+            "PYVIA_APP__CLUSTER_DIRECT": "false"}
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -45,9 +46,12 @@ from pyvia.cluster.base import (
     Engine,
     EngineError,
     NoResponders,
+    RemoteError,
+    RequestTimeout,
     Subscription,
     valid_wire_scope,
 )
+from pyvia.cluster.direct import DirectClient, DirectServer, socket_path
 from pyvia.cluster.replica import Replica
 from pyvia.http import Headers, Request, Response
 from pyvia.scopes import Scope
@@ -79,6 +83,13 @@ _OWNER_CACHE = 65_536  # directory entries remembered by a worker that forwards
 _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its owner is alive
 
 
+def _reply(result: object) -> bytes:
+    if not isinstance(result, Response):  # a stream: never for an action
+        return orjson.dumps({"status": 500, "headers": [], "body": ""})
+    return orjson.dumps({"status": result.status, "headers": list(result.headers),
+                         "body": bytes(result.body).decode("latin-1")})
+
+
 def signal_key(scope: str, name: str) -> str:
     """The engine key of a scoped signal: ``room:lobby#count``."""
     return f"{scope}#{name}"
@@ -93,15 +104,18 @@ class ClusterLink:
 
     __slots__ = (
         "_busy",
+        "_direct",
         "_loads",
         "_outgoing",
         "_owners",
+        "_peers",
         "_pending",
         "_publish_scheduled",
         "_seq",
         "_subs",
         "_tails",
         "_tasks",
+        "address",
         "app",
         "engine",
         "global_replica",
@@ -140,6 +154,10 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
+        self._direct: DirectServer | None = None
+        self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: another machine)
+        #: What the directory says for a tab held here: the node id, and the direct channel's path.
+        self.address = self.node
         self._publish_scheduled = False
         self._subs: list[Subscription] = []
 
@@ -164,6 +182,19 @@ class ClusterLink:
         self.app._limiter.spent = {}
         self._spawn(self._tell_rate())
         self._subs.append(await engine.serve(f"fwd.{self.node}", self._serve))
+        try:
+            if not self.app.config.cluster_direct:
+                raise OSError("cluster_direct is off")
+            path = socket_path(self.app.config.engine_prefix, self.node)
+            server = DirectServer(path, self._serve_direct)
+            await server.start()
+        except OSError as exc:
+            if self.app.config.cluster_direct:
+                log.warning("no direct channel between this machine's workers (actions go through the engine): %s",
+                            exc)
+        else:
+            self._direct = server
+            self.address = f"{self.node} {path}"
         self._spawn(self._hold_timer_lease())
 
     async def stop(self) -> None:
@@ -181,6 +212,12 @@ class ClusterLink:
             with contextlib.suppress(EngineError):
                 await sub.unsubscribe()
         self._subs.clear()
+        if self._direct is not None:
+            await self._direct.stop()
+            self._direct = None
+        for client in self._peers.values():
+            if client is not None:
+                client.close()
         await self.replica.stop()
         await self.session_scope_replica.stop()
         await self.global_replica.stop()
@@ -536,7 +573,7 @@ class ClusterLink:
         """This worker holds the tab now (a page view, a revival or a takeover). With ``wait``
         the page waits for the entry (see :attr:`loading`), so an action sent anywhere right
         after the page arrives finds the tab."""
-        task = self._spawn(self._quietly(self.engine.put(DIRECTORY, ctx_id, self.node.encode())))
+        task = self._spawn(self._quietly(self.engine.put(DIRECTORY, ctx_id, self.address.encode())))
         if wait:
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
@@ -548,7 +585,7 @@ class ClusterLink:
     async def _release(self, ctx_id: str) -> None:
         try:
             value, revision = await self.engine.get(DIRECTORY, ctx_id)
-            if value == self.node.encode():
+            if value == self.address.encode():
                 await self.engine.delete(DIRECTORY, ctx_id, revision)
         except EngineError:
             pass
@@ -576,7 +613,9 @@ class ClusterLink:
             return None
         if value is None:
             return None
-        node = value.decode(errors="replace")
+        node, _, path = value.decode(errors="replace").partition(" ")
+        if node not in self._peers:
+            self._peers[node] = DirectClient(path) if path and os.path.exists(path) else None
         if node == self.node:
             return None
         self._owners[ctx_id] = node
@@ -604,6 +643,19 @@ class ClusterLink:
         return None
 
     async def _ask(self, owner: str, payload: bytes, timeout: float) -> dict[str, Any] | None:
+        """The owner's reply to a forwarded request; None when the owner is gone."""
+        direct = self._peers.get(owner)
+        if direct is not None:  # the owner is a worker of this machine: straight to it
+            try:
+                raw = await direct.request(payload, timeout)
+            except ConnectionError:
+                return None  # it is gone (a killed worker leaves its socket file behind)
+            except TimeoutError:
+                raise RequestTimeout(f"no answer from worker {owner} within {timeout} s") from None
+            except RuntimeError as exc:
+                raise RemoteError(str(exc)) from None
+            answer: dict[str, Any] = orjson.loads(raw)
+            return answer
         task = asyncio.ensure_future(self.engine.request(f"fwd.{owner}", payload, timeout))
         try:
             # A request sent in the instant its owner died is lost without a "no responders"
@@ -628,7 +680,7 @@ class ClusterLink:
 
     async def take_over(self, owner: str, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Ask ``owner`` to let the tab go; its tab state, or None when the owner is gone or refused."""
-        payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash, "to": self.node})
+        payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash, "to": self.address})
         try:
             raw = await self.engine.request(f"fwd.{owner}", payload, 5.0)
         except EngineError as exc:
@@ -639,15 +691,18 @@ class ClusterLink:
         return state if isinstance(state, dict) else None
 
     async def _serve(self, payload: bytes) -> bytes:
+        """Requests through the broker: forwarded actions, handovers, pings."""
+        reply = self._serve_direct(payload)
+        return reply if isinstance(reply, bytes) else await reply
+
+    def _serve_direct(self, payload: bytes) -> bytes | Awaitable[bytes]:
+        """A forwarded request, answered at once when the action is synchronous (no task)."""
         message = orjson.loads(payload)
-        if message.get("op") == "ping":
+        op = message.get("op")
+        if op == "ping":
             return b"{}"
-        if message.get("op") == "handover":
-            ctx_id = message["id"]
-            state = self.app._hand_over(ctx_id, message["session"])
-            if state is not None:  # before answering, so no request finds the tab nowhere meanwhile
-                await self.engine.put(DIRECTORY, ctx_id, str(message["to"]).encode())
-            return orjson.dumps({"tab_state": state})
+        if op == "handover":
+            return self._hand_over(message)
         if message["x"] not in self.app.contexts:
             return b'{"moved":1}'  # the sender's directory entry was old
         request = Request(
@@ -657,12 +712,20 @@ class ClusterLink:
         )
         request.state["_forwarded"] = True
         result = self.app.handle(request)
-        if not isinstance(result, Response):
-            result = await result  # type: ignore[misc]  # an awaitable answer
-        if not isinstance(result, Response):  # a stream: never for an action
-            return orjson.dumps({"status": 500, "headers": [], "body": ""})
-        return orjson.dumps({"status": result.status, "headers": list(result.headers),
-                             "body": bytes(result.body).decode("latin-1")})
+        if isinstance(result, Response):
+            return _reply(result)
+        return self._reply_later(result)
+
+    @staticmethod
+    async def _reply_later(pending: Awaitable[Any]) -> bytes:
+        return _reply(await pending)
+
+    async def _hand_over(self, message: dict[str, Any]) -> bytes:
+        ctx_id = message["id"]
+        state = self.app._hand_over(ctx_id, message["session"])
+        if state is not None:  # before answering, so no request finds the tab nowhere meanwhile
+            await self.engine.put(DIRECTORY, ctx_id, str(message["to"]).encode())
+        return orjson.dumps({"tab_state": state})
 
     # --- timers ----------------------------------------------------------------------------------
 
