@@ -53,9 +53,10 @@ from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
 
 RESULTS = Path(__file__).parent / "results"
-ROWS = [("zstd", 1), ("zstd", 3), ("zstd-plain", 3), ("br", 2), ("br", 4), ("br", 5), ("gzip", 1), ("gzip", 6)]
+ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 2), ("br", 4), ("br", 5),
+        ("gzip", 1), ("gzip", 6)]
 #: Two more small-patch shapes, to check that the zstd table sizing holds beyond the status card.
-EXTRA_ROWS = [("zstd", 1), ("zstd", 3), ("zstd-plain", 3), ("br", 4)]
+EXTRA_ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 4)]
 SESSION = 300  # events: 60 s at 5 per second
 MEMORY_ENCODERS = 200
 MEMORY_GOL_FRAMES = 40
@@ -146,6 +147,15 @@ def plain_zstd_tables(plain: bool) -> None:
     pyvia.compress._zstd_params.clear()
 
 
+def make_encoder(label: str, level: int, window: int | None = None) -> StreamEncoder:
+    """pyvia's encoder for a row: "zstd" is the default (``STREAM_ZSTD_SEARCH``); "zstd-dfast" the
+    level's own search with window-sized tables (pyvia's default before); "zstd-plain" the level's
+    own search and tables (call ``plain_zstd_tables(True)`` first)."""
+    if label in ("zstd-dfast", "zstd-plain"):
+        return StreamEncoder("zstd", level=level, window=window, search=None)
+    return StreamEncoder(label, level=level, window=window)
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def rss() -> int:
@@ -175,10 +185,9 @@ def emit(rows: list[dict[str, object]], out: Path) -> None:
 
 def stream_cpu(frames: list[bytes], coding: str, level: int, repeats: int = 3) -> dict[str, object]:
     plain_zstd_tables(coding == "zstd-plain")
-    coding = "zstd" if coding == "zstd-plain" else coding
     best = None
     for _ in range(repeats):
-        enc = StreamEncoder(coding, level=level)
+        enc = make_encoder(coding, level)
         outs = []
         gc.disable()
         t0 = time.process_time_ns()
@@ -216,10 +225,9 @@ def probe(coding: str, level: int, kind: str, frames_n: int, count: int, window:
     label = coding
     if coding == "zstd-plain":
         plain_zstd_tables(True)
-        coding = "zstd"
     frames = workload(kind, frames_n)
     libc = ctypes.CDLL("libc.so.6")
-    encoders = [StreamEncoder(coding, level=level, window=window) for _ in range(count)]
+    encoders = [make_encoder(coding, level, window) for _ in range(count)]
     gc.collect()
     libc.malloc_trim(0)
     base = rss()

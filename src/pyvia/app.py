@@ -532,6 +532,7 @@ class App:
         if url and not url.startswith("memory:") and self.link is None:
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(asyncio.get_running_loop()))
+        self.compression.prepare_process()
         if self.config.gc_thresholds is not None:
             gc.collect()
             gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again
@@ -973,7 +974,7 @@ class App:
             signals.update(ctx.shared_values())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now)
+        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1058,6 +1059,7 @@ class App:
                 self._disconnected(ctx)
         if self.compression.budget.is_over:
             self._reclaim_encoders()
+        self.compression.return_memory(now)
         self._measure_unsent()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)

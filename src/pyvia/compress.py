@@ -24,8 +24,10 @@ Releasing an encoder's memory differs per coding (:class:`Release`):
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import math
+import platform
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,14 +48,18 @@ __all__ = [
     "PAGE_LEVELS",
     "STATIC_LEVELS",
     "STREAM_LEVELS",
+    "STREAM_ZSTD_SEARCH",
     "ZSTD",
     "Compression",
     "EncoderBudget",
+    "FreedMemory",
     "Levels",
     "Negotiator",
     "Release",
     "Released",
+    "SharedFrames",
     "StreamEncoder",
+    "ZstdSearch",
     "add_vary",
     "available_memory",
     "compress",
@@ -241,46 +247,82 @@ class Negotiator:
 # --- one-shot compression -----------------------------------------------------------------------
 
 def window_for(size: int, low: int = MIN_WINDOW, high: int = MAX_WINDOW) -> int:
-    """Window log2 for frames of ``size`` bytes: ⌈log2(2 x size)⌉, clamped to ``low..high``.
+    """Window log2 for frames of ``size`` bytes: ⌈log2(1.5 x size)⌉, clamped to ``low..high``.
 
     A window smaller than a frame cannot reach back to the previous frame: brotli q4 with a
     64 KB window on 127 KB frames loses a third of its ratio and costs 60% more CPU
-    (``machine-limits.md`` §3c). Twice the frame holds the previous one whole.
+    (``machine-limits.md`` §3c). A re-rendered view finds its match one frame back, so a window of
+    1.5 frames holds the previous one whole with room for the next to grow by half. (Twice the
+    frame, the earlier rule, doubled the window of a 33 KB Game-of-Life board to 2^17 for nothing:
+    a zstd stream's buffers are window + block, so 128 KB more per tab.)
     """
     if size <= 0:
         return low
-    return max(low, min(high, math.ceil(math.log2(2 * size))))
+    return max(low, min(high, math.ceil(math.log2(1.5 * size))))
 
 
-#: A stream's zstd tables are sized from its window: hash_log = window - 3 and chain_log =
-#: window - 4, capped at the level's own (17 and 16 for level 3). Measured by
-#: ``bench/compression.py`` on Game-of-Life frames (window 18), 2 KB cards, chat lists and
-#: signal patches (window 16): bytes within 1% of plain ``from_level(3, window_log=w)`` (4% fewer
-#: on the signals), CPU the same or lower, and RSS per encoder 883 → 167 KiB (window 16, after
-#: 64 KB of patches) and 1,162 → 588 KiB (window 18, window filled).
-#: None turns the sizing off (the bench's comparison rows).
+@dataclass(frozen=True, slots=True)
+class ZstdSearch:
+    """How a stream's zstd compressor looks for matches, replacing the level's own choice.
+
+    Fields are ``zstandard.ZstdCompressionParameters``'s; the hash and chain tables are sized from
+    the stream's window: ``hash_log = chain_log = window - table_slack`` (at least 6).
+    """
+
+    strategy: int = zstandard.STRATEGY_GREEDY
+    search_log: int = 4
+    min_match: int = 5
+    table_slack: int = 5
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("strategy", 1, 9), ("search_log", 1, 9), ("min_match", 3, 7),
+                                ("table_slack", 0, 10)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"ZstdSearch {name}={value!r} must be an integer in {low}..{high}")
+
+
+#: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 33 KB, 100
+#: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.9x at
+#: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
+#: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU on small events
+#: (+3.5 µs per 450 B event), dfast with any table or min_match stays at 44.8x. The price is CPU
+#: on large frames: ~50 µs instead of ~11 µs per 33 KB board and tab; on 450 B broadcast events
+#: greedy costs what dfast costs (2-4 µs per tab, 1,000 encoders in turn).
+STREAM_ZSTD_SEARCH = ZstdSearch()
+#: Without a :class:`ZstdSearch` the level's own search is used, its tables sized from the window:
+#: hash_log = window - 3 and chain_log = window - 4, capped at the level's own (17 and 16 for level
+#: 3); ``bench/compression.py``: bytes within 1% of plain ``from_level(3, window_log=w)``, RSS per
+#: encoder 883 → 167 KiB (window 16). None turns that sizing off too (the bench's "plain" rows).
 _ZSTD_TABLE_SLACK: int | None = 3
-_zstd_params: dict[tuple[int, int], zstandard.ZstdCompressionParameters] = {}
+_zstd_params: dict[tuple[int, int, ZstdSearch | None], zstandard.ZstdCompressionParameters] = {}
 
 
-def _zstd_stream_params(level: int, window: int) -> zstandard.ZstdCompressionParameters:
-    key = (level, window)
+def _zstd_stream_params(level: int, window: int, search: ZstdSearch | None = None
+                        ) -> zstandard.ZstdCompressionParameters:
+    key = (level, window, search)
     params = _zstd_params.get(key)
     if params is None:
-        params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
-        slack = _ZSTD_TABLE_SLACK
-        if slack is not None:
+        if search is not None:
+            tables = max(6, window - search.table_slack)
             params = zstandard.ZstdCompressionParameters.from_level(
-                level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
-                chain_log=max(6, min(params.chain_log, window - slack - 1)))
+                level, window_log=window, hash_log=tables, chain_log=tables, search_log=search.search_log,
+                min_match=search.min_match, strategy=search.strategy)
+        else:
+            params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
+            slack = _ZSTD_TABLE_SLACK
+            if slack is not None:
+                params = zstandard.ZstdCompressionParameters.from_level(
+                    level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
+                    chain_log=max(6, min(params.chain_log, window - slack - 1)))
         _zstd_params[key] = params
     return params
 
 
-def _zstd_compressor(level: int, window: int | None) -> zstandard.ZstdCompressor:
+def _zstd_compressor(level: int, window: int | None, search: ZstdSearch | None = None) -> zstandard.ZstdCompressor:
     if window is None:
         return zstandard.ZstdCompressor(level=level)
-    return zstandard.ZstdCompressor(compression_params=_zstd_stream_params(level, window))
+    return zstandard.ZstdCompressor(compression_params=_zstd_stream_params(level, window, search))
 
 
 def compress(data: bytes, coding: str, level: int, *, window: int | None = None) -> bytes:
@@ -429,6 +471,74 @@ def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 
     return max(16 << 20, total // max(1, workers))
 
 
+# --- giving freed memory back ------------------------------------------------------------------
+
+#: Allocations at least this big are mapped on their own (glibc ``M_MMAP_THRESHOLD``, its default
+#: value): a zstd or brotli context (hundreds of KB in one block) is unmapped when freed.
+MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc malloc.h
+
+
+def _glibc() -> Any:
+    """The C library when it is glibc with ``mallopt`` and ``malloc_trim``; None otherwise."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class FreedMemory:
+    """Gives the memory of dropped stream encoders back to the operating system (glibc only).
+
+    glibc keeps what a process frees for its next allocations, so a tab whose encoder was released
+    still costs its encoder's pages in RSS (measured: 1.5 KB of heap but 208 KB of RSS per released
+    idle zstd tab). Two remedies, both no-ops off glibc:
+
+    * :meth:`fix_mmap_threshold`, once per process: glibc maps blocks of 128 KB and more on their own
+      and unmaps them when freed, but after the first such free it raises that threshold (up to
+      32 MB), so later encoder contexts come from the heap and stay resident. Setting the threshold
+      explicitly turns that rise off.
+    * :meth:`trim`, from the periodic sweep: ``malloc_trim(0)`` hands free heap pages back, at most
+      once per ``min_interval`` seconds and only when encoders were dropped since the last call (its
+      cost grows with the heap; never per tab, never on the hot path).
+    """
+
+    __slots__ = ("_libc", "_ready_at", "_seen", "min_interval", "trims")
+
+    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
+        self._libc = _glibc() if enabled else None
+        self.min_interval = min_interval
+        self._seen = 0
+        self._ready_at = 0.0
+        self.trims = 0
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this process's allocator can be told anything (glibc)."""
+        return self._libc is not None
+
+    def fix_mmap_threshold(self, size: int = MMAP_THRESHOLD) -> bool:
+        """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
+        return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
+
+    def trim(self, dropped: int, now: float) -> bool:
+        """Call ``malloc_trim(0)`` if ``dropped`` (a running count of dropped encoders) moved since
+        the last trim and ``min_interval`` seconds (of the caller's clock, ``now``) have passed;
+        returns whether it ran."""
+        if self._libc is None or dropped == self._seen or now < self._ready_at:
+            return False
+        self._seen = dropped
+        self._ready_at = now + self.min_interval
+        self._libc.malloc_trim(0)
+        self.trims += 1
+        return True
+
+
 # --- stream encoders and their budget -----------------------------------------------------------
 
 class Release(enum.Enum):
@@ -457,7 +567,8 @@ class EncoderBudget:
     it from the event loop only.
     """
 
-    __slots__ = ("_active", "_tick", "count", "created", "limit", "low_water", "peak", "releases", "total")
+    __slots__ = ("_active", "_tick", "count", "created", "dropped", "limit", "low_water", "peak", "releases",
+                 "total")
 
     def __init__(self, limit: int | None = None, *, low_water: float = 0.9) -> None:
         self.limit = default_budget() if limit is None else int(limit)
@@ -471,6 +582,7 @@ class EncoderBudget:
         self.count = 0  # live encoders (created, not yet released)
         self.created = 0  # encoders ever created (a zstd stream creates one per frame)
         self.releases = 0  # encoders released to free memory (not counting streams that ended)
+        self.dropped = 0  # encoders gone for any reason (released, finished, discarded)
         self.peak = 0
         self._tick = 0
         self._active: set[StreamEncoder] = set()
@@ -515,6 +627,7 @@ class EncoderBudget:
     def _remove(self, encoder: StreamEncoder, *, released: bool) -> None:
         self._active.discard(encoder)
         self.count -= 1
+        self.dropped += 1
         self.total -= encoder.memory
         if released:
             self.releases += 1
@@ -525,6 +638,43 @@ class EncoderBudget:
 
 def _last_use(encoder: StreamEncoder) -> int:
     return encoder._used
+
+
+class SharedFrames:
+    """One zstd compressor for the whole process, making complete standalone frames.
+
+    What a stream sends when it opens (the connect event, a reconnect's full view) and keep-alive
+    comments on a stream without a compressor go out as one complete zstd frame each, made here, so
+    a tab holds no compression context of its own until a later event (a body of several complete
+    frames is valid zstd; Chromium decodes it). The compressor keeps its context between calls
+    (``ZstdCompressor.compress`` reuses it), so the memory is paid once per process, not per tab.
+    Short inputs that repeat (keep-alive comments) are kept, a few. Single-threaded: event loop only.
+    """
+
+    __slots__ = ("_c", "_cache", "level")
+
+    def __init__(self, level: int = STREAM_LEVELS.zstd) -> None:
+        _check_level(ZSTD, level)
+        self.level = level
+        self._c: zstandard.ZstdCompressor | None = None
+        self._cache: dict[bytes, bytes] = {}
+
+    def frame(self, data: bytes) -> bytes:
+        """``data`` as one complete zstd frame."""
+        cached = self._cache.get(data)
+        if cached is not None:
+            return cached
+        c = self._c
+        if c is None:
+            c = self._c = zstandard.ZstdCompressor(level=self.level)
+        out = bytes(c.compress(data))
+        if len(data) <= 256 and len(self._cache) < 64:
+            self._cache[data] = out
+        return out
+
+    def memory(self) -> int:
+        """Bytes zstd holds for the shared context (0 before the first frame)."""
+        return self._c.memory_size() if self._c is not None else 0
 
 
 class StreamEncoder:
@@ -542,8 +692,8 @@ class StreamEncoder:
     :meth:`EncoderBudget.victims`. Not thread-safe: one event loop drives it.
     """
 
-    __slots__ = ("_budget", "_c", "_fed", "_fixed_window", "_full_at", "_memory", "_saturated", "_small",
-                 "_used", "coding", "is_finished", "level", "owner", "window")
+    __slots__ = ("_budget", "_c", "_fed", "_fixed_window", "_frames", "_full_at", "_memory", "_saturated",
+                 "_small", "_used", "coding", "is_finished", "level", "owner", "search", "window")
 
     def __init__(
         self,
@@ -553,6 +703,8 @@ class StreamEncoder:
         window: int | None = None,
         budget: EncoderBudget | None = None,
         owner: object = None,
+        frames: SharedFrames | None = None,
+        search: ZstdSearch | None = STREAM_ZSTD_SEARCH,
     ) -> None:
         if coding not in CODINGS:
             raise ValueError(f"a stream encoder needs one of {CODINGS}, not {coding!r}")
@@ -565,6 +717,9 @@ class StreamEncoder:
         #: Window log2; 0 until the first event sizes it.
         self.window = window or 0
         self._budget = budget
+        self._frames = frames
+        #: zstd only: how matches are searched (None: the level's own way).
+        self.search = search
         self.owner = owner
         self._c: Any = None  # the live compressor (None: idle or released)
         self._fed = 0  # bytes fed to the live compressor, counted until its estimate stops growing
@@ -613,6 +768,22 @@ class StreamEncoder:
                 self._memory = memory
         return out
 
+    def encode_opening(self, data: bytes) -> bytes:
+        """Encode the events a stream opens with (what waited, the connect signals, a reconnect's
+        full view), holding no compressor afterwards when the coding allows it.
+
+        zstd with no compressor held: ``data`` goes out as one complete frame of the process-wide
+        :class:`SharedFrames`, so a tab that connects and stays idle never builds its own context;
+        the window is still sized from ``data`` (a reconnect's full view says how big frames are).
+        A brotli or gzip body is one coded stream that cannot hold a detached piece, so those go
+        through :meth:`encode` (their compressor starts here; see ``docs/compression.md``).
+        """
+        if self._c is None and self.coding == ZSTD and not self.is_finished:
+            if self._fixed_window is None:
+                self.window = max(self.window, window_for(len(data)))
+            return self._frame(data)
+        return self.encode(data)
+
     def encode_keepalive(self, data: bytes) -> bytes:
         """Encode filler (an SSE comment) without making the encoder look used.
 
@@ -622,7 +793,7 @@ class StreamEncoder:
         without moving the encoder up the budget's least-recently-used order.
         """
         if self._c is None and self.coding == ZSTD and not self.is_finished:
-            return _standalone_zstd_frame(data)
+            return self._frame(data)
         used = self._used
         out = self.encode(data)
         self._used = used
@@ -662,6 +833,12 @@ class StreamEncoder:
             self._drop(released=False)
         self.is_finished = True
 
+    def _frame(self, data: bytes) -> bytes:
+        frames = self._frames
+        if frames is not None:
+            return frames.frame(data)
+        return bytes(zstandard.ZstdCompressor(level=self.level).compress(data))  # no shared one: a one-off
+
     def _start(self, first: int) -> Any:
         if self.is_finished:
             raise RuntimeError(f"this {self.coding} stream encoder is finished; the stream must reconnect")
@@ -671,7 +848,7 @@ class StreamEncoder:
         elif self._fixed_window is None:
             self.window = max(self.window, window_for(first))
         if coding == ZSTD:
-            c: Any = _zstd_compressor(self.level, self.window).compressobj()
+            c: Any = _zstd_compressor(self.level, self.window, self.search).compressobj()
         elif coding == BR:
             c = brotli.Compressor(mode=brotli.MODE_TEXT, quality=self.level, lgwin=self.window)
         else:
@@ -719,17 +896,6 @@ def _empty(coding: str) -> bytes:
 
 
 _EMPTY_BODY = {BR: _empty(BR), GZIP: _empty(GZIP)}
-_standalone_frames: dict[bytes, bytes] = {}
-
-
-def _standalone_zstd_frame(data: bytes) -> bytes:
-    """``data`` as one complete zstd frame (cached: keep-alive comments are few and short)."""
-    frame = _standalone_frames.get(data)
-    if frame is None:
-        frame = bytes(zstandard.ZstdCompressor(level=1).compress(data))
-        if len(data) <= 256 and len(_standalone_frames) < 64:
-            _standalone_frames[data] = frame
-    return frame
 
 
 # --- the per-app settings -----------------------------------------------------------------------
@@ -742,7 +908,8 @@ class Compression:
     tab's encoder (None for identity). ``enabled=False`` turns everything into identity.
     """
 
-    __slots__ = ("budget", "enabled", "min_size", "negotiator", "page_levels", "stream_levels", "stream_window")
+    __slots__ = ("budget", "enabled", "frames", "freed", "min_size", "negotiator", "page_levels", "stream_levels",
+                 "stream_window", "stream_zstd_search")
 
     def __init__(
         self,
@@ -751,6 +918,7 @@ class Compression:
         page_levels: Levels = PAGE_LEVELS,
         stream_levels: Levels = STREAM_LEVELS,
         stream_window: int | None = None,
+        stream_zstd_search: ZstdSearch | None = STREAM_ZSTD_SEARCH,
         budget: EncoderBudget | int | None = None,
         min_size: int = 512,
         enabled: bool = True,
@@ -761,7 +929,11 @@ class Compression:
         self.page_levels = page_levels
         self.stream_levels = stream_levels
         self.stream_window = stream_window
+        self.stream_zstd_search = stream_zstd_search
         self.budget = budget if isinstance(budget, EncoderBudget) else EncoderBudget(budget)
+        #: The one compressor for standalone zstd frames (stream openings, keep-alives), shared by all tabs.
+        self.frames = SharedFrames(stream_levels.zstd)
+        self.freed = FreedMemory(enabled=enabled)
         self.min_size = min_size
         self.enabled = enabled
 
@@ -812,7 +984,18 @@ class Compression:
         if coding == IDENTITY:
             return None
         return StreamEncoder(coding, level=self.stream_levels.of(coding), window=self.stream_window,
-                             budget=self.budget, owner=owner)
+                             budget=self.budget, owner=owner, frames=self.frames, search=self.stream_zstd_search)
+
+    def prepare_process(self) -> None:
+        """Once, in the serving process: make freed encoder contexts go back to the OS at once
+        (:meth:`FreedMemory.fix_mmap_threshold`; glibc only)."""
+        if self.enabled:
+            self.freed.fix_mmap_threshold()
+
+    def return_memory(self, now: float) -> bool:
+        """From the periodic sweep: give freed heap pages back if encoders were dropped since the
+        last time (:meth:`FreedMemory.trim`); returns whether it trimmed."""
+        return self.freed.trim(self.budget.dropped, now)
 
     def reclaim(self) -> list[tuple[StreamEncoder, Released]]:
         """Release the encoders :meth:`EncoderBudget.victims` names; return each with its result.

@@ -58,6 +58,35 @@ def test_pages_are_compressed_with_vary() -> None:
         assert b"via-boot" in brotli.decompress(page.body)
 
 
+def test_a_connected_zstd_tab_holds_no_encoder_until_a_later_event() -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding="zstd") as client:
+        a, b = client.open("/"), client.open("/")
+        encoder = b.context.stream.encoder
+        assert encoder is not None and not encoder.is_active
+        assert b.signals["_disconnected"] is False  # the connect event arrived, as a frame of its own
+        assert app.compression.budget.stats()["created"] == 0
+        before = len(b.events)
+        b.reconnect()  # a reconnect's full view goes the same way
+        assert any("<li class='off'>1</li>" in e.elements for e in b.events[before:])
+        assert not b.context.stream.encoder.is_active
+        assert app.compression.budget.stats()["created"] == 0
+        a.action("inc")
+        app.flush_broadcasts()
+        assert b.signals["route__n"] == 1
+        assert b.context.stream.encoder.is_active
+        assert app.compression.budget.count == 2  # a and b: built by the first real event
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip"])
+def test_a_connected_brotli_or_gzip_tab_starts_its_encoder_with_the_connect_event(coding: str) -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding=coding) as client:
+        tab = client.open("/")
+        assert tab.signals["_disconnected"] is False
+        assert tab.context.stream.encoder.is_active  # one coded body: see docs/compression.md
+
+
 def test_idle_zstd_stream_releases_its_encoder_and_keeps_working() -> None:
     app = make_app(encoder_idle_release=30, keep_alive=15)
     with TestClient(app, accept_encoding="zstd") as client:
