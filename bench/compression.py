@@ -258,7 +258,7 @@ def run_probe(coding: str, level: int, kind: str, frames_n: int, count: int, win
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def memory_grid(out: Path) -> None:
+def memory_grid(out: Path, codings: str = "zstd,br,gzip") -> None:
     """(small, saturated) KiB per (coding, level, window): the table of ``pyvia.compress``."""
     print("\nMemory grid: KiB RSS per encoder after 64 KB of 2 KB patches / after the window filled")
     table: dict[tuple[str, int, int], tuple[int, int]] = {}
@@ -266,7 +266,8 @@ def memory_grid(out: Path) -> None:
     specs = [("zstd", lv, w) for lv in (1, 3, 6) for w in (16, 18, 20, 22)]
     specs += [("br", lv, w) for lv in (1, 2, 4, 5) for w in (16, 18, 20, 22)]
     specs += [("gzip", lv, 15) for lv in (1, 6, 9)]
-    for coding, level, window in specs:
+    wanted = {c.strip() for c in codings.split(",")}
+    for coding, level, window in [spec for spec in specs if spec[0] in wanted]:
         small = run_probe(coding, level, "patch", 34, 50, window if coding != "gzip" else None)
         need = (1 << (15 if coding == "gzip" else window)) * 2 + (128 << 10)
         frames_n = max(4, -(-need // 95_731))
@@ -389,6 +390,7 @@ def main() -> None:
     parser.add_argument("--probe", nargs=6, metavar=("CODING", "LEVEL", "WORKLOAD", "FRAMES", "COUNT", "WINDOW"))
     parser.add_argument("--memory-grid", action="store_true", help="measure the memory-estimate table only")
     parser.add_argument("--quick", action="store_true", help="fewer encoders for the memory rows (20)")
+    parser.add_argument("--grid-codings", default="zstd,br,gzip", help="codings of --memory-grid (default all)")
     args = parser.parse_args()
     if args.probe:
         coding, level, kind, frames_n, count, window = args.probe
@@ -398,7 +400,7 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     out = RESULTS / f"compression-{stamp}.jsonl"
     if args.memory_grid:
-        memory_grid(out)
+        memory_grid(out, args.grid_codings)
         print(f"\nwrote {out}")
         return
     css = stylesheet()

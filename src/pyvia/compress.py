@@ -349,12 +349,14 @@ def compress(data: bytes, coding: str, level: int, *, window: int | None = None)
 #: Resident memory (KiB) of one streaming encoder, measured by ``python -m bench.compression
 #: --memory-grid`` in a fresh process per row (RSS growth over K encoders / K, the method of
 #: ``machine-limits.md`` §3b): (coding, level) → window log2 → (after 64 KB of 2 KB patches: the
-#: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows use
-#: the window-sized tables below. gzip's window is always 15.
+#: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows are
+#: for ``STREAM_ZSTD_SEARCH`` (the level then hardly matters; the level's own search with tables of
+#: window - 3, the default before, measured 167/243 KiB at level 3 and window 16, 311/588 at 18).
+#: gzip's window is always 15.
 _MEMORY_KIB: dict[tuple[str, int], dict[int, tuple[int, int]]] = {
-    ("zstd", 1): {16: (150, 229), 18: (182, 458), 20: (181, 1205), 22: (182, 4334)},
-    ("zstd", 3): {16: (167, 243), 18: (311, 588), 20: (887, 1912), 22: (886, 5038)},
-    ("zstd", 6): {16: (162, 242), 18: (281, 555), 20: (763, 1783), 22: (2682, 6840)},
+    ("zstd", 1): {16: (129, 207), 18: (161, 433), 20: (281, 1301), 22: (761, 4910)},
+    ("zstd", 3): {16: (128, 203), 18: (161, 434), 20: (281, 1303), 22: (761, 4918)},
+    ("zstd", 6): {16: (130, 203), 18: (161, 435), 20: (281, 1302), 22: (761, 4905)},
     ("br", 1): {16: (24, 287), 18: (24, 554), 20: (24, 554), 22: (24, 600)},
     ("br", 2): {16: (371, 484), 18: (373, 869), 20: (373, 2408), 22: (373, 8574)},
     ("br", 4): {16: (676, 786), 18: (678, 1174), 20: (678, 2713), 22: (678, 8874)},

@@ -79,3 +79,28 @@ def test_released_zstd_frame_then_a_new_frame_decode_in_chromium(browser: Browse
     finally:
         context.close()
         server.stop()
+
+
+def test_connect_frame_then_the_tabs_own_frames_decode_in_chromium(browser: Browser, certificate: tuple[str, str]
+                                                                   ) -> None:
+    server = serve("zstd", certificate)
+    context = browser.new_context(ignore_https_errors=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    stats_url = f"https://127.0.0.1:{server.port}/encoders"
+    try:
+        with page.expect_response(lambda r: "/_sse" in r.url) as sse:
+            page.goto(f"https://127.0.0.1:{server.port}/")
+        assert sse.value.all_headers().get("content-encoding") == "zstd"
+        expect(page.locator("#n")).to_have_text("0")
+        time.sleep(0.3)  # the connect event is written: as a complete frame of the shared compressor
+        assert page.request.get(stats_url).json()["created"] == 0  # the idle tab holds no encoder
+        for expected in ("1", "2", "3"):  # later events: the tab's own compressor, a second frame
+            page.click("#inc")
+            expect(page.locator("#n")).to_have_text(expected)
+        assert page.request.get(stats_url).json()["created"] == 1
+        assert errors == []
+    finally:
+        context.close()
+        server.stop()
