@@ -93,16 +93,21 @@ def asgi_command(kind: str, asgi_spec: str, port: int) -> list[str]:
 
 async def launch(kind: str, app_spec: str, asgi_spec: str | None = None, env: dict[str, str] | None = None,
                  timeout: float = 30.0) -> Server:
-    """A fresh server of ``kind`` ("native" or an ASGI server), gated and pinned to CPU 1."""
+    """A fresh server of ``kind`` ("native" or an ASGI server), gated and pinned to CPU 1.
+
+    It serves the framework of this checkout (``src`` first on the path), not whichever one the
+    environment has installed, so a bench run in a git worktree measures that worktree.
+    """
     saved = dict(os.environ)
     os.environ.update(env or {})
+    src = str(REPO / "src")
     try:
         if kind == "native":
-            return await start_server(app_spec, "cli", timeout=timeout)
+            return await start_server(app_spec, "cli", timeout=timeout, pyvia_src=src)
         assert asgi_spec is not None
         port = free_port()
         command = asgi_command(kind, asgi_spec, port)
-        full_env = dict(os.environ, PYVIA_SECRET="bench", PYTHONPATH=str(REPO))
+        full_env = dict(os.environ, PYVIA_SECRET="bench", PYTHONPATH=f"{src}{os.pathsep}{REPO}")
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -28,7 +28,7 @@ from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
-from pyvia.compress import ZSTD, Compression, Release, default_budget
+from pyvia.compress import Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
 from pyvia.db import Database, NoDatabase, connect
@@ -1049,8 +1049,8 @@ class App:
                     stream.keep_alive(ping, now)
                 encoder = stream.encoder
                 if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
-                        and encoder.coding == ZSTD and stream.sink is not None:
-                    stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
+                        and encoder.releases_in_place and stream.sink is not None:
+                    stream.sink.write(encoder.release().data)  # zstd ends its frame; a new compressor starts later
             period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.config.sweep_interval))
             self._next_keep_alive = now + period
         if self._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one

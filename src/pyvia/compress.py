@@ -18,7 +18,11 @@ Releasing an encoder's memory differs per coding (:class:`Release`):
 * ``zstd``: the frame is ended (``COMPRESSOBJ_FLUSH_FINISH``) and the next event starts a new
   frame with a new compressor. A body made of several complete frames is valid zstd and Chromium
   decodes it (DESIGN.md), so the stream goes on: :attr:`Release.CONTINUE`.
-* ``br`` and ``gzip``: the coded stream can only be ended. The caller writes the tail, ends the
+* ``gzip``: pyvia writes the gzip wrapper itself around raw deflate blocks, and every event ends on
+  a byte boundary (a sync flush), so the compressor can be dropped between two events and a new one
+  started later; the body stays one gzip member: :attr:`Release.CONTINUE`.
+* ``br``: the coded stream can only be ended (brotli's distance cache and the meaning of its
+  dictionary references depend on everything before). The caller writes the tail, ends the
   response, and the browser reconnects (Datastar does so on its own): :attr:`Release.RECONNECT`.
 """
 
@@ -28,6 +32,7 @@ import ctypes
 import enum
 import math
 import platform
+import struct
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -85,6 +90,11 @@ DEFAULT_PREFERENCE = (ZSTD, BR, GZIP)
 MIN_WINDOW = 16
 MAX_WINDOW = 22
 _GZIP_WBITS = 31  # 16 + 15: a gzip wrapper around a 32 KB deflate window
+#: A stream's own gzip member header (RFC 1952): deflate, no name, no time, no extra flags, OS unknown.
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_DEFLATE_LAST_EMPTY = b"\x01\x00\x00\xff\xff"  # a final empty stored block (at a byte boundary)
+_STORED_MAX = 65535
+_STORED_OPENING = 1024  # openings up to this many bytes go as stored blocks; larger ones are deflated once
 _MAX_ELEMENTS = 64  # Accept-Encoding elements looked at; more is an abuse, not a browser
 
 
@@ -546,9 +556,9 @@ class FreedMemory:
 class Release(enum.Enum):
     """What the stream must do after an encoder gave its memory back."""
 
-    #: zstd: the tail ends a frame; keep the stream, the next event starts a new frame.
+    #: zstd, gzip: keep the stream (zstd: the tail ended a frame), the next event starts a new compressor.
     CONTINUE = "continue"
-    #: brotli, gzip: the tail ends the coded body; end the response so the tab reconnects.
+    #: brotli: the tail ends the coded body; end the response so the tab reconnects.
     RECONNECT = "reconnect"
 
 
@@ -694,8 +704,9 @@ class StreamEncoder:
     :meth:`EncoderBudget.victims`. Not thread-safe: one event loop drives it.
     """
 
-    __slots__ = ("_budget", "_c", "_fed", "_fixed_window", "_frames", "_full_at", "_memory", "_saturated",
-                 "_small", "_used", "coding", "is_finished", "level", "owner", "search", "window")
+    __slots__ = ("_budget", "_c", "_crc", "_fed", "_fixed_window", "_frames", "_full_at", "_head", "_memory",
+                 "_saturated", "_size", "_small", "_used", "coding", "is_finished", "level", "owner", "search",
+                 "window")
 
     def __init__(
         self,
@@ -730,7 +741,15 @@ class StreamEncoder:
         self._full_at = 0
         self._memory = 0
         self._used = 0  # budget tick of the last encode: the LRU order of EncoderBudget.victims
+        self._head = coding == GZIP  # gzip: the member header is still to be written
+        self._crc = 0  # gzip: CRC-32 and length of everything encoded, for the member trailer
+        self._size = 0
         self.is_finished = False
+
+    @property
+    def releases_in_place(self) -> bool:
+        """Whether :meth:`release` keeps the stream going (zstd, gzip) rather than ending it (brotli)."""
+        return self.coding != BR
 
     @property
     def is_active(self) -> bool:
@@ -756,7 +775,9 @@ class StreamEncoder:
         elif coding == BR:
             out = c.process(data) + c.flush()
         else:
-            out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+            out = self._gzip_head() + c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+            self._crc = zlib.crc32(data, self._crc)
+            self._size += len(data)
         budget = self._budget
         if budget is not None:
             budget._tick += 1
@@ -777,10 +798,13 @@ class StreamEncoder:
         zstd with no compressor held: ``data`` goes out as one complete frame of the process-wide
         :class:`SharedFrames`, so a tab that connects and stays idle never builds its own context;
         the window is still sized from ``data`` (a reconnect's full view says how big frames are).
-        A brotli or gzip body is one coded stream that cannot hold a detached piece, so those go
-        through :meth:`encode` (their compressor starts here; see ``docs/compression.md``).
+        gzip: as stored deflate blocks, or deflated by a compressor dropped at once when over 1 KB.
+        A brotli body is one coded stream that cannot hold a detached piece, so it goes through
+        :meth:`encode` (its compressor starts here; see ``docs/compression.md``).
         """
-        if self._c is None and self.coding == ZSTD and not self.is_finished:
+        if self._c is None and self.coding != BR and not self.is_finished:
+            if self.coding == GZIP:
+                return self._gzip_detached(data, deflate=len(data) > _STORED_OPENING)
             if self._fixed_window is None:
                 self.window = max(self.window, window_for(len(data)))
             return self._frame(data)
@@ -789,12 +813,15 @@ class StreamEncoder:
     def encode_keepalive(self, data: bytes) -> bytes:
         """Encode filler (an SSE comment) without making the encoder look used.
 
-        A zstd encoder holding no compressor (idle or released) answers with a small standalone
-        frame and stays without one, so a keep-alive every 15 s does not undo a release. Other
-        cases go through :meth:`encode` (a brotli or gzip body cannot hold a detached piece),
-        without moving the encoder up the budget's least-recently-used order.
+        A zstd or gzip encoder holding no compressor (idle or released) answers with a small
+        standalone frame (zstd) or a stored block (gzip) and stays without one, so a keep-alive
+        every 15 s does not undo a release. Other cases go through :meth:`encode` (a brotli body
+        cannot hold a detached piece), without moving the encoder up the budget's least-recently-used
+        order.
         """
-        if self._c is None and self.coding == ZSTD and not self.is_finished:
+        if self._c is None and self.coding != BR and not self.is_finished:
+            if self.coding == GZIP:
+                return self._gzip_detached(data, deflate=False)
             return self._frame(data)
         used = self._used
         out = self.encode(data)
@@ -804,29 +831,35 @@ class StreamEncoder:
     def release(self) -> Released:
         """Give the compressor's memory back, keeping the stream decodable.
 
-        Returns the tail to write and :attr:`Release.CONTINUE` (zstd: the frame is ended, the
-        next :meth:`encode` starts another) or :attr:`Release.RECONNECT` (brotli, gzip: the body
-        is ended, end the response). Releasing an idle zstd encoder returns no bytes.
+        Returns the tail to write and :attr:`Release.CONTINUE` (zstd: the frame is ended; gzip: no
+        bytes, every event already ended on a byte boundary; the next :meth:`encode` starts a new
+        compressor) or :attr:`Release.RECONNECT` (brotli: the body is ended, end the response).
+        Releasing an idle zstd or gzip encoder returns no bytes.
         Raises RuntimeError when the encoder is finished.
         """
         if self.is_finished:
             raise RuntimeError(f"this {self.coding} stream encoder is finished; there is nothing to release")
         if self.coding == ZSTD:
             return Released(self._end(released=True), Release.CONTINUE)
-        never_started = self._c is None  # brotli/gzip never go back to idle once started
+        if self.coding == GZIP:
+            if self._c is not None:
+                self._c = None
+                self._drop(released=True)
+            return Released(b"", Release.CONTINUE)
+        never_started = self._c is None  # brotli never goes back to idle once started
         tail = self._end(released=True)
         self.is_finished = True
-        return Released(_EMPTY_BODY[self.coding] if never_started else tail, Release.RECONNECT)
+        return Released(_EMPTY_BROTLI if never_started else tail, Release.RECONNECT)
 
     def finish(self) -> bytes:
         """End the coded body (the stream is closing): the bytes to write last. Idempotent."""
         if self.is_finished:
             return b""
-        never_started = self._c is None and self.coding != ZSTD
+        never_started = self._c is None and self.coding == BR
         tail = self._end(released=False)
         self.is_finished = True
-        # A brotli or gzip body needs at least its header and end; an empty zstd body is valid.
-        return _EMPTY_BODY[self.coding] if never_started else tail
+        # A brotli body needs at least its header and end; an empty zstd body is valid.
+        return _EMPTY_BROTLI if never_started else tail
 
     def discard(self) -> None:
         """Drop the compressor without producing bytes (the peer is gone)."""
@@ -834,6 +867,24 @@ class StreamEncoder:
             self._c = None
             self._drop(released=False)
         self.is_finished = True
+
+    def _gzip_head(self) -> bytes:
+        if self._head:
+            self._head = False
+            return _GZIP_HEADER
+        return b""
+
+    def _gzip_detached(self, data: bytes, *, deflate: bool) -> bytes:
+        """``data`` as deflate blocks made without this tab's compressor, ending on a byte boundary."""
+        if deflate:
+            once = zlib.compressobj(self.level, zlib.DEFLATED, -15)
+            body = once.compress(data) + once.flush(zlib.Z_SYNC_FLUSH)
+        else:
+            body = b"".join(struct.pack("<BHH", 0, len(chunk), len(chunk) ^ 0xFFFF) + chunk
+                            for chunk in (data[i:i + _STORED_MAX] for i in range(0, len(data), _STORED_MAX)))
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        return self._gzip_head() + body
 
     def _frame(self, data: bytes) -> bytes:
         frames = self._frames
@@ -854,7 +905,7 @@ class StreamEncoder:
         elif coding == BR:
             c = brotli.Compressor(mode=brotli.MODE_TEXT, quality=self.level, lgwin=self.window)
         else:
-            c = zlib.compressobj(self.level, zlib.DEFLATED, _GZIP_WBITS)
+            c = zlib.compressobj(self.level, zlib.DEFLATED, -15)  # raw deflate: pyvia writes the gzip wrapper
         self._c = c
         self._small, self._saturated = _memory_row(coding, self.level, self.window)
         self._full_at = _saturation_point(coding, self.window)
@@ -866,14 +917,14 @@ class StreamEncoder:
 
     def _end(self, *, released: bool) -> bytes:
         c, self._c = self._c, None
+        if self.coding == GZIP:  # ends the member, whether or not a compressor is held
+            last = c.flush(zlib.Z_FINISH) if c is not None else _DEFLATE_LAST_EMPTY
+            if c is not None:
+                self._drop(released=released)
+            return self._gzip_head() + last + struct.pack("<II", self._crc, self._size & 0xFFFFFFFF)
         if c is None:
             return b""
-        if self.coding == ZSTD:
-            tail = c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
-        elif self.coding == BR:
-            tail = c.finish()
-        else:
-            tail = c.flush(zlib.Z_FINISH)
+        tail = c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH) if self.coding == ZSTD else c.finish()  # brotli
         self._drop(released=released)
         return bytes(tail)
 
@@ -890,14 +941,7 @@ class StreamEncoder:
                 f"memory={self._memory})")
 
 
-def _empty(coding: str) -> bytes:
-    if coding == BR:
-        return bytes(brotli.Compressor(quality=0, lgwin=10).finish())
-    gz = zlib.compressobj(1, zlib.DEFLATED, _GZIP_WBITS)
-    return gz.compress(b"") + gz.flush()
-
-
-_EMPTY_BODY = {BR: _empty(BR), GZIP: _empty(GZIP)}
+_EMPTY_BROTLI = bytes(brotli.Compressor(quality=0, lgwin=10).finish())
 
 
 # --- the per-app settings -----------------------------------------------------------------------
