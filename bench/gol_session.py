@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-tabs", type=int, default=200, help="tabs of the idle-release test; 0 skips")
     p.add_argument("--diff-seconds", type=float, default=15.0, help="session of the changed-cells variant; 0 skips")
     p.add_argument("--diff-codings", default="zstd")
+    p.add_argument("--zstd-search", choices=("pyvia", "level"), default="pyvia",
+                   help="zstd streams: pyvia's STREAM_ZSTD_SEARCH (default) or the level's own search (A/B)")
     p.add_argument("--alternatives", type=int, default=100, metavar="K",
                    help="tabs per offline configuration (default 100); 0 skips the offline part")
     p.add_argument("--probe", help=argparse.SUPPRESS)  # internal: one offline configuration
@@ -205,7 +207,7 @@ async def _call(conn: Connection, server: Server, method: str, target: str) -> d
 
 async def session(args: argparse.Namespace, coding: str, mode: str, seconds: float,
                   recorder: Recorder) -> dict[str, Any]:
-    env = {"BENCH_GOL_MODE": mode, "BENCH_GOL_RESEED": str(args.reseed)}
+    env = {"BENCH_GOL_MODE": mode, "BENCH_GOL_RESEED": str(args.reseed), "BENCH_ZSTD_SEARCH": args.zstd_search}
     server = await launch("native", APP, env=env)
     tabs: list[TabStream] = []
     try:
@@ -269,7 +271,8 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
     behind = sum(1 for t in watching if t.value is None or t.value < gol1["generation"] - 2)
     quiet = [w for w in windows if not w["noisy"]] or windows
     summary = {
-        "type": "summary", "mode": mode, "coding": coding, "tabs": len(watching), "seconds": seconds,
+        "type": "summary", "mode": mode, "coding": coding, "zstd_search": args.zstd_search, "tabs": len(watching),
+        "seconds": seconds,
         "generations": gens, "reseed": args.reseed,
         "changed_share": (gol1["cells"] - gol0["cells"]) / max(1, gens) / 2500,
         "kb_per_tab_rss": (rss1 - rss0) / n, "kb_per_tab_heap": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / n,
