@@ -33,6 +33,7 @@ Config = tuple[str, int, int, int, int, int, int, int]
 
 QUICK: list[Config] = [
     ("pyvia before (level 3, tables window-3/-4)", 3, 16, 13, 12, 0, 0, 0),
+    ("pyvia now (STREAM_ZSTD_SEARCH: greedy h11 s4 m5)", 3, 16, 11, 11, 4, 5, 3),
     ("level 3 plain", 3, 16, 0, 0, 0, 0, 0),
     ("level 1", 1, 16, 0, 0, 0, 0, 0),
     ("lazy2 h13 c13 s3 m5", 3, 16, 13, 13, 3, 5, 5),
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         row = json.loads(out.stdout.strip().splitlines()[-1])
         row["type"] = "row"
         recorder.write(row)
-        print(f"  {row['label']:45} h{row['hash_log']:2} c{row['chain_log']:2} s{row['search_log']} "
+        print(f"  {row['label']:50} h{row['hash_log']:2} c{row['chain_log']:2} s{row['search_log']} "
               f"m{row['min_match']} st{row['strategy']}: {row['rss_kb_per_tab']:6.0f} KB RSS/tab "
               f"(heap {row['heap_kb_per_tab']:4.0f}, zstd {row['zstd_memory_size_kb']:4.0f}), "
               f"{row['wire_bytes_per_frame']:5.0f} B/frame = {row['ratio']:5.1f}x, "
