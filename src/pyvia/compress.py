@@ -4,9 +4,11 @@ encoders and the per-process budget on their memory.
 Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
 
 1. No I/O and no asyncio. Everything takes values and returns bytes or decisions; the stream layer
-   writes the bytes and closes sinks.
-2. A stream encoder exists only while it is needed: it is created on the first event (an idle tab
-   holds none), sized from that event (window ≈ log2(2 x frame), 16…22), flushed after every
+   writes the bytes and closes sinks. (:class:`FreedMemory` is the one exception: two calls into
+   glibc's allocator, ``mallopt`` once and ``malloc_trim`` from the sweep.)
+2. A stream encoder exists only while it is needed: it is created on the first event after the
+   stream's opening (zstd and gzip write the opening without it, so an idle tab holds none; brotli
+   cannot), sized from that event (window ≈ log2(1.5 x frame), 16…22), flushed after every
    event so the browser can decode each one at once, and dropped when the stream ends or the
    budget asks for its memory back.
 3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: 83 ms
