@@ -299,8 +299,8 @@ class ZstdSearch:
 #: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
 #: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU on small events
 #: (+3.5 µs per 450 B event), dfast with any table or min_match stays at 44.8x. The price is CPU
-#: on large frames: ~50 µs instead of ~11 µs per 33 KB board and tab; on 450 B broadcast events
-#: greedy costs what dfast costs (2-4 µs per tab, 1,000 encoders in turn).
+#: on large frames: ~50 µs instead of ~11 µs per 31 KB board and tab (in the server, +50-63 µs per
+#: tab-frame); on 450 B broadcast events 2.6-2.8 µs instead of 2.2-2.5 µs per tab, 1,000 in turn.
 STREAM_ZSTD_SEARCH = ZstdSearch()
 #: Without a :class:`ZstdSearch` the level's own search is used, its tables sized from the window:
 #: hash_log = window - 3 and chain_log = window - 4, capped at the level's own (17 and 16 for level
