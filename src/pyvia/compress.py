@@ -297,8 +297,8 @@ class ZstdSearch:
 #: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 33 KB, 100
 #: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.9x at
 #: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
-#: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU on small events
-#: (+3.5 µs per 450 B event), dfast with any table or min_match stays at 44.8x. The price is CPU
+#: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU,
+#: and dfast with any table or min_match stays at 44.8x. The price is CPU
 #: on large frames: ~50 µs instead of ~11 µs per 31 KB board and tab (in the server, +50-63 µs per
 #: tab-frame); on 450 B broadcast events 2.6-2.8 µs instead of 2.2-2.5 µs per tab, 1,000 in turn.
 STREAM_ZSTD_SEARCH = ZstdSearch()
