@@ -294,8 +294,8 @@ class ZstdSearch:
                 raise ValueError(f"ZstdSearch {name}={value!r} must be an integer in {low}..{high}")
 
 
-#: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 33 KB, 100
-#: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.9x at
+#: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 31.5 KB, 50-100
+#: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.7x at
 #: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
 #: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU,
 #: and dfast with any table or min_match stays at 44.8x. The price is CPU
