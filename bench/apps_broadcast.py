@@ -15,7 +15,8 @@ changes to the framework:
 Settings come from the environment so that one module serves every variant (the harness sets
 them before starting the server): ``BENCH_VIEW_BYTES``, ``BENCH_BROADCAST_TICK``, ``BENCH_FLUSH_POLICY``
 (``pyvia`` | ``settle``), ``BENCH_SETTLE_MS``, ``BENCH_IDLE_RELEASE``,
-``BENCH_GOL_MODE`` (``full`` | ``diff``), ``BENCH_GOL_RESEED``, ``BENCH_STATIC_DIR``.
+``BENCH_GOL_MODE`` (``full`` | ``diff``), ``BENCH_GOL_RESEED``, ``BENCH_STATIC_DIR``,
+``BENCH_ZSTD_SEARCH`` (``level``: the zstd level's own search instead of pyvia's ``STREAM_ZSTD_SEARCH``).
 """
 
 from __future__ import annotations
@@ -198,6 +199,8 @@ _STYLE = """<style>
 
 gol = App(title="Game of Life", head=[_STYLE], action_rate=0,
           encoder_idle_release=float(os.environ.get("BENCH_IDLE_RELEASE", "60")))
+if os.environ.get("BENCH_ZSTD_SEARCH") == "level":  # A/B against pyvia's default search
+    gol.compression.stream_zstd_search = None
 gol.global_state["board"] = new_board(seed=1)
 gol.global_state["paused"] = False
 _generation = gol.signal(0, "generation", scope=Scope.route("/"))

@@ -53,9 +53,10 @@ from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
 
 RESULTS = Path(__file__).parent / "results"
-ROWS = [("zstd", 1), ("zstd", 3), ("zstd-plain", 3), ("br", 2), ("br", 4), ("br", 5), ("gzip", 1), ("gzip", 6)]
+ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 2), ("br", 4), ("br", 5),
+        ("gzip", 1), ("gzip", 6)]
 #: Two more small-patch shapes, to check that the zstd table sizing holds beyond the status card.
-EXTRA_ROWS = [("zstd", 1), ("zstd", 3), ("zstd-plain", 3), ("br", 4)]
+EXTRA_ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 4)]
 SESSION = 300  # events: 60 s at 5 per second
 MEMORY_ENCODERS = 200
 MEMORY_GOL_FRAMES = 40
@@ -146,6 +147,15 @@ def plain_zstd_tables(plain: bool) -> None:
     pyvia.compress._zstd_params.clear()
 
 
+def make_encoder(label: str, level: int, window: int | None = None) -> StreamEncoder:
+    """pyvia's encoder for a row: "zstd" is the default (``STREAM_ZSTD_SEARCH``); "zstd-dfast" the
+    level's own search with window-sized tables (pyvia's default before); "zstd-plain" the level's
+    own search and tables (call ``plain_zstd_tables(True)`` first)."""
+    if label in ("zstd-dfast", "zstd-plain"):
+        return StreamEncoder("zstd", level=level, window=window, search=None)
+    return StreamEncoder(label, level=level, window=window)
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 def rss() -> int:
@@ -175,10 +185,9 @@ def emit(rows: list[dict[str, object]], out: Path) -> None:
 
 def stream_cpu(frames: list[bytes], coding: str, level: int, repeats: int = 3) -> dict[str, object]:
     plain_zstd_tables(coding == "zstd-plain")
-    coding = "zstd" if coding == "zstd-plain" else coding
     best = None
     for _ in range(repeats):
-        enc = StreamEncoder(coding, level=level)
+        enc = make_encoder(coding, level)
         outs = []
         gc.disable()
         t0 = time.process_time_ns()
@@ -216,10 +225,9 @@ def probe(coding: str, level: int, kind: str, frames_n: int, count: int, window:
     label = coding
     if coding == "zstd-plain":
         plain_zstd_tables(True)
-        coding = "zstd"
     frames = workload(kind, frames_n)
     libc = ctypes.CDLL("libc.so.6")
-    encoders = [StreamEncoder(coding, level=level, window=window) for _ in range(count)]
+    encoders = [make_encoder(coding, level, window) for _ in range(count)]
     gc.collect()
     libc.malloc_trim(0)
     base = rss()
@@ -250,7 +258,7 @@ def run_probe(coding: str, level: int, kind: str, frames_n: int, count: int, win
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def memory_grid(out: Path) -> None:
+def memory_grid(out: Path, codings: str = "zstd,br,gzip") -> None:
     """(small, saturated) KiB per (coding, level, window): the table of ``pyvia.compress``."""
     print("\nMemory grid: KiB RSS per encoder after 64 KB of 2 KB patches / after the window filled")
     table: dict[tuple[str, int, int], tuple[int, int]] = {}
@@ -258,7 +266,8 @@ def memory_grid(out: Path) -> None:
     specs = [("zstd", lv, w) for lv in (1, 3, 6) for w in (16, 18, 20, 22)]
     specs += [("br", lv, w) for lv in (1, 2, 4, 5) for w in (16, 18, 20, 22)]
     specs += [("gzip", lv, 15) for lv in (1, 6, 9)]
-    for coding, level, window in specs:
+    wanted = {c.strip() for c in codings.split(",")}
+    for coding, level, window in [spec for spec in specs if spec[0] in wanted]:
         small = run_probe(coding, level, "patch", 34, 50, window if coding != "gzip" else None)
         need = (1 << (15 if coding == "gzip" else window)) * 2 + (128 << 10)
         frames_n = max(4, -(-need // 95_731))
@@ -381,6 +390,7 @@ def main() -> None:
     parser.add_argument("--probe", nargs=6, metavar=("CODING", "LEVEL", "WORKLOAD", "FRAMES", "COUNT", "WINDOW"))
     parser.add_argument("--memory-grid", action="store_true", help="measure the memory-estimate table only")
     parser.add_argument("--quick", action="store_true", help="fewer encoders for the memory rows (20)")
+    parser.add_argument("--grid-codings", default="zstd,br,gzip", help="codings of --memory-grid (default all)")
     args = parser.parse_args()
     if args.probe:
         coding, level, kind, frames_n, count, window = args.probe
@@ -390,7 +400,7 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     out = RESULTS / f"compression-{stamp}.jsonl"
     if args.memory_grid:
-        memory_grid(out)
+        memory_grid(out, args.grid_codings)
         print(f"\nwrote {out}")
         return
     css = stylesheet()

@@ -8,7 +8,7 @@ streams are decoded and checked event by event, and CPU windows.
   be pinned to CPU 1.
 * :class:`TabStream` is one tab's ``/_sse`` connection as a raw ``asyncio.Protocol``: it parses
   the head and the chunked body, decodes ``zstd`` (a new decompressor after each frame end) or
-  ``br`` incrementally, splits events and hands each to a :class:`Hub`. It counts wire bytes
+  ``br`` or ``gzip`` incrementally, splits events and hands each to a :class:`Hub`. It counts wire bytes
   (content-coded payload), decoded bytes and events, and timestamps each read with
   ``perf_counter`` (CLOCK_MONOTONIC, shared with the server process).
 * :func:`open_tabs` opens N tabs the way a browser does: ``GET /`` on one of S keep-alive
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,16 +94,21 @@ def asgi_command(kind: str, asgi_spec: str, port: int) -> list[str]:
 
 async def launch(kind: str, app_spec: str, asgi_spec: str | None = None, env: dict[str, str] | None = None,
                  timeout: float = 30.0) -> Server:
-    """A fresh server of ``kind`` ("native" or an ASGI server), gated and pinned to CPU 1."""
+    """A fresh server of ``kind`` ("native" or an ASGI server), gated and pinned to CPU 1.
+
+    It serves the framework of this checkout (``src`` first on the path), not whichever one the
+    environment has installed, so a bench run in a git worktree measures that worktree.
+    """
     saved = dict(os.environ)
     os.environ.update(env or {})
+    src = str(REPO / "src")
     try:
         if kind == "native":
-            return await start_server(app_spec, "cli", timeout=timeout)
+            return await start_server(app_spec, "cli", timeout=timeout, pyvia_src=src)
         assert asgi_spec is not None
         port = free_port()
         command = asgi_command(kind, asgi_spec, port)
-        full_env = dict(os.environ, PYVIA_SECRET="bench", PYTHONPATH=str(REPO))
+        full_env = dict(os.environ, PYVIA_SECRET="bench", PYTHONPATH=f"{src}{os.pathsep}{REPO}")
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -285,10 +291,13 @@ class TabStream(asyncio.Protocol):
         self.last_at = 0.0
         self._zstd: Any = None
         self._br: Any = None
+        self._gz: Any = None
         if coding == "zstd":
             self._zstd = zstandard.ZstdDecompressor().decompressobj()
         elif coding == "br":
             self._br = brotli.Decompressor()
+        elif coding == "gzip":
+            self._gz = zlib.decompressobj(wbits=31)
 
     # asyncio.Protocol
 
@@ -387,6 +396,8 @@ class TabStream(asyncio.Protocol):
             data = b"".join(parts)
         elif self._br is not None:
             data = self._br.process(payload)
+        elif self._gz is not None:
+            data = self._gz.decompress(payload)
         else:
             data = payload
         if not data:

@@ -28,7 +28,7 @@ from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
-from pyvia.compress import ZSTD, Compression, Release, default_budget
+from pyvia.compress import Compression, Release, default_budget
 from pyvia.config import Config
 from pyvia.context import Context, call_hook
 from pyvia.db import Database, NoDatabase, connect
@@ -532,6 +532,7 @@ class App:
         if url and not url.startswith("memory:") and self.link is None:
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(asyncio.get_running_loop()))
+        self.compression.prepare_process()
         if self.config.gc_thresholds is not None:
             gc.collect()
             gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again
@@ -973,7 +974,7 @@ class App:
             signals.update(ctx.shared_values())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now)
+        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1048,8 +1049,8 @@ class App:
                     stream.keep_alive(ping, now)
                 encoder = stream.encoder
                 if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
-                        and encoder.coding == ZSTD and stream.sink is not None:
-                    stream.sink.write(encoder.release().data)  # ends the frame; a new one starts later
+                        and encoder.releases_in_place and stream.sink is not None:
+                    stream.sink.write(encoder.release().data)  # zstd ends its frame; a new compressor starts later
             period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.config.sweep_interval))
             self._next_keep_alive = now + period
         if self._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
@@ -1058,6 +1059,7 @@ class App:
                 self._disconnected(ctx)
         if self.compression.budget.is_over:
             self._reclaim_encoders()
+        self.compression.return_memory(now)
         self._measure_unsent()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)

@@ -4,9 +4,11 @@ encoders and the per-process budget on their memory.
 Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
 
 1. No I/O and no asyncio. Everything takes values and returns bytes or decisions; the stream layer
-   writes the bytes and closes sinks.
-2. A stream encoder exists only while it is needed: it is created on the first event (an idle tab
-   holds none), sized from that event (window ≈ log2(2 x frame), 16…22), flushed after every
+   writes the bytes and closes sinks. (:class:`FreedMemory` is the one exception: two calls into
+   glibc's allocator, ``mallopt`` once and ``malloc_trim`` from the sweep.)
+2. A stream encoder exists only while it is needed: it is created on the first event after the
+   stream's opening (zstd and gzip write the opening without it, so an idle tab holds none; brotli
+   cannot), sized from that event (window ≈ log2(1.5 x frame), 16…22), flushed after every
    event so the browser can decode each one at once, and dropped when the stream ends or the
    budget asks for its memory back.
 3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: 83 ms
@@ -18,14 +20,21 @@ Releasing an encoder's memory differs per coding (:class:`Release`):
 * ``zstd``: the frame is ended (``COMPRESSOBJ_FLUSH_FINISH``) and the next event starts a new
   frame with a new compressor. A body made of several complete frames is valid zstd and Chromium
   decodes it (DESIGN.md), so the stream goes on: :attr:`Release.CONTINUE`.
-* ``br`` and ``gzip``: the coded stream can only be ended. The caller writes the tail, ends the
+* ``gzip``: pyvia writes the gzip wrapper itself around raw deflate blocks, and every event ends on
+  a byte boundary (a sync flush), so the compressor can be dropped between two events and a new one
+  started later; the body stays one gzip member: :attr:`Release.CONTINUE`.
+* ``br``: the coded stream can only be ended (brotli's distance cache and the meaning of its
+  dictionary references depend on everything before). The caller writes the tail, ends the
   response, and the browser reconnects (Datastar does so on its own): :attr:`Release.RECONNECT`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import math
+import platform
+import struct
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,14 +55,18 @@ __all__ = [
     "PAGE_LEVELS",
     "STATIC_LEVELS",
     "STREAM_LEVELS",
+    "STREAM_ZSTD_SEARCH",
     "ZSTD",
     "Compression",
     "EncoderBudget",
+    "FreedMemory",
     "Levels",
     "Negotiator",
     "Release",
     "Released",
+    "SharedFrames",
     "StreamEncoder",
+    "ZstdSearch",
     "add_vary",
     "available_memory",
     "compress",
@@ -79,6 +92,11 @@ DEFAULT_PREFERENCE = (ZSTD, BR, GZIP)
 MIN_WINDOW = 16
 MAX_WINDOW = 22
 _GZIP_WBITS = 31  # 16 + 15: a gzip wrapper around a 32 KB deflate window
+#: A stream's own gzip member header (RFC 1952): deflate, no name, no time, no extra flags, OS unknown.
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_DEFLATE_LAST_EMPTY = b"\x01\x00\x00\xff\xff"  # a final empty stored block (at a byte boundary)
+_STORED_MAX = 65535
+_STORED_OPENING = 1024  # openings up to this many bytes go as stored blocks; larger ones are deflated once
 _MAX_ELEMENTS = 64  # Accept-Encoding elements looked at; more is an abuse, not a browser
 
 
@@ -241,46 +259,82 @@ class Negotiator:
 # --- one-shot compression -----------------------------------------------------------------------
 
 def window_for(size: int, low: int = MIN_WINDOW, high: int = MAX_WINDOW) -> int:
-    """Window log2 for frames of ``size`` bytes: ⌈log2(2 x size)⌉, clamped to ``low..high``.
+    """Window log2 for frames of ``size`` bytes: ⌈log2(1.5 x size)⌉, clamped to ``low..high``.
 
     A window smaller than a frame cannot reach back to the previous frame: brotli q4 with a
     64 KB window on 127 KB frames loses a third of its ratio and costs 60% more CPU
-    (``machine-limits.md`` §3c). Twice the frame holds the previous one whole.
+    (``machine-limits.md`` §3c). A re-rendered view finds its match one frame back, so a window of
+    1.5 frames holds the previous one whole with room for the next to grow by half. (Twice the
+    frame, the earlier rule, doubled the window of a 33 KB Game-of-Life board to 2^17 for nothing:
+    a zstd stream's buffers are window + block, so 128 KB more per tab.)
     """
     if size <= 0:
         return low
-    return max(low, min(high, math.ceil(math.log2(2 * size))))
+    return max(low, min(high, math.ceil(math.log2(1.5 * size))))
 
 
-#: A stream's zstd tables are sized from its window: hash_log = window - 3 and chain_log =
-#: window - 4, capped at the level's own (17 and 16 for level 3). Measured by
-#: ``bench/compression.py`` on Game-of-Life frames (window 18), 2 KB cards, chat lists and
-#: signal patches (window 16): bytes within 1% of plain ``from_level(3, window_log=w)`` (4% fewer
-#: on the signals), CPU the same or lower, and RSS per encoder 883 → 167 KiB (window 16, after
-#: 64 KB of patches) and 1,162 → 588 KiB (window 18, window filled).
-#: None turns the sizing off (the bench's comparison rows).
+@dataclass(frozen=True, slots=True)
+class ZstdSearch:
+    """How a stream's zstd compressor looks for matches, replacing the level's own choice.
+
+    Fields are ``zstandard.ZstdCompressionParameters``'s; the hash and chain tables are sized from
+    the stream's window: ``hash_log = chain_log = window - table_slack`` (at least 6).
+    """
+
+    strategy: int = zstandard.STRATEGY_GREEDY
+    search_log: int = 4
+    min_match: int = 5
+    table_slack: int = 5
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("strategy", 1, 9), ("search_log", 1, 9), ("min_match", 3, 7),
+                                ("table_slack", 0, 10)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"ZstdSearch {name}={value!r} must be an integer in {low}..{high}")
+
+
+#: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 31.5 KB, 50-100
+#: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.7x at
+#: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
+#: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU,
+#: and dfast with any table or min_match stays at 44.8x. The price is CPU
+#: on large frames: ~50 µs instead of ~11 µs per 31 KB board and tab (in the server, +50-63 µs per
+#: tab-frame); on 450 B broadcast events 2.6-2.8 µs instead of 2.2-2.5 µs per tab, 1,000 in turn.
+STREAM_ZSTD_SEARCH = ZstdSearch()
+#: Without a :class:`ZstdSearch` the level's own search is used, its tables sized from the window:
+#: hash_log = window - 3 and chain_log = window - 4, capped at the level's own (17 and 16 for level
+#: 3); ``bench/compression.py``: bytes within 1% of plain ``from_level(3, window_log=w)``, RSS per
+#: encoder 883 → 167 KiB (window 16). None turns that sizing off too (the bench's "plain" rows).
 _ZSTD_TABLE_SLACK: int | None = 3
-_zstd_params: dict[tuple[int, int], zstandard.ZstdCompressionParameters] = {}
+_zstd_params: dict[tuple[int, int, ZstdSearch | None], zstandard.ZstdCompressionParameters] = {}
 
 
-def _zstd_stream_params(level: int, window: int) -> zstandard.ZstdCompressionParameters:
-    key = (level, window)
+def _zstd_stream_params(level: int, window: int, search: ZstdSearch | None = None
+                        ) -> zstandard.ZstdCompressionParameters:
+    key = (level, window, search)
     params = _zstd_params.get(key)
     if params is None:
-        params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
-        slack = _ZSTD_TABLE_SLACK
-        if slack is not None:
+        if search is not None:
+            tables = max(6, window - search.table_slack)
             params = zstandard.ZstdCompressionParameters.from_level(
-                level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
-                chain_log=max(6, min(params.chain_log, window - slack - 1)))
+                level, window_log=window, hash_log=tables, chain_log=tables, search_log=search.search_log,
+                min_match=search.min_match, strategy=search.strategy)
+        else:
+            params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
+            slack = _ZSTD_TABLE_SLACK
+            if slack is not None:
+                params = zstandard.ZstdCompressionParameters.from_level(
+                    level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
+                    chain_log=max(6, min(params.chain_log, window - slack - 1)))
         _zstd_params[key] = params
     return params
 
 
-def _zstd_compressor(level: int, window: int | None) -> zstandard.ZstdCompressor:
+def _zstd_compressor(level: int, window: int | None, search: ZstdSearch | None = None) -> zstandard.ZstdCompressor:
     if window is None:
         return zstandard.ZstdCompressor(level=level)
-    return zstandard.ZstdCompressor(compression_params=_zstd_stream_params(level, window))
+    return zstandard.ZstdCompressor(compression_params=_zstd_stream_params(level, window, search))
 
 
 def compress(data: bytes, coding: str, level: int, *, window: int | None = None) -> bytes:
@@ -307,12 +361,14 @@ def compress(data: bytes, coding: str, level: int, *, window: int | None = None)
 #: Resident memory (KiB) of one streaming encoder, measured by ``python -m bench.compression
 #: --memory-grid`` in a fresh process per row (RSS growth over K encoders / K, the method of
 #: ``machine-limits.md`` §3b): (coding, level) → window log2 → (after 64 KB of 2 KB patches: the
-#: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows use
-#: the window-sized tables below. gzip's window is always 15.
+#: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows are
+#: for ``STREAM_ZSTD_SEARCH`` (the level then hardly matters; the level's own search with tables of
+#: window - 3, the default before, measured 167/243 KiB at level 3 and window 16, 311/588 at 18).
+#: gzip's window is always 15.
 _MEMORY_KIB: dict[tuple[str, int], dict[int, tuple[int, int]]] = {
-    ("zstd", 1): {16: (150, 229), 18: (182, 458), 20: (181, 1205), 22: (182, 4334)},
-    ("zstd", 3): {16: (167, 243), 18: (311, 588), 20: (887, 1912), 22: (886, 5038)},
-    ("zstd", 6): {16: (162, 242), 18: (281, 555), 20: (763, 1783), 22: (2682, 6840)},
+    ("zstd", 1): {16: (129, 207), 18: (161, 433), 20: (281, 1301), 22: (761, 4910)},
+    ("zstd", 3): {16: (128, 203), 18: (161, 434), 20: (281, 1303), 22: (761, 4918)},
+    ("zstd", 6): {16: (130, 203), 18: (161, 435), 20: (281, 1302), 22: (761, 4905)},
     ("br", 1): {16: (24, 287), 18: (24, 554), 20: (24, 554), 22: (24, 600)},
     ("br", 2): {16: (371, 484), 18: (373, 869), 20: (373, 2408), 22: (373, 8574)},
     ("br", 4): {16: (676, 786), 18: (678, 1174), 20: (678, 2713), 22: (678, 8874)},
@@ -429,14 +485,82 @@ def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 
     return max(16 << 20, total // max(1, workers))
 
 
+# --- giving freed memory back ------------------------------------------------------------------
+
+#: Allocations at least this big are mapped on their own (glibc ``M_MMAP_THRESHOLD``, its default
+#: value): a zstd or brotli context (hundreds of KB in one block) is unmapped when freed.
+MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc malloc.h
+
+
+def _glibc() -> Any:
+    """The C library when it is glibc with ``mallopt`` and ``malloc_trim``; None otherwise."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class FreedMemory:
+    """Gives the memory of dropped stream encoders back to the operating system (glibc only).
+
+    glibc keeps what a process frees for its next allocations, so a tab whose encoder was released
+    still costs its encoder's pages in RSS (measured: 1.5 KB of heap but 208 KB of RSS per released
+    idle zstd tab). Two remedies, both no-ops off glibc:
+
+    * :meth:`fix_mmap_threshold`, once per process: glibc maps blocks of 128 KB and more on their own
+      and unmaps them when freed, but after the first such free it raises that threshold (up to
+      32 MB), so later encoder contexts come from the heap and stay resident. Setting the threshold
+      explicitly turns that rise off.
+    * :meth:`trim`, from the periodic sweep: ``malloc_trim(0)`` hands free heap pages back, at most
+      once per ``min_interval`` seconds and only when encoders were dropped since the last call (its
+      cost grows with the heap; never per tab, never on the hot path).
+    """
+
+    __slots__ = ("_libc", "_ready_at", "_seen", "min_interval", "trims")
+
+    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
+        self._libc = _glibc() if enabled else None
+        self.min_interval = min_interval
+        self._seen = 0
+        self._ready_at = 0.0
+        self.trims = 0
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this process's allocator can be told anything (glibc)."""
+        return self._libc is not None
+
+    def fix_mmap_threshold(self, size: int = MMAP_THRESHOLD) -> bool:
+        """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
+        return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
+
+    def trim(self, dropped: int, now: float) -> bool:
+        """Call ``malloc_trim(0)`` if ``dropped`` (a running count of dropped encoders) moved since
+        the last trim and ``min_interval`` seconds (of the caller's clock, ``now``) have passed;
+        returns whether it ran."""
+        if self._libc is None or dropped == self._seen or now < self._ready_at:
+            return False
+        self._seen = dropped
+        self._ready_at = now + self.min_interval
+        self._libc.malloc_trim(0)
+        self.trims += 1
+        return True
+
+
 # --- stream encoders and their budget -----------------------------------------------------------
 
 class Release(enum.Enum):
     """What the stream must do after an encoder gave its memory back."""
 
-    #: zstd: the tail ends a frame; keep the stream, the next event starts a new frame.
+    #: zstd, gzip: keep the stream (zstd: the tail ended a frame), the next event starts a new compressor.
     CONTINUE = "continue"
-    #: brotli, gzip: the tail ends the coded body; end the response so the tab reconnects.
+    #: brotli: the tail ends the coded body; end the response so the tab reconnects.
     RECONNECT = "reconnect"
 
 
@@ -457,7 +581,8 @@ class EncoderBudget:
     it from the event loop only.
     """
 
-    __slots__ = ("_active", "_tick", "count", "created", "limit", "low_water", "peak", "releases", "total")
+    __slots__ = ("_active", "_tick", "count", "created", "dropped", "limit", "low_water", "peak", "releases",
+                 "total")
 
     def __init__(self, limit: int | None = None, *, low_water: float = 0.9) -> None:
         self.limit = default_budget() if limit is None else int(limit)
@@ -471,6 +596,7 @@ class EncoderBudget:
         self.count = 0  # live encoders (created, not yet released)
         self.created = 0  # encoders ever created (a zstd stream creates one per frame)
         self.releases = 0  # encoders released to free memory (not counting streams that ended)
+        self.dropped = 0  # encoders gone for any reason (released, finished, discarded)
         self.peak = 0
         self._tick = 0
         self._active: set[StreamEncoder] = set()
@@ -515,6 +641,7 @@ class EncoderBudget:
     def _remove(self, encoder: StreamEncoder, *, released: bool) -> None:
         self._active.discard(encoder)
         self.count -= 1
+        self.dropped += 1
         self.total -= encoder.memory
         if released:
             self.releases += 1
@@ -525,6 +652,43 @@ class EncoderBudget:
 
 def _last_use(encoder: StreamEncoder) -> int:
     return encoder._used
+
+
+class SharedFrames:
+    """One zstd compressor for the whole process, making complete standalone frames.
+
+    What a stream sends when it opens (the connect event, a reconnect's full view) and keep-alive
+    comments on a stream without a compressor go out as one complete zstd frame each, made here, so
+    a tab holds no compression context of its own until a later event (a body of several complete
+    frames is valid zstd; Chromium decodes it). The compressor keeps its context between calls
+    (``ZstdCompressor.compress`` reuses it), so the memory is paid once per process, not per tab.
+    Short inputs that repeat (keep-alive comments) are kept, a few. Single-threaded: event loop only.
+    """
+
+    __slots__ = ("_c", "_cache", "level")
+
+    def __init__(self, level: int = STREAM_LEVELS.zstd) -> None:
+        _check_level(ZSTD, level)
+        self.level = level
+        self._c: zstandard.ZstdCompressor | None = None
+        self._cache: dict[bytes, bytes] = {}
+
+    def frame(self, data: bytes) -> bytes:
+        """``data`` as one complete zstd frame."""
+        cached = self._cache.get(data)
+        if cached is not None:
+            return cached
+        c = self._c
+        if c is None:
+            c = self._c = zstandard.ZstdCompressor(level=self.level)
+        out = bytes(c.compress(data))
+        if len(data) <= 256 and len(self._cache) < 64:
+            self._cache[data] = out
+        return out
+
+    def memory(self) -> int:
+        """Bytes zstd holds for the shared context (0 before the first frame)."""
+        return self._c.memory_size() if self._c is not None else 0
 
 
 class StreamEncoder:
@@ -542,8 +706,9 @@ class StreamEncoder:
     :meth:`EncoderBudget.victims`. Not thread-safe: one event loop drives it.
     """
 
-    __slots__ = ("_budget", "_c", "_fed", "_fixed_window", "_full_at", "_memory", "_saturated", "_small",
-                 "_used", "coding", "is_finished", "level", "owner", "window")
+    __slots__ = ("_budget", "_c", "_crc", "_fed", "_fixed_window", "_frames", "_full_at", "_head", "_memory",
+                 "_saturated", "_size", "_small", "_used", "coding", "is_finished", "level", "owner", "search",
+                 "window")
 
     def __init__(
         self,
@@ -553,6 +718,8 @@ class StreamEncoder:
         window: int | None = None,
         budget: EncoderBudget | None = None,
         owner: object = None,
+        frames: SharedFrames | None = None,
+        search: ZstdSearch | None = STREAM_ZSTD_SEARCH,
     ) -> None:
         if coding not in CODINGS:
             raise ValueError(f"a stream encoder needs one of {CODINGS}, not {coding!r}")
@@ -565,6 +732,9 @@ class StreamEncoder:
         #: Window log2; 0 until the first event sizes it.
         self.window = window or 0
         self._budget = budget
+        self._frames = frames
+        #: zstd only: how matches are searched (None: the level's own way).
+        self.search = search
         self.owner = owner
         self._c: Any = None  # the live compressor (None: idle or released)
         self._fed = 0  # bytes fed to the live compressor, counted until its estimate stops growing
@@ -573,7 +743,15 @@ class StreamEncoder:
         self._full_at = 0
         self._memory = 0
         self._used = 0  # budget tick of the last encode: the LRU order of EncoderBudget.victims
+        self._head = coding == GZIP  # gzip: the member header is still to be written
+        self._crc = 0  # gzip: CRC-32 and length of everything encoded, for the member trailer
+        self._size = 0
         self.is_finished = False
+
+    @property
+    def releases_in_place(self) -> bool:
+        """Whether :meth:`release` keeps the stream going (zstd, gzip) rather than ending it (brotli)."""
+        return self.coding != BR
 
     @property
     def is_active(self) -> bool:
@@ -599,7 +777,9 @@ class StreamEncoder:
         elif coding == BR:
             out = c.process(data) + c.flush()
         else:
-            out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+            out = self._gzip_head() + c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+            self._crc = zlib.crc32(data, self._crc)
+            self._size += len(data)
         budget = self._budget
         if budget is not None:
             budget._tick += 1
@@ -613,16 +793,38 @@ class StreamEncoder:
                 self._memory = memory
         return out
 
+    def encode_opening(self, data: bytes) -> bytes:
+        """Encode the events a stream opens with (what waited, the connect signals, a reconnect's
+        full view), holding no compressor afterwards when the coding allows it.
+
+        zstd with no compressor held: ``data`` goes out as one complete frame of the process-wide
+        :class:`SharedFrames`, so a tab that connects and stays idle never builds its own context;
+        the window is still sized from ``data`` (a reconnect's full view says how big frames are).
+        gzip: as stored deflate blocks, or deflated by a compressor dropped at once when over 1 KB.
+        A brotli body is one coded stream that cannot hold a detached piece, so it goes through
+        :meth:`encode` (its compressor starts here; see ``docs/compression.md``).
+        """
+        if self._c is None and self.coding != BR and not self.is_finished:
+            if self.coding == GZIP:
+                return self._gzip_detached(data, deflate=len(data) > _STORED_OPENING)
+            if self._fixed_window is None:
+                self.window = max(self.window, window_for(len(data)))
+            return self._frame(data)
+        return self.encode(data)
+
     def encode_keepalive(self, data: bytes) -> bytes:
         """Encode filler (an SSE comment) without making the encoder look used.
 
-        A zstd encoder holding no compressor (idle or released) answers with a small standalone
-        frame and stays without one, so a keep-alive every 15 s does not undo a release. Other
-        cases go through :meth:`encode` (a brotli or gzip body cannot hold a detached piece),
-        without moving the encoder up the budget's least-recently-used order.
+        A zstd or gzip encoder holding no compressor (idle or released) answers with a small
+        standalone frame (zstd) or a stored block (gzip) and stays without one, so a keep-alive
+        every 15 s does not undo a release. Other cases go through :meth:`encode` (a brotli body
+        cannot hold a detached piece), without moving the encoder up the budget's least-recently-used
+        order.
         """
-        if self._c is None and self.coding == ZSTD and not self.is_finished:
-            return _standalone_zstd_frame(data)
+        if self._c is None and self.coding != BR and not self.is_finished:
+            if self.coding == GZIP:
+                return self._gzip_detached(data, deflate=False)
+            return self._frame(data)
         used = self._used
         out = self.encode(data)
         self._used = used
@@ -631,29 +833,35 @@ class StreamEncoder:
     def release(self) -> Released:
         """Give the compressor's memory back, keeping the stream decodable.
 
-        Returns the tail to write and :attr:`Release.CONTINUE` (zstd: the frame is ended, the
-        next :meth:`encode` starts another) or :attr:`Release.RECONNECT` (brotli, gzip: the body
-        is ended, end the response). Releasing an idle zstd encoder returns no bytes.
+        Returns the tail to write and :attr:`Release.CONTINUE` (zstd: the frame is ended; gzip: no
+        bytes, every event already ended on a byte boundary; the next :meth:`encode` starts a new
+        compressor) or :attr:`Release.RECONNECT` (brotli: the body is ended, end the response).
+        Releasing an idle zstd or gzip encoder returns no bytes.
         Raises RuntimeError when the encoder is finished.
         """
         if self.is_finished:
             raise RuntimeError(f"this {self.coding} stream encoder is finished; there is nothing to release")
         if self.coding == ZSTD:
             return Released(self._end(released=True), Release.CONTINUE)
-        never_started = self._c is None  # brotli/gzip never go back to idle once started
+        if self.coding == GZIP:
+            if self._c is not None:
+                self._c = None
+                self._drop(released=True)
+            return Released(b"", Release.CONTINUE)
+        never_started = self._c is None  # brotli never goes back to idle once started
         tail = self._end(released=True)
         self.is_finished = True
-        return Released(_EMPTY_BODY[self.coding] if never_started else tail, Release.RECONNECT)
+        return Released(_EMPTY_BROTLI if never_started else tail, Release.RECONNECT)
 
     def finish(self) -> bytes:
         """End the coded body (the stream is closing): the bytes to write last. Idempotent."""
         if self.is_finished:
             return b""
-        never_started = self._c is None and self.coding != ZSTD
+        never_started = self._c is None and self.coding == BR
         tail = self._end(released=False)
         self.is_finished = True
-        # A brotli or gzip body needs at least its header and end; an empty zstd body is valid.
-        return _EMPTY_BODY[self.coding] if never_started else tail
+        # A brotli body needs at least its header and end; an empty zstd body is valid.
+        return _EMPTY_BROTLI if never_started else tail
 
     def discard(self) -> None:
         """Drop the compressor without producing bytes (the peer is gone)."""
@@ -661,6 +869,30 @@ class StreamEncoder:
             self._c = None
             self._drop(released=False)
         self.is_finished = True
+
+    def _gzip_head(self) -> bytes:
+        if self._head:
+            self._head = False
+            return _GZIP_HEADER
+        return b""
+
+    def _gzip_detached(self, data: bytes, *, deflate: bool) -> bytes:
+        """``data`` as deflate blocks made without this tab's compressor, ending on a byte boundary."""
+        if deflate:
+            once = zlib.compressobj(self.level, zlib.DEFLATED, -15)
+            body = once.compress(data) + once.flush(zlib.Z_SYNC_FLUSH)
+        else:
+            body = b"".join(struct.pack("<BHH", 0, len(chunk), len(chunk) ^ 0xFFFF) + chunk
+                            for chunk in (data[i:i + _STORED_MAX] for i in range(0, len(data), _STORED_MAX)))
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        return self._gzip_head() + body
+
+    def _frame(self, data: bytes) -> bytes:
+        frames = self._frames
+        if frames is not None:
+            return frames.frame(data)
+        return bytes(zstandard.ZstdCompressor(level=self.level).compress(data))  # no shared one: a one-off
 
     def _start(self, first: int) -> Any:
         if self.is_finished:
@@ -671,11 +903,11 @@ class StreamEncoder:
         elif self._fixed_window is None:
             self.window = max(self.window, window_for(first))
         if coding == ZSTD:
-            c: Any = _zstd_compressor(self.level, self.window).compressobj()
+            c: Any = _zstd_compressor(self.level, self.window, self.search).compressobj()
         elif coding == BR:
             c = brotli.Compressor(mode=brotli.MODE_TEXT, quality=self.level, lgwin=self.window)
         else:
-            c = zlib.compressobj(self.level, zlib.DEFLATED, _GZIP_WBITS)
+            c = zlib.compressobj(self.level, zlib.DEFLATED, -15)  # raw deflate: pyvia writes the gzip wrapper
         self._c = c
         self._small, self._saturated = _memory_row(coding, self.level, self.window)
         self._full_at = _saturation_point(coding, self.window)
@@ -687,14 +919,14 @@ class StreamEncoder:
 
     def _end(self, *, released: bool) -> bytes:
         c, self._c = self._c, None
+        if self.coding == GZIP:  # ends the member, whether or not a compressor is held
+            last = c.flush(zlib.Z_FINISH) if c is not None else _DEFLATE_LAST_EMPTY
+            if c is not None:
+                self._drop(released=released)
+            return self._gzip_head() + last + struct.pack("<II", self._crc, self._size & 0xFFFFFFFF)
         if c is None:
             return b""
-        if self.coding == ZSTD:
-            tail = c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
-        elif self.coding == BR:
-            tail = c.finish()
-        else:
-            tail = c.flush(zlib.Z_FINISH)
+        tail = c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH) if self.coding == ZSTD else c.finish()  # brotli
         self._drop(released=released)
         return bytes(tail)
 
@@ -711,25 +943,7 @@ class StreamEncoder:
                 f"memory={self._memory})")
 
 
-def _empty(coding: str) -> bytes:
-    if coding == BR:
-        return bytes(brotli.Compressor(quality=0, lgwin=10).finish())
-    gz = zlib.compressobj(1, zlib.DEFLATED, _GZIP_WBITS)
-    return gz.compress(b"") + gz.flush()
-
-
-_EMPTY_BODY = {BR: _empty(BR), GZIP: _empty(GZIP)}
-_standalone_frames: dict[bytes, bytes] = {}
-
-
-def _standalone_zstd_frame(data: bytes) -> bytes:
-    """``data`` as one complete zstd frame (cached: keep-alive comments are few and short)."""
-    frame = _standalone_frames.get(data)
-    if frame is None:
-        frame = bytes(zstandard.ZstdCompressor(level=1).compress(data))
-        if len(data) <= 256 and len(_standalone_frames) < 64:
-            _standalone_frames[data] = frame
-    return frame
+_EMPTY_BROTLI = bytes(brotli.Compressor(quality=0, lgwin=10).finish())
 
 
 # --- the per-app settings -----------------------------------------------------------------------
@@ -742,7 +956,8 @@ class Compression:
     tab's encoder (None for identity). ``enabled=False`` turns everything into identity.
     """
 
-    __slots__ = ("budget", "enabled", "min_size", "negotiator", "page_levels", "stream_levels", "stream_window")
+    __slots__ = ("budget", "enabled", "frames", "freed", "min_size", "negotiator", "page_levels", "stream_levels",
+                 "stream_window", "stream_zstd_search")
 
     def __init__(
         self,
@@ -751,6 +966,7 @@ class Compression:
         page_levels: Levels = PAGE_LEVELS,
         stream_levels: Levels = STREAM_LEVELS,
         stream_window: int | None = None,
+        stream_zstd_search: ZstdSearch | None = STREAM_ZSTD_SEARCH,
         budget: EncoderBudget | int | None = None,
         min_size: int = 512,
         enabled: bool = True,
@@ -761,7 +977,11 @@ class Compression:
         self.page_levels = page_levels
         self.stream_levels = stream_levels
         self.stream_window = stream_window
+        self.stream_zstd_search = stream_zstd_search
         self.budget = budget if isinstance(budget, EncoderBudget) else EncoderBudget(budget)
+        #: The one compressor for standalone zstd frames (stream openings, keep-alives), shared by all tabs.
+        self.frames = SharedFrames(stream_levels.zstd)
+        self.freed = FreedMemory(enabled=enabled)
         self.min_size = min_size
         self.enabled = enabled
 
@@ -812,7 +1032,18 @@ class Compression:
         if coding == IDENTITY:
             return None
         return StreamEncoder(coding, level=self.stream_levels.of(coding), window=self.stream_window,
-                             budget=self.budget, owner=owner)
+                             budget=self.budget, owner=owner, frames=self.frames, search=self.stream_zstd_search)
+
+    def prepare_process(self) -> None:
+        """Once, in the serving process: make freed encoder contexts go back to the OS at once
+        (:meth:`FreedMemory.fix_mmap_threshold`; glibc only)."""
+        if self.enabled:
+            self.freed.fix_mmap_threshold()
+
+    def return_memory(self, now: float) -> bool:
+        """From the periodic sweep: give freed heap pages back if encoders were dropped since the
+        last time (:meth:`FreedMemory.trim`); returns whether it trimmed."""
+        return self.freed.trim(self.budget.dropped, now)
 
     def reclaim(self) -> list[tuple[StreamEncoder, Released]]:
         """Release the encoders :meth:`EncoderBudget.victims` names; return each with its result.

@@ -77,7 +77,7 @@ class Config:
     compression_preference: Sequence[str] = ("zstd", "br", "gzip")
     #: Cap on the memory of all stream encoders (bytes); default: a quarter of what is available.
     encoder_budget: int | None = None
-    #: A zstd stream idle this long ends its frame and frees its encoder (the stream stays open).
+    #: A zstd or gzip stream idle this long frees its encoder (zstd ends its frame; the stream stays open).
     encoder_idle_release: float = 60.0
     #: A folder served as static files (paths with an extension are looked up there first).
     static_dir: str | None = None

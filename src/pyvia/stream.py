@@ -10,7 +10,9 @@ Policy (pure decisions, no I/O of its own; the sink is the front end's):
   outbox, view frames coalesced to the latest, and are written on the next connect.
 
 Compression happens at the moment of writing, never while queuing, so held and coalesced frames
-stay plain; each HTTP response has its own encoder (created lazily by its first event).
+stay plain; each HTTP response has its own encoder. What a stream opens with (the backlog, the
+connect event) is written with :meth:`StreamEncoder.encode_opening`, so for zstd a tab builds its
+compressor only with the first event after that: a tab that connects and stays idle holds none.
 """
 
 from __future__ import annotations
@@ -72,15 +74,16 @@ class Stream:
         self.over_since = 0.0
         backlog = self._take_backlog()
         if backlog:
-            self._write(sink, backlog)
+            self._write(sink, backlog, opening=True)
 
-    def _write(self, sink: StreamSink, data: bytes) -> None:
+    def _write(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
         encoder = self.encoder
-        payload = encoder.encode(data) if encoder is not None else data
-        sink.write(payload)
+        if encoder is not None:
+            data = encoder.encode_opening(data) if opening else encoder.encode(data)
+        sink.write(data)
         meter = self.outflow.meter
         if meter is not None:
-            meter.frame_sent(len(payload), encoder.coding if encoder is not None else "identity")
+            meter.frame_sent(len(data), encoder.coding if encoder is not None else "identity")
 
     def keep_alive(self, ping: bytes, now: float) -> None:
         """Write a comment so proxies keep the idle stream open (a released zstd encoder stays released)."""
@@ -100,8 +103,12 @@ class Stream:
             return True
         return False
 
-    def send(self, data: bytes, view: bytes | None, now: float) -> None:
-        """Send always-delivered events ``data`` and an optional view frame ``view``."""
+    def send(self, data: bytes, view: bytes | None, now: float, *, opening: bool = False) -> None:
+        """Send always-delivered events ``data`` and an optional view frame ``view``.
+
+        ``opening``: these are the events the stream opens with (the connect event), written
+        without building the tab's compressor where the coding allows it (zstd).
+        """
         sink = self.sink
         if sink is None or sink.is_closed:
             if view is not None:
@@ -123,7 +130,7 @@ class Stream:
         if view is not None:
             data = view + data if data else view
         if data:
-            self._write(sink, data)
+            self._write(sink, data, opening)
             self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:

@@ -30,7 +30,7 @@ def serve(coding: str, certificate: tuple[str, str], idle_release: float = 60) -
     return server
 
 
-@pytest.mark.parametrize("coding", ["zstd", "br"])
+@pytest.mark.parametrize("coding", ["zstd", "br", "gzip"])
 def test_board_works_over_a_compressed_stream(browser: Browser, certificate: tuple[str, str], coding: str) -> None:
     server = serve(coding, certificate)
     context = browser.new_context(ignore_https_errors=True)
@@ -59,9 +59,10 @@ def test_board_works_over_a_compressed_stream(browser: Browser, certificate: tup
         server.stop()
 
 
-def test_released_zstd_frame_then_a_new_frame_decode_in_chromium(browser: Browser, certificate: tuple[str, str]
-                                                                  ) -> None:
-    server = serve("zstd", certificate, idle_release=0.5)
+@pytest.mark.parametrize("coding", ["zstd", "gzip"])
+def test_released_encoder_then_a_new_one_decode_in_chromium(browser: Browser, certificate: tuple[str, str],
+                                                            coding: str) -> None:
+    server = serve(coding, certificate, idle_release=0.5)
     context = browser.new_context(ignore_https_errors=True)
     page = context.new_page()
     try:
@@ -69,13 +70,39 @@ def test_released_zstd_frame_then_a_new_frame_decode_in_chromium(browser: Browse
         expect(page.locator("#n")).to_have_text("0")
         page.click("#inc")
         expect(page.locator("#n")).to_have_text("1")
-        time.sleep(1.5)  # idle: the server ends the zstd frame (keep-alives go as standalone frames)
+        time.sleep(1.5)  # idle: zstd ends its frame, gzip drops its compressor (keep-alives go without one)
         stats = page.request.get(f"https://127.0.0.1:{server.port}/encoders").json()
         assert stats["releases"] >= 1
         page.click("#inc")
-        expect(page.locator("#n")).to_have_text("2")  # decoded from a second frame of the same body
+        expect(page.locator("#n")).to_have_text("2")  # from a second compressor's output, the same body
         page.click("#inc")
         expect(page.locator("#n")).to_have_text("3")
+    finally:
+        context.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("coding", ["zstd", "gzip"])
+def test_connect_frame_then_the_tabs_own_frames_decode_in_chromium(browser: Browser, certificate: tuple[str, str],
+                                                                   coding: str) -> None:
+    server = serve(coding, certificate)
+    context = browser.new_context(ignore_https_errors=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    stats_url = f"https://127.0.0.1:{server.port}/encoders"
+    try:
+        with page.expect_response(lambda r: "/_sse" in r.url) as sse:
+            page.goto(f"https://127.0.0.1:{server.port}/")
+        assert sse.value.all_headers().get("content-encoding") == coding
+        expect(page.locator("#n")).to_have_text("0")
+        time.sleep(0.3)  # the connect event is written: a shared compressor's frame (zstd), stored blocks (gzip)
+        assert page.request.get(stats_url).json()["created"] == 0  # the idle tab holds no encoder
+        for expected in ("1", "2", "3"):  # later events: the tab's own compressor, a second frame
+            page.click("#inc")
+            expect(page.locator("#n")).to_have_text(expected)
+        assert page.request.get(stats_url).json()["created"] == 1
+        assert errors == []
     finally:
         context.close()
         server.stop()

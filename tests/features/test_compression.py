@@ -58,9 +58,39 @@ def test_pages_are_compressed_with_vary() -> None:
         assert b"via-boot" in brotli.decompress(page.body)
 
 
-def test_idle_zstd_stream_releases_its_encoder_and_keeps_working() -> None:
+@pytest.mark.parametrize("coding", ["zstd", "gzip"])
+def test_a_connected_tab_holds_no_encoder_until_a_later_event(coding: str) -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding=coding) as client:
+        a, b = client.open("/"), client.open("/")
+        encoder = b.context.stream.encoder
+        assert encoder is not None and not encoder.is_active
+        assert b.signals["_disconnected"] is False  # the connect event arrived, as a frame of its own
+        assert app.compression.budget.stats()["created"] == 0
+        before = len(b.events)
+        b.reconnect()  # a reconnect's full view goes the same way
+        assert any("<li class='off'>1</li>" in e.elements for e in b.events[before:])
+        assert not b.context.stream.encoder.is_active
+        assert app.compression.budget.stats()["created"] == 0
+        a.action("inc")
+        app.flush_broadcasts()
+        assert b.signals["route__n"] == 1
+        assert b.context.stream.encoder.is_active
+        assert app.compression.budget.count == 2  # a and b: built by the first real event
+
+
+def test_a_connected_brotli_tab_starts_its_encoder_with_the_connect_event() -> None:
+    app = make_app()
+    with TestClient(app, accept_encoding="br") as client:
+        tab = client.open("/")
+        assert tab.signals["_disconnected"] is False
+        assert tab.context.stream.encoder.is_active  # one coded body: see docs/compression.md
+
+
+@pytest.mark.parametrize("coding", ["zstd", "gzip"])
+def test_idle_stream_releases_its_encoder_and_keeps_working(coding: str) -> None:
     app = make_app(encoder_idle_release=30, keep_alive=15)
-    with TestClient(app, accept_encoding="zstd") as client:
+    with TestClient(app, accept_encoding=coding) as client:
         a, b = client.open("/"), client.open("/")
         a.action("inc")
         app.flush_broadcasts()
@@ -75,17 +105,22 @@ def test_idle_zstd_stream_releases_its_encoder_and_keeps_working() -> None:
         assert encoder.is_active
 
 
-def test_over_budget_brotli_tabs_are_asked_to_reconnect_and_zstd_tabs_keep_their_stream() -> None:
+def test_over_budget_brotli_tabs_are_asked_to_reconnect_and_zstd_and_gzip_tabs_keep_their_stream() -> None:
     app = make_app(encoder_budget=1)
-    with TestClient(app, accept_encoding="br") as client, TestClient(app, accept_encoding="zstd") as zclient:
-        br_tab, z_tab = client.open("/"), zclient.open("/")
+    with TestClient(app, accept_encoding="br") as client, TestClient(app, accept_encoding="zstd") as zclient, \
+            TestClient(app, accept_encoding="gzip") as gclient:
+        br_tab, z_tab, g_tab = client.open("/"), zclient.open("/"), gclient.open("/")
         br_tab.action("inc")
         app.flush_broadcasts()
         client.clock.advance(1.1)  # the sweep sees the budget exceeded
         assert not br_tab.is_connected
-        assert z_tab.is_connected
+        assert z_tab.is_connected and g_tab.is_connected
+        assert not z_tab.context.stream.encoder.is_active and not g_tab.context.stream.encoder.is_active
+        g_tab.action("inc")
+        app.flush_broadcasts()
+        assert z_tab.signals["route__n"] == g_tab.signals["route__n"] == 2
         br_tab.reconnect()
-        assert br_tab.signals["route__n"] == 1
+        assert br_tab.signals["route__n"] == 2
 
 
 def test_bundle_is_served_precompressed_once_ready() -> None:

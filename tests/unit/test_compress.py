@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import random
 import zlib
@@ -22,9 +23,11 @@ from pyvia.compress import (
     ZSTD,
     Compression,
     EncoderBudget,
+    FreedMemory,
     Levels,
     Negotiator,
     Release,
+    SharedFrames,
     StreamEncoder,
     add_vary,
     available_memory,
@@ -213,10 +216,10 @@ def test_levels_are_checked_per_coding() -> None:
 
 @pytest.mark.parametrize(
     ("size", "window"),
-    [(0, 16), (1, 16), (2_000, 16), (32_768, 16), (32_769, 17), (95_731, 18), (126_698, 18), (131_072, 18),
-     (131_073, 19), (1 << 20, 21), (10 << 20, 22)],
+    [(0, 16), (1, 16), (2_000, 16), (33_025, 16), (43_690, 16), (43_691, 17), (95_731, 18), (126_698, 18),
+     (174_762, 18), (174_763, 19), (1 << 20, 21), (10 << 20, 22)],
 )
-def test_window_is_log2_of_twice_the_frame_clamped(size: int, window: int) -> None:
+def test_window_is_log2_of_one_and_a_half_frames_clamped(size: int, window: int) -> None:
     assert window_for(size) == window
 
 
@@ -343,11 +346,109 @@ def test_releasing_an_idle_zstd_encoder_sends_nothing() -> None:
     assert encoder.finish() == b""
 
 
-@pytest.mark.parametrize("coding", [BR, GZIP])
-def test_brotli_and_gzip_release_ends_the_body_and_asks_for_a_reconnect(coding: str) -> None:
+CONNECT = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false}\n\n'
+
+
+def test_zstd_opening_is_a_standalone_frame_and_builds_no_compressor() -> None:
+    budget, frames = EncoderBudget(1 << 30), SharedFrames()
+    encoder = StreamEncoder(ZSTD, budget=budget, frames=frames)
+    decoder = Decoder(ZSTD)
+    body = [encoder.encode_opening(CONNECT)]
+    assert decoder.feed(body[0]) == CONNECT
+    assert decoder.frames_ended == 1 and decoder.is_finished  # a complete frame of its own
+    assert not encoder.is_active and (budget.count, budget.created, budget.total) == (0, 0, 0)
+    assert frames.memory() > 0  # the one shared context holds the memory, not the tab
+    other = StreamEncoder(ZSTD, budget=budget, frames=frames)
+    assert other.encode_opening(CONNECT) == body[0] and not other.is_active
+    events = patch_frames(6)
+    for event in events:  # the first later event starts the tab's own compressor, in a new frame
+        body.append(encoder.encode(event))
+        assert decoder.feed(body[-1]) == event
+    assert encoder.is_active and budget.count == 1
+    body.append(encoder.finish())
+    assert decoder.feed(body[-1]) == b"" and decoder.frames_ended == 2
+    whole = b"".join(body)
+    assert zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(whole) == \
+        CONNECT + b"".join(events)
+
+
+def test_a_big_zstd_opening_sizes_the_window_of_the_later_frames() -> None:
+    encoder = StreamEncoder(ZSTD, frames=SharedFrames())
+    board = board_frames(2)
+    opening = encoder.encode_opening(board[0])  # a reconnect's full view
+    assert zstandard.ZstdDecompressor().decompress(opening) == board[0]
+    assert encoder.window == 18 and not encoder.is_active
+    later = encoder.encode(patch_frames(1)[0])
+    assert zstandard.get_frame_parameters(later).window_size == 1 << 18
+    fixed = StreamEncoder(ZSTD, window=17)
+    fixed.encode_opening(board[0])
+    assert fixed.window == 17
+
+
+def test_a_zstd_opening_after_the_compressor_started_continues_its_frame() -> None:
+    encoder = StreamEncoder(ZSTD, frames=SharedFrames())
+    decoder = Decoder(ZSTD)
+    assert decoder.feed(encoder.encode(b"data: 1\n\n")) == b"data: 1\n\n"
+    assert decoder.feed(encoder.encode_opening(CONNECT)) == CONNECT
+    assert decoder.frames_ended == 0 and encoder.is_active
+
+
+def test_a_brotli_opening_starts_the_compressor() -> None:
     budget = EncoderBudget(1 << 30)
-    encoder = StreamEncoder(coding, budget=budget)
-    decoder = Decoder(coding)
+    encoder = StreamEncoder(BR, budget=budget, frames=SharedFrames())
+    decoder = Decoder(BR)
+    assert decoder.feed(encoder.encode_opening(CONNECT)) == CONNECT
+    assert encoder.is_active and budget.count == 1  # one coded body: nothing can go detached
+    for event in patch_frames(3):
+        assert decoder.feed(encoder.encode(event)) == event
+
+
+def test_gzip_opening_keepalives_and_releases_need_no_compressor_and_make_one_valid_member() -> None:
+    budget = EncoderBudget(1 << 30)
+    encoder = StreamEncoder(GZIP, budget=budget)
+    decoder = Decoder(GZIP)
+    board = board_frames(3)
+    sent, body = [], []
+
+    def feed(out: bytes, plain: bytes) -> None:
+        body.append(out)
+        sent.append(plain)
+        assert decoder.feed(out) == plain
+
+    feed(encoder.encode_opening(CONNECT), CONNECT)  # stored blocks after the member header
+    feed(encoder.encode_opening(board[0]), board[0])  # a reconnect's full view: deflated once
+    assert len(body[-1]) < len(board[0]) / 4
+    feed(encoder.encode_keepalive(b": ka\n\n"), b": ka\n\n")
+    assert not encoder.is_active and budget.created == 0
+    for frame in board[1:]:  # the tab's own compressor, from the first later event
+        feed(encoder.encode(frame), frame)
+    assert encoder.is_active and budget.count == 1
+    released = encoder.release()
+    assert released == (b"", Release.CONTINUE)  # every event already ends on a byte boundary
+    assert not encoder.is_active and (budget.count, budget.releases) == (0, 1)
+    feed(encoder.encode_keepalive(b": ka\n\n"), b": ka\n\n")
+    assert not encoder.is_active
+    for event in patch_frames(3):  # a new compressor, the same member
+        feed(encoder.encode(event), event)
+    assert budget.created == 2
+    body.append(encoder.finish())
+    assert decoder.feed(body[-1]) == b"" and decoder.is_finished
+    whole = b"".join(body)
+    assert whole.count(b"\x1f\x8b\x08") >= 1 and whole.startswith(b"\x1f\x8b\x08")
+    assert gzip.decompress(whole) == b"".join(sent)  # checks the trailer's CRC-32 and length too
+
+
+def test_stored_gzip_blocks_split_past_64_kb() -> None:
+    encoder = StreamEncoder(GZIP)
+    noise = random.Random(5).randbytes(70_000)  # over one stored block's 65,535 bytes
+    out = encoder.encode_keepalive(noise) + encoder.finish()
+    assert gzip.decompress(out) == noise
+
+
+def test_brotli_release_ends_the_body_and_asks_for_a_reconnect() -> None:
+    budget = EncoderBudget(1 << 30)
+    encoder = StreamEncoder(BR, budget=budget)
+    decoder = Decoder(BR)
     for frame in patch_frames(5):
         assert decoder.feed(encoder.encode(frame)) == frame
     released = encoder.release()
@@ -365,7 +466,12 @@ def test_brotli_and_gzip_release_ends_the_body_and_asks_for_a_reconnect(coding: 
 
 @pytest.mark.parametrize("coding", [BR, GZIP])
 def test_a_body_that_never_carried_an_event_still_ends_validly(coding: str) -> None:
-    for end in (lambda e: e.finish(), lambda e: e.release().data):
+    ends = [lambda e: e.finish()]
+    if coding == BR:
+        ends.append(lambda e: e.release().data)
+    else:
+        ends.append(lambda e: e.release().data + e.finish())
+    for end in ends:
         decoder = Decoder(coding)
         assert decoder.feed(end(StreamEncoder(coding))) == b""
         assert decoder.is_finished
@@ -608,3 +714,31 @@ def test_keepalive_on_an_active_encoder_does_not_count_as_use(coding: str) -> No
     assert decoder.feed(first.encode_keepalive(b": ka\n\n")) == b": ka\n\n"
     budget.limit = budget.low_water = 1
     assert budget.victims()[0] is first  # still the least recently used
+
+
+def test_freed_memory_is_trimmed_only_after_drops_and_not_too_often() -> None:
+    freed = FreedMemory(min_interval=5.0)
+    assert freed.is_active  # Linux with glibc, as in CI and production
+    assert freed.fix_mmap_threshold()
+    assert not freed.trim(0, now=100.0)  # nothing dropped yet
+    assert freed.trim(3, now=100.0)
+    assert not freed.trim(3, now=200.0)  # nothing new
+    assert not freed.trim(4, now=104.0)  # too soon
+    assert freed.trim(4, now=105.0)
+    assert freed.trims == 2
+    off = FreedMemory(enabled=False)
+    assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
+
+
+def test_the_budget_counts_every_dropped_encoder() -> None:
+    budget = EncoderBudget(1 << 30)
+    encoders = [StreamEncoder(ZSTD, budget=budget) for _ in range(3)]
+    for encoder in encoders:
+        encoder.encode(b"data: x\n\n")
+    encoders[0].release()
+    encoders[1].finish()
+    encoders[2].discard()
+    assert (budget.dropped, budget.releases, budget.count) == (3, 1, 0)
+    compression = Compression(budget=budget)
+    assert compression.return_memory(now=0.0)
+    assert not compression.return_memory(now=10.0)
