@@ -20,6 +20,7 @@ from typing import Any
 
 from bench import actions, calibrate, hammer, pages, storm, tabs
 from bench.client import run as run_loop
+from bench.fanout import wait_quiet
 from bench.profile import start_py_spy, summarise
 from bench.provenance import print_provenance, provenance
 from bench.report import RESULTS, Recorder
@@ -89,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.__doc__.split("\n")[0] if module.__doc__ else name)
         module.add_arguments(p)
+        p.add_argument("--quiet", type=float, default=0.0, metavar="SECONDS", help="first wait up to this long "
+                       "for both cores to be nearly idle (other processes under 5%%; default 0: start at once)")
         if name in NO_SERVER:
             continue
         default_app = getattr(module, "DEFAULT_APP", "examples.counter:app")
@@ -117,6 +120,11 @@ async def _main(args: argparse.Namespace) -> int:
         command = ["taskset", "-c", "1", *server_command(args.app, 0, args.runner, prelude)]
     record = provenance(args.command, settings, command)
     print_provenance(record)
+    if args.quiet:
+        quiet = await wait_quiet(max_wait=args.quiet)
+        record["quiet_wait"] = quiet
+        print(f"# waited {quiet['waited_s']:.1f} s for quiet cores: server core {quiet['server_core_busy']:.0%} busy, "
+              f"others on the client core {quiet['client_core_others']:.0%}", flush=True)
     session = Session(args)
     session.recorder.write(record)
     print(f"# raw results: {session.recorder.path}", flush=True)

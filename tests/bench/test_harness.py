@@ -112,3 +112,13 @@ def test_calibrate_prints_the_brotli_figure() -> None:
     record = next(r for r in records if r["type"] == "calibrate")
     assert len(record["rounds_ms"]) == 2 and record["brotli_ms"] == min(record["rounds_ms"]) > 0
     assert record["input_bytes"] == 102_000 and f"brotli {record['brotli_ms']:.1f} ms" in out
+
+
+def test_pyvia_bench_is_the_harness_of_the_checkout(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYVIA_")}
+    command = [sys.executable, "-m", "pyvia", "bench", "calibrate", "-r", "1", "--count", "2"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "brotli " in done.stdout, done.stdout + done.stderr
+    Path(re.search(r"^# raw results: (\S+)$", done.stdout, re.M).group(1)).unlink()
+    elsewhere = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 2 and "checkout of the pyvia repository" in elsewhere.stderr
