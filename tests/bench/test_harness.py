@@ -35,6 +35,17 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return next(r for r in records if r["type"] == "summary")
 
 
+def test_pages_and_actions_verify_every_response() -> None:
+    code, out, records = bench("pages", "-c", "2", "-d", "0.5", "-r", "1", "--warmup", "0.2", "--no-expiry")
+    assert code == 0, out
+    rep = next(r for r in records if r["type"] == "rep")
+    assert rep["ok"] > 0 and not rep["non2xx"] and not rep["dirty"]
+    code, out, records = bench("actions", "-t", "2", "-c", "2", "-d", "0.5", "-r", "1", "--warmup", "0.2")
+    assert code == 0, out
+    rep = next(r for r in records if r["type"] == "rep")
+    assert rep["ok"] > 0 and rep["mismatches"] == 0 and not rep["dirty"]
+
+
 def test_hammer_counts_every_action_on_the_shared_counter() -> None:
     code, out, records = bench("hammer", "-k", "150", "-c", "10", "-o", "4", "-r", "2", "--warmup", "20")
     assert code == 0, out
