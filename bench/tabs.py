@@ -26,7 +26,11 @@ from bench.server import Server
 from bench.tabs_client import Browser, Tab, TabError
 from bench.window import Window
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["SERVER_ENV", "add_arguments", "main"]
+
+#: As for ``actions``: the phases send actions from one address, which the default per-address
+#: action rate (1,200 a second) would answer with 429s past that rate.
+SERVER_ENV = {"PYVIA_APP__ACTION_RATE": "0"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
