@@ -134,6 +134,9 @@ def draw(figures: Path = FIGURES, out: Path = OUT, fmt: str = "svg") -> list[Pat
                         va="bottom", color="grey", fontsize=8)
         if plot.get("logx"):
             ax.set_xscale("log")
+            ticks = sorted({p["x"] for series in plot["series"] for p in series["points"]})
+            ax.set_xticks(ticks, [f"{t:,g}" for t in ticks])
+            ax.minorticks_off()
         if "ymin" in plot:
             ax.set_ylim(bottom=plot["ymin"])
         ax.set_title(plot["title"], fontsize=11)
