@@ -1,9 +1,10 @@
-"""``python -m bench pages|actions|tabs [options]``: pyvia's benchmark harness.
+"""``python -m bench pages|actions|tabs|hammer|storm|calibrate [options]``: pyvia's benchmark harness.
 
 Each command pins itself to CPU 0, prints the provenance, starts a fresh server on CPU 1 (gated
 on its startup log, its affinity and a real page), warms up, measures, stops the server (SIGTERM,
 SIGKILL after 5 s) and writes raw JSON lines to ``bench/results/<command>-<timestamp>.jsonl``.
-Everything talks to 127.0.0.1 only and is bounded in time and count.
+Everything talks to 127.0.0.1 only and is bounded in time and count. ``calibrate`` starts no
+server: it times Brotli on the server's core, to scale figures between machines.
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import actions, pages, tabs
+from bench import actions, calibrate, hammer, pages, storm, tabs
 from bench.client import run as run_loop
+from bench.fanout import wait_quiet
 from bench.profile import start_py_spy, summarise
 from bench.provenance import print_provenance, provenance
 from bench.report import RESULTS, Recorder
 from bench.server import CLIENT_CPU, Server, server_command, start_server
 
-COMMANDS = {"pages": pages, "actions": actions, "tabs": tabs}
+COMMANDS = {"pages": pages, "actions": actions, "tabs": tabs, "hammer": hammer, "storm": storm,
+            "calibrate": calibrate}
+#: Commands that measure without a server.
+NO_SERVER = {"calibrate"}
 
 
 class Session:
@@ -85,8 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.__doc__.split("\n")[0] if module.__doc__ else name)
         module.add_arguments(p)
-        p.add_argument("--app", default="examples.counter:app", help="MODULE:ATTR of the app to serve (default the "
-                       "counter example)")
+        p.add_argument("--quiet", type=float, default=0.0, metavar="SECONDS", help="first wait up to this long "
+                       "for both cores to be nearly idle (other processes under 5%%; default 0: start at once)")
+        if name in NO_SERVER:
+            continue
+        default_app = getattr(module, "DEFAULT_APP", "examples.counter:app")
+        p.add_argument("--app", default=default_app, help=f"MODULE:ATTR of the app to serve (default {default_app})")
         p.add_argument("--runner", choices=("auto", "cli", "python"), default="auto",
                        help="'pyvia run' (cli), app.run() (python), or cli when it exists (auto)")
         p.add_argument("--profile", action="store_true", help="record the server with py-spy (CPU figures then "
@@ -104,10 +113,18 @@ def _parser() -> argparse.ArgumentParser:
 async def _main(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("command",)}
     settings["server_env"] = getattr(COMMANDS[args.command], "SERVER_ENV", {})
-    prelude = "<gc-stats prelude>\n" if args.gc_stats else ""
-    command = ["taskset", "-c", "1", *server_command(args.app, 0, args.runner, prelude)]
+    if args.command in NO_SERVER:
+        command: list[str] = []
+    else:
+        prelude = "<gc-stats prelude>\n" if args.gc_stats else ""
+        command = ["taskset", "-c", "1", *server_command(args.app, 0, args.runner, prelude)]
     record = provenance(args.command, settings, command)
     print_provenance(record)
+    if args.quiet:
+        quiet = await wait_quiet(max_wait=args.quiet)
+        record["quiet_wait"] = quiet
+        print(f"# waited {quiet['waited_s']:.1f} s for quiet cores: server core {quiet['server_core_busy']:.0%} busy, "
+              f"others on the client core {quiet['client_core_others']:.0%}", flush=True)
     session = Session(args)
     session.recorder.write(record)
     print(f"# raw results: {session.recorder.path}", flush=True)
@@ -115,7 +132,7 @@ async def _main(args: argparse.Namespace) -> int:
     for path in session.profiles:
         if path.exists():
             print(summarise(path))
-    return 1 if summary.get("dirty_reps") or summary.get("failed") else 0
+    return 1 if summary.get("dirty_reps") or summary.get("failed") or summary.get("dirty") else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,12 +138,15 @@ def check_tabs(tabs: list[TabStream], hub: Hub, value: int | None) -> dict[str, 
 
 
 async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start: int, actions: int,
-                conns: int, control: Control, timeout: float = 15.0) -> dict[str, Any]:
-    """``actions`` action POSTs over ``conns`` connections, closed loop; until every tab has the result."""
+                conns: int, control: Control | None, timeout: float = 15.0, action: str = "bump") -> dict[str, Any]:
+    """``actions`` action POSTs over ``conns`` connections, closed loop; until every tab has the result.
+
+    Without ``control`` (an app without the bench app's ``/stats`` route) the flush log is left out.
+    """
     users = browsers[:conns]
     shares = [actions // len(users) + (1 if i < actions % len(users) else 0) for i in range(len(users))]
     target = start + actions
-    stats0 = await control.call("GET", "/stats")
+    stats0 = await control.call("GET", "/stats") if control is not None else None
     done = hub.arm(target, len(tabs))
     non2xx: Counter[int] = Counter()
     answered: list[float] = []
@@ -151,7 +154,7 @@ async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start:
     async def worker(browser: Browser, share: int) -> None:
         ids = browser.ctx_ids
         for i in range(share):
-            response = await browser.conn.request(browser.action_request("bump", ids[i % len(ids)]), 10.0)
+            response = await browser.conn.request(browser.action_request(action, ids[i % len(ids)]), 10.0)
             if response.status != 200:
                 non2xx[response.status] += 1
             answered.append(response.done)
@@ -163,14 +166,17 @@ async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start:
     except TimeoutError:
         raise TimeoutError(f"{len(tabs) - len(hub.times)} tabs never saw n={target}") from None
     times = sorted(hub.times)
-    stats1 = await control.call("GET", f"/stats?since={t0 - 0.001}")
-    flushes = [((a - t0) * 1e3, (b - t0) * 1e3, n) for a, b, _, n in stats1["flush_log"]]
-    return {"t0": t0, "ms_to_last_tab": (times[-1] - t0) * 1e3, "flush_timeline_ms": flushes,
-            "ms_to_first_tab": (times[0] - t0) * 1e3,
-            "ms_to_median_tab": (statistics.median(times) - t0) * 1e3,
-            "ms_last_action_answered": (max(answered) - t0) * 1e3, "actions": actions, "non2xx": dict(non2xx),
-            "flushes": stats1["flushes"] - stats0["flushes"],
-            "tab_frames": stats1["tab_frames"] - stats0["tab_frames"], "final": target}
+    result = {"t0": t0, "ms_to_last_tab": (times[-1] - t0) * 1e3, "flush_timeline_ms": [],
+              "ms_to_first_tab": (times[0] - t0) * 1e3,
+              "ms_to_median_tab": (statistics.median(times) - t0) * 1e3,
+              "ms_last_action_answered": (max(answered) - t0) * 1e3, "actions": actions, "non2xx": dict(non2xx),
+              "flushes": None, "tab_frames": None, "final": target}
+    if control is not None and stats0 is not None:
+        stats1 = await control.call("GET", f"/stats?since={t0 - 0.001}")
+        result["flush_timeline_ms"] = [((a - t0) * 1e3, (b - t0) * 1e3, n) for a, b, _, n in stats1["flush_log"]]
+        result["flushes"] = stats1["flushes"] - stats0["flushes"]
+        result["tab_frames"] = stats1["tab_frames"] - stats0["tab_frames"]
+    return result
 
 
 async def idle_rate(server: Server, seconds: float = 2.0) -> float:

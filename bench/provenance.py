@@ -22,7 +22,7 @@ from bench.server import REPO
 
 __all__ = ["cpu_model", "provenance"]
 
-_PACKAGES = ("pyvia", "uvloop", "httptools", "orjson", "Jinja2", "MarkupSafe")
+_PACKAGES = ("pyvia", "uvloop", "httptools", "orjson", "Jinja2", "MarkupSafe", "brotli", "zstandard")
 
 
 def _git(*args: str) -> str:
@@ -67,6 +67,14 @@ def _versions() -> dict[str, str]:
     return found
 
 
+def cpu_quota() -> str:
+    """The cgroup's CPU quota (``cpu.max``: "max 100000" is none), as ephpm-lessons §6.3 A asks."""
+    try:
+        return Path("/sys/fs/cgroup/cpu.max").read_text().strip()
+    except OSError:
+        return "none (no cgroup v2 cpu.max)"
+
+
 def _mem_total_mb() -> int:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -92,6 +100,7 @@ def provenance(command: str, settings: dict[str, Any], server_command: list[str]
         "packages": _versions(),
         "cpu": cpu_model(),
         "nproc": os.cpu_count(),
+        "cpu_quota": cpu_quota(),
         "mem_total_mb": _mem_total_mb(),
         "kernel": platform.release(),
         "loadavg_at_start": open("/proc/loadavg").read().split()[:3],
@@ -119,7 +128,8 @@ def print_provenance(record: dict[str, Any]) -> None:
         print(f"#   pyvia served from {record['pyvia_src']['path']} (code sha256 "
               f"{record['pyvia_src']['code_sha256_16']}), not from this checkout")
     print(f"#   {record['python']}; {packages}")
-    print(f"#   CPU {record['cpu']}; nproc {record['nproc']}; {record['mem_total_mb']} MB; kernel {record['kernel']}")
+    print(f"#   CPU {record['cpu']}; nproc {record['nproc']}, cgroup cpu.max {record.get('cpu_quota', '?')}; "
+          f"{record['mem_total_mb']} MB; kernel {record['kernel']}")
     print(f"#   load average {' '.join(record['loadavg_at_start'])}; ulimit -n {record['ulimit_nofile']}; "
           f"server {record['server_cpu']}, client on CPU {record['client_cpu']}")
     print(f"#   server: {' '.join(record['server_command'])[:160]}")

@@ -16,6 +16,7 @@ from bench.client import Connection, Response, Stream, boot_signals, build_reque
 __all__ = ["SESSION_COOKIE", "Browser", "Tab", "TabError"]
 
 SESSION_COOKIE = "via_session_id"
+_BACKLOG = 8  # events a stream may send before its connect event
 _STREAM_HEADERS = [("Accept", "text/event-stream, text/html, application/json"), ("Datastar-Request", "true")]
 
 
@@ -76,11 +77,19 @@ class Browser:
             conn.close()
             raise TabError(f"stream answered {opened.status} {opened.body[:120]!r}")
         tab = Tab(ctx_id, signals, opened)
-        _, first = await opened.next_event(timeout)
-        if event_signals(first) != {"_disconnected": False}:
-            opened.close()
-            raise TabError(f"unexpected first event {first[:120]!r}")
-        return tab
+        # What the tab missed between its page view and now (a view rendered for a broadcast, shared
+        # signals) is written just before the connect event, so a few other events may come first.
+        for _ in range(_BACKLOG):
+            _, event = await opened.next_event(timeout)
+            patch = event_signals(event)
+            if patch == {"_disconnected": False}:
+                return tab
+            if patch is not None:
+                signals.update(patch)
+            elif not event.startswith(b"event: datastar-patch-elements\n"):
+                break
+        opened.close()
+        raise TabError(f"no connect event after the backlog; last event {event[:120]!r}")
 
 
 class Tab:

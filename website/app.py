@@ -27,6 +27,7 @@ from website.api import render_reference
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 EXAMPLES = ROOT / "examples"
+PLOTS = ROOT / "website" / "static" / "perf"  # the performance plots, drawn by bench/plots.py
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ _STYLE = """<style>
   .example { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 1rem; }
   .example iframe { width: 100%; height: 80vh; border: 1px solid #ddd; border-radius: 6px; }
   .example pre { height: 80vh; margin: 0; }
+  article img { max-width: 100%; height: auto; }
   @media (max-width: 900px) { .example { grid-template-columns: 1fr; } }
 </style>"""
 
@@ -134,11 +136,17 @@ def _layout(body: str, *, wide: bool = False) -> str:
 
 
 _LINK = re.compile(r'href="(?!https?:|#|/)([\w-]+)\.md(#[^"]*)?"')
+_IMAGE = re.compile(r'src="\.\./website/static/')
 
 
 def render_markdown(text: str) -> str:
-    """Markdown to HTML, with links between the guides pointing at their site pages."""
+    """Markdown to HTML, with links between the guides pointing at their site pages.
+
+    Images under ``website/static`` are linked relative to ``docs/`` (so the Markdown shows them in
+    the repository too) and served from the site's root.
+    """
     rendered = _markdown.render(text)
+    rendered = _IMAGE.sub('src="/', rendered)
     return _LINK.sub(lambda m: f'href="/docs/{m.group(1)}{m.group(2) or ""}"', rendered)
 
 
@@ -202,6 +210,15 @@ def example(request: Request, name: str) -> Response:
 <div class="example"><div class="source">{code}</div>
 <iframe id="live" src="/examples/{name}/" title="{html.escape(entry.title)}"></iframe></div>"""
     return Response.html(_document(f"{entry.title} · pyvia", _layout(body, wide=True)))
+
+
+@app.route("GET", "/perf/{name}")
+def plot(request: Request, name: str) -> Response:
+    """A performance plot of the performance guide (``python -m bench.plots`` draws them)."""
+    path = PLOTS / name
+    if not re.fullmatch(r"[\w-]+\.svg", name) or not path.is_file():
+        return _not_found_page(request)
+    return Response(200, [("content-type", "image/svg+xml"), ("cache-control", "no-cache")], path.read_bytes())
 
 
 def _document(title: str, body: str) -> str:

@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
                                              "with each value's source, secrets redacted.")
     config.add_argument("--file", metavar="FILE", help="the configuration file (default: ./pyvia.toml if present)")
+    commands.add_parser("bench", help="the benchmark harness, from a checkout of the repository: pyvia bench "
+                        "pages|actions|tabs|hammer|storm|calibrate (the same as python -m bench)", add_help=False)
     return parser
 
 
@@ -94,12 +96,27 @@ def main(argv: list[str] | None = None) -> None:
     Always ends with SystemExit carrying the exit status (0 after a clean stop, 1 when the
     server cannot start, 2 for a usage error, 130 for Ctrl-C during start), as argparse does.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # every further argument is the harness's own
+        raise SystemExit(_bench(argv[1:]))
     args = _parser().parse_args(argv)
     if args.command == "config":
         from pyvia.ops.settings import config_command
 
         raise SystemExit(config_command(args.file))
     raise SystemExit(_run(args))
+
+
+def _bench(argv: list[str]) -> int:
+    """``python -m bench ARGV`` of the repository in the working directory (bench/ is not installed)."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
+    except ImportError:
+        print("pyvia bench: run it in a checkout of the pyvia repository (the harness is its bench/ folder)",
+              file=sys.stderr)
+        return 2
+    return int(bench_main(argv))
 
 
 def _apply_settings(args: argparse.Namespace) -> Any:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
+from bench.plots import FIGURES
 from website.app import EXAMPLE_APPS, SHOWN, app, render_markdown
 
 from pyvia.testing import TestClient
@@ -68,3 +70,20 @@ def test_api_reference_is_generated_from_docstrings(client: TestClient) -> None:
         assert f"id='{name}'" in page
     assert "broadcast" in page and "Mark a scope" in page  # App.broadcast's docstring
     assert pyvia.Context.signal.__doc__.split("\n")[0][:40] in page.replace("&#x27;", "'")
+
+
+def test_performance_page_shows_every_plot(client: TestClient) -> None:
+    page = client.get("/docs/performance").body.decode()
+    plots = orjson.loads(FIGURES.read_bytes())["plots"]
+    assert plots
+    for plot in plots:
+        assert f'<img src="/perf/{plot["id"]}.svg"' in page
+        svg = client.get(f"/perf/{plot['id']}.svg")
+        assert svg.status == 200 and dict(svg.headers)["content-type"].startswith("image/svg+xml")
+        assert svg.body.lstrip().startswith(b"<?xml") and b"<svg" in svg.body
+
+
+def test_only_plots_are_served_under_perf(client: TestClient) -> None:
+    assert client.get("/perf/nope.svg").status == 404
+    assert client.get("/perf/..%2f..%2fapp.py").status == 404
+    assert client.get("/perf/storm.png").status == 404
