@@ -29,5 +29,10 @@ class ServedApp(Protocol):
         ...
 
     async def shutdown(self, budget: float) -> None:
-        """Called once on stop: end the streams (asking browsers to reconnect) within ``budget`` s."""
+        """Called once on stop: end the streams (asking browsers to reconnect) within ``budget`` s.
+
+        A worker's stop (:class:`pyvia.server.runner.StopPlan`) also passes ``spread`` (seconds over
+        which to end the streams) and ``saved`` (to call once what the app persists is saved), as
+        keywords; ``pyvia.App`` takes both.
+        """
         ...
