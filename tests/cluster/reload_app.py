@@ -1,13 +1,15 @@
 """The app the reload tests run and edit: ``VERSION`` is the line a test rewrites before a reload.
 
 ``/`` is a page with a tab signal ``count`` and a global ``total``, both raised by the action
-``inc``; ``/version`` answers the version and the worker's pid; ``/boom`` is a page whose handler
-fails. ``RELOAD_TEST_STATE`` names the ``persist_path``.
+``inc`` (button ``#inc``), and an action ``fail`` that raises (button ``#fail``); ``/version``
+answers the version and the worker's pid; ``/boom`` is a page whose handler fails.
+``RELOAD_TEST_STATE`` names the ``persist_path``.
 """
 
 from __future__ import annotations
 
 import os
+from html import escape
 
 from pyvia import App, Context, Request, Response
 
@@ -26,7 +28,13 @@ def page(c: Context) -> None:
         count.value += 1
         total.increment()
 
-    c.view(lambda: f"<main id='m'>{VERSION} count={count.value} total={total.value}</main>")
+    @c.action
+    def fail() -> None:
+        raise ValueError(f"the action failed in {VERSION}")
+
+    c.view(lambda: f"<main id='m'><p id='text'>{VERSION} count={count.value} total={total.value}</p>"
+                   f"<button id='inc' data-on:click=\"{escape(str(inc))}\">+</button>"
+                   f"<button id='fail' data-on:click=\"{escape(str(fail))}\">!</button></main>")
 
 
 @app.page("/boom")
