@@ -220,7 +220,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
     if args.dev and importlib.util.find_spec("watchfiles") is None:
-        print("pyvia run: error: --dev watches files with watchfiles: pip install 'pyvia[dev]'", file=sys.stderr)
+        print("pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
+              file=sys.stderr)
         return 2
     if args.reload_spread < 0:
         print("pyvia run: error: --reload-spread must be 0 or more seconds", file=sys.stderr)
