@@ -194,7 +194,7 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Even
     """SIGTERM and SIGINT set ``stop``; only possible in the main thread (tests run elsewhere)."""
     if threading.current_thread() is not threading.main_thread():
         return []
-    installed = []
+    installed: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
