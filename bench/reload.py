@@ -1,6 +1,7 @@
 """``python -m bench.reload``: what a deploy (``pyvia reload``) does to action latency, with tabs open.
 
-A fresh ``pyvia run examples.counter:app`` (one worker, pinned to CPU 1 by :mod:`bench.server`);
+A fresh ``pyvia run examples.counter:app --reload-spread S`` (one worker, pinned to CPU 1 and
+gated as :mod:`bench.server` does);
 the client, on CPU 0, opens N tabs (page view, then a stream, identity coding) and keeps them the
 way Datastar does: when a stream ends, the tab reopens it after a random 0-1 s (the page's
 one-second interval) with the signals it holds, and checks that the server revived it (the new
@@ -33,8 +34,9 @@ from html import unescape
 from typing import Any
 from urllib.parse import quote
 
+from bench.provenance import provenance
 from bench.report import Recorder
-from bench.server import CLIENT_CPU, REPO, Server, start_server
+from bench.server import CLIENT_CPU, REPO, SERVER_CPU, Server, _wait_ready, free_port, server_command, server_env
 
 SEED = re.compile(rb'data-signals="([^"]*)"')
 
@@ -193,14 +195,37 @@ async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     }
 
 
+async def _start(spread: float) -> Server:
+    """:func:`bench.server.start_server`'s fresh, pinned and gated server, with ``--reload-spread``."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    port = free_port()
+    command = [*server_command("examples.counter:app", port, "cli", as_module=True), "--reload-spread", str(spread)]
+    fd, name = tempfile.mkstemp(prefix="pyvia-bench-", suffix=".log")
+    with os.fdopen(fd, "wb") as log:
+        process = subprocess.Popen(["taskset", "-c", SERVER_CPU, *command], cwd=REPO,
+                                   env=server_env(None, str(REPO / "src")), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT)
+    server = Server(process, port, command, Path(name))
+    try:
+        await _wait_ready(server, 20.0)
+    except BaseException:
+        await server.stop()
+        raise
+    return server
+
+
 async def _main(args: argparse.Namespace) -> None:
     os.sched_setaffinity(0, {CLIENT_CPU})
     recorder = Recorder("reload")
     print(f"load average: {os.getloadavg()}", flush=True)
     results = []
     for rep in range(args.repeat):
-        server = await start_server("examples.counter:app", "cli", env={"PYVIA_LOG__LEVEL": "INFO"},
-                                    pyvia_src=str(REPO / "src"))
+        server = await _start(args.spread)
+        if rep == 0:
+            recorder.write({"type": "provenance", **provenance("reload", vars(args), server.command)})
         try:
             result = await _one_rep(args, server)
         finally:
@@ -229,6 +254,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="actions a second, open loop (default 200)")
     parser.add_argument("--steady", type=float, default=5.0, help="seconds before and after the reload (default 5)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions, a fresh server each (default 3)")
+    parser.add_argument("--spread", type=float, default=2.0, help="the server's --reload-spread (default 2)")
     asyncio.run(_main(parser.parse_args()))
 
 
