@@ -564,8 +564,16 @@ class Supervisor:
         self._terminate(old, now + budget, signal.SIGUSR1)
 
     def _step_reload(self, now: float) -> None:
+        """Advance the reload as far as it can go now (several steps at once: the loop may not
+        wake again for a second)."""
+        for _ in range(8):
+            if not self._reload_step(now):
+                return
+
+    def _reload_step(self, now: float) -> bool:
+        """One transition of the reload; True when something changed."""
         if self._reload is None:
-            return
+            return False
         new, old = self._reload_new, self._reload_old
         if new is None and old is None:
             if not self._reload:
@@ -574,31 +582,35 @@ class Supervisor:
                 if self._reload_again:
                     self._reload_again = False
                     self._begin_reload()
-                return
+                return True
             slot = self._reload.pop(0)
             self._restart_at.pop(slot, None)
             self._reload_old = old = next((w for w in self.workers if w.slot == slot and not w.retiring), None)
             self._reload_new = self._spawn(slot, held=self._handoff and old is not None)
             self._reload_deadline = now + self.config.ready_timeout
-            return
+            return True
         if new is not None:
             if new.ready:
                 self._reload_new = None
                 if old is not None and not old.retiring:
                     self._retire(old, now)
-                return
+                return True
             if new not in self.workers or now >= self._reload_deadline:
                 self._reload_failed(new, old, now)
-                return
+                return True
             if new.go_fd is not None and new.loaded:  # held: the old one saves, then the new one goes
                 if old is None or old not in self.workers or old.saved:
                     new.release()
                     self._reload_deadline = now + self.config.ready_timeout
-                elif not old.retiring:
+                    return True
+                if not old.retiring:
                     self._retire(old, now)
-            return
+                    return True
+            return False
         if old is not None and old not in self.workers:
             self._reload_old = None  # retired; next slot
+            return True
+        return False
 
     def _reload_failed(self, new: _Worker, old: _Worker | None, now: float) -> None:
         log.error("reload stopped: the new worker %d (pid %d) did not become ready; the others keep "
