@@ -14,6 +14,11 @@ request written to the answer's last byte, is recorded with the phase it started
   worker imported, the old one retired, its streams ended over ``--reload-spread``);
 * ``after``: ``--steady`` seconds more.
 
+Since the tabs of a reload without spread reconnect after it is done (within their one-second
+interval), the phases are also cut another way: ``window`` holds every action started in the
+``--window`` seconds (default 4) from the SIGHUP, whatever the reload's length, which is the
+figure to compare between ``--spread`` values.
+
 An action refused, or cut before any byte of its answer, is a failure (the client does not
 retry). Per repetition (a fresh server each): per phase the count, median, p99 and max
 latency and the failures; the reload's duration; the tabs revived and any that were not.
@@ -144,6 +149,9 @@ async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     failures: dict[str, list[str]] = {"before": [], "during": [], "after": []}
     pending: set[asyncio.Task[None]] = set()
 
+    window: list[float] = []
+    sighup = float("inf")
+
     async def act(tab: BenchTab, started_in: str) -> None:
         started = time.perf_counter()
         try:
@@ -155,6 +163,8 @@ async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
             failures[started_in].append(str(status))
         else:
             latencies[started_in].append(time.perf_counter() - started)
+            if sighup <= started < sighup + args.window:
+                window.append(time.perf_counter() - started)
 
     stop = asyncio.Event()
 
@@ -189,6 +199,7 @@ async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     return {
         "reload_s": reload_seconds,
         "phases": {name: {**_summary(values), "failures": len(failures[name])} for name, values in latencies.items()},
+        "window": _summary(window),
         "failure_kinds": {name: sorted(set(kinds)) for name, kinds in failures.items() if kinds},
         "tabs": len(tabs), "reopened": sum(t.reopened for t in tabs), "revived": sum(t.revived for t in tabs),
         "tab_problems": sorted({p for t in tabs for p in t.problems}),
@@ -242,6 +253,12 @@ async def _main(args: argparse.Namespace) -> None:
         print(f"{name:>6}: median {statistics.median(medians):.2f} ms (reps {', '.join(f'{m:.2f}' for m in medians)}), "
               f"p99 {statistics.median(p99s):.2f} ms (reps {', '.join(f'{m:.2f}' for m in p99s)}), "
               f"max {', '.join(f'{m:.1f}' for m in maxes)} ms, failures {fails}")
+    medians = [r["window"].get("median_ms", float("nan")) for r in results]
+    p99s = [r["window"].get("p99_ms", float("nan")) for r in results]
+    maxes = [r["window"].get("max_ms", float("nan")) for r in results]
+    print(f"window ({args.window:g} s from the SIGHUP): median {statistics.median(medians):.2f} ms "
+          f"(reps {', '.join(f'{m:.2f}' for m in medians)}), p99 {statistics.median(p99s):.2f} ms "
+          f"(reps {', '.join(f'{m:.2f}' for m in p99s)}), max {', '.join(f'{m:.1f}' for m in maxes)} ms")
     durations = ", ".join(f"{r['reload_s']:.2f}" for r in results)
     reopened = [(r["reopened"], r["revived"]) for r in results]
     print(f"reload: {durations} s; streams reopened / with a full render, per rep: {reopened} of {args.tabs} tabs")
@@ -255,6 +272,7 @@ def main() -> None:
     parser.add_argument("--steady", type=float, default=5.0, help="seconds before and after the reload (default 5)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions, a fresh server each (default 3)")
     parser.add_argument("--spread", type=float, default=2.0, help="the server's --reload-spread (default 2)")
+    parser.add_argument("--window", type=float, default=4.0, help="seconds from the SIGHUP in 'window' (default 4)")
     asyncio.run(_main(parser.parse_args()))
 
 
