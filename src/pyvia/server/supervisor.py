@@ -50,7 +50,9 @@ A worker that dies is logged (exit code or signal) and restarted after 0.5 s, do
 while it keeps dying young. When a worker has failed 3 times in a row before
 accepting connections and no worker is serving, the supervisor stops with status 1: the app
 cannot start, and a restart loop would only hide that. (While other workers serve, it keeps
-restarting the failing one with the backoff.)
+restarting the failing one with the backoff.) A worker whose app refuses its configuration at
+start (a ``ConfigError``, such as a ``[db]`` url that cannot be opened) prints one line and
+exits with status 2; with no worker serving, the supervisor stops at once, with status 2.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ _RESTART_FIRST = 0.5
 _RESTART_CAP = 10.0
 _YOUNG = 10.0  # a worker that dies sooner than this after start backs off further
 _GIVE_UP = 3  # failures in a row before accepting connections, with no worker serving
+#: A worker's exit status for a configuration its app refused at start (printed in one line).
+CONFIG_REFUSED = 2
 
 
 # --- how many workers --------------------------------------------------------------------------------
@@ -417,6 +421,11 @@ class Supervisor:
         if worker is self._reload_new:
             return  # the reload step sees it and gives up
         lived = time.monotonic() - worker.started
+        if not worker.ready and code == CONFIG_REFUSED and not any(w.ready for w in self.workers):
+            log.error("worker %d refused the configuration (the line above); stopping", slot)
+            self.exit_status = CONFIG_REFUSED
+            self._begin_stop()
+            return
         if not worker.ready:
             self._failures[slot] = self._failures.get(slot, 0) + 1
             if self._failures[slot] >= _GIVE_UP and not any(w.ready for w in self.workers):
@@ -704,13 +713,17 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     import uvloop
 
+    from pyvia.errors import ConfigError
     from pyvia.ops.settings import load_settings
     from pyvia.server.options import limits_for
     from pyvia.server.runner import StopPlan, serve
 
-    app = _load(args.app, args.dev)
-    proxies = getattr(getattr(app, "config", None), "trusted_proxies", ())  # a BrokenApp has none
-    limits = limits_for(load_settings(command_line=args.settings), trusted_proxies=proxies)
+    try:
+        app = _load(args.app, args.dev)
+        proxies = getattr(getattr(app, "config", None), "trusted_proxies", ())  # a BrokenApp has none
+        limits = limits_for(load_settings(command_line=args.settings), trusted_proxies=proxies)
+    except ConfigError as exc:
+        return _refused(exc)
     sock = socket.socket(fileno=listen_fd)
     sock.setblocking(False)
     _report(ready_fd, b"L")
@@ -746,12 +759,21 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     try:
         uvloop.run(main())
+    except ConfigError as exc:  # refused at start, such as a [db] url whose SQLite file cannot be opened
+        return _refused(exc)
     except OSError as exc:
         if exc.errno == errno.EBADF:
             print(f"pyvia worker: the inherited socket (fd {listen_fd}) is not open", file=sys.stderr)
             return 1
         raise
     return 0
+
+
+def _refused(exc: Exception) -> int:
+    """A configuration the app refuses: one line, and the status that tells the supervisor that
+    starting again will not help."""
+    print(f"pyvia run: error: {exc}", file=sys.stderr)
+    return CONFIG_REFUSED
 
 
 def read_pid_file(path: str) -> int:
