@@ -33,6 +33,7 @@ from pyvia.config import Config
 from pyvia.context import Context, call_hook
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DEVTOOLS_PATH, DevLog
+from pyvia.devtools import error_events as dev_error_events
 from pyvia.devtools import error_page as dev_error_page
 from pyvia.devtools import panel as devtools_panel
 from pyvia.devtools import server_page as devtools_page
@@ -580,8 +581,14 @@ class App:
             except Exception as exc:
                 self._report(exc, None, "start")
 
-    async def shutdown(self, budget: float = 1.5) -> None:
-        """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers."""
+    async def shutdown(self, budget: float = 1.5, *, spread: float = 0.0,
+                       saved: Callable[[], object] | None = None) -> None:
+        """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers.
+
+        ``saved`` is called once the shared state is persisted and the stop hooks ran, before the
+        streams end; ``spread`` ends them over that many seconds, in random order, so the tabs of a
+        replaced worker reconnect staggered rather than all in the same second.
+        """
         self.draining = True
         self.metrics.stop_monitors()
         for _, mounted in self._mounts:
@@ -604,9 +611,9 @@ class App:
             except Exception as exc:
                 self._report(exc, None, "stop")
         await self.db.close()  # after the stop hooks, which may still write
-        for ctx in list(self._connected.values()):
-            ctx.stream.close()
-            self._disconnected(ctx)
+        if saved is not None:
+            saved()
+        await self._end_streams(spread)
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
@@ -621,6 +628,26 @@ class App:
             self._executor = None
         self.static = None
         self._bundle_asset = None
+
+    async def _end_streams(self, spread: float) -> None:
+        import asyncio
+        import random
+
+        tabs = list(self._connected.values())
+        if spread > 0 and len(tabs) > 1:
+            random.shuffle(tabs)
+            steps = max(1, min(len(tabs), int(spread / 0.05)))  # a batch every 50 ms at most
+            per_step = -(-len(tabs) // steps)
+            for start in range(0, len(tabs), per_step):
+                if start:
+                    await asyncio.sleep(spread / steps)
+                for ctx in tabs[start:start + per_step]:
+                    if self._connected.get(ctx.id) is ctx:  # not gone on its own meanwhile
+                        ctx.stream.close()
+                        self._disconnected(ctx)
+        for ctx in list(self._connected.values()):
+            ctx.stream.close()
+            self._disconnected(ctx)
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.
@@ -706,6 +733,8 @@ class App:
         self._report(exc, _context_of(request, self), phase)  # logs, counts, tells on_error; may re-raise
         if self.config.dev and request.kind in ("page", "route"):
             return dev_error_page(exc, request.kind)
+        if self.config.dev and request.kind in ("action", "stream"):
+            return dev_error_events(exc, request.kind)  # an overlay on the tab
         if request.kind == "action":
             return Response.text("Action failed", 500)
         if request.kind == "page" and self._error_page is not None:

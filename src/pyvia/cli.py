@@ -1,21 +1,25 @@
 """The ``pyvia`` command: ``pyvia run MODULE:ATTR [--host H] [--port P] [--cert F --key F]``,
-``pyvia config [--file pyvia.toml]``.
+``pyvia reload``, ``pyvia config [--file pyvia.toml]``.
 
 A wrong ``MODULE:ATTR`` gets one line saying what is wrong, without a traceback; an error raised
 by the user's own module while it is imported keeps its traceback, since that is where the fix is.
 
-``pyvia run APP --workers N|auto [--engine URL]``: with one worker (the default) the app runs in
-this process; with more, a supervisor (:mod:`pyvia.server.supervisor`) binds the socket and starts
-the workers, which share state and broadcasts through ``--engine`` (``nats://…``, ``redis://…``)
-or through a ``nats-server`` the supervisor starts when none is given.
+``pyvia run APP [--workers N|auto] [--engine URL]``: a supervisor (:mod:`pyvia.server.supervisor`)
+binds the socket and starts the workers (one by default), which serve; with several they share
+state and broadcasts through ``--engine`` (``nats://…``, ``redis://…``) or through a
+``nats-server`` the supervisor starts when none is given. ``pyvia reload`` (or SIGHUP to the
+supervisor) replaces the workers one by one with new ones running the code on disk;
+``pyvia run --dev`` does so on each change of the app's files.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -62,8 +66,12 @@ def load_app(spec: str) -> Any:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyvia", description="Real-time, server-rendered web apps.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="serve an app on the native server",
-                              description="Serve an app on the native server until SIGTERM or Ctrl-C.")
+    run = commands.add_parser(
+        "run", help="serve an app on the native server",
+        description="Serve an app on the native server until SIGTERM or Ctrl-C. A supervisor process holds "
+                    "the socket and runs the workers; SIGHUP to it, or pyvia reload, is a deploy: new workers "
+                    "start with the code on disk, and once each is ready the old one stops gracefully while "
+                    "its tabs reconnect to the new code and revive with their signals.")
     run.add_argument("app", metavar="MODULE:ATTR", help="where the App is, such as myapp:app")
     run.add_argument("--host", default=None,
                      help="address to listen on (default: [server] host in pyvia.toml, else 127.0.0.1)")
@@ -81,6 +89,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                      help="a [server] or [log] setting over pyvia.toml and PYVIA_* (repeatable), such as "
                           "--set max_streams_per_ip=64 or --set allowed_hosts='[\"example.com\"]'")
+    run.add_argument("--reload-spread", type=float, default=2.0, metavar="SECONDS",
+                     help="in a reload, an old worker ends its streams over this many seconds in random order, "
+                          "so its tabs reconnect staggered rather than all at once (default: 2)")
+    run.add_argument("--pid-file", default=None, metavar="FILE",
+                     help="write the supervisor's process id here, for pyvia reload "
+                          "(default: [server] pid_file in pyvia.toml, else none)")
+    run.add_argument("--dev", action="store_true",
+                     help="development: reload on each change of the app's files (watchfiles), App(dev=True) "
+                          "by default, errors shown in the page. Never in production")
+    reload = commands.add_parser(
+        "reload", help="deploy: replace the workers of a running pyvia run with the code on disk",
+        description="Send SIGHUP to the supervisor of a running pyvia run: worker by worker, a new one "
+                    "starts, and once it is ready the old one stops gracefully; its tabs reconnect "
+                    "staggered and revive on the new code. The supervisor logs 'reload done'.")
+    target = reload.add_mutually_exclusive_group()
+    target.add_argument("--pid-file", metavar="FILE",
+                        help="the file pyvia run --pid-file wrote (default: [server] pid_file in pyvia.toml)")
+    target.add_argument("--pid", type=int, metavar="PID", help="the supervisor's process id")
     config = commands.add_parser("config", help="print the effective configuration and where each value comes from",
                                  description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
                                              "with each value's source, secrets redacted.")
@@ -104,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         from pyvia.ops.settings import config_command
 
         raise SystemExit(config_command(args.file))
+    if args.command == "reload":
+        raise SystemExit(_reload(args))
     raise SystemExit(_run(args))
 
 
@@ -117,6 +145,54 @@ def _bench(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     return int(bench_main(argv))
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """``pyvia reload``: SIGHUP to the supervisor named by ``--pid`` or by the pid file."""
+    from pyvia.server.supervisor import read_pid_file
+
+    pid = args.pid
+    if pid is None:
+        path = args.pid_file
+        if path is None:
+            from pyvia.ops.settings import load_settings
+
+            try:
+                path = load_settings()["server.pid_file"]
+            except ConfigError as exc:
+                print(f"pyvia reload: error: {exc}", file=sys.stderr)
+                return 2
+        if path is None:
+            print("pyvia reload: error: which server? give --pid-file FILE (the one pyvia run --pid-file "
+                  "wrote), --pid PID, or [server] pid_file in pyvia.toml", file=sys.stderr)
+            return 2
+        try:
+            pid = read_pid_file(path)
+        except (OSError, ValueError) as exc:
+            print(f"pyvia reload: error: cannot read the pid file {path}: {exc}", file=sys.stderr)
+            return 1
+    if not _is_pyvia(pid):
+        print(f"pyvia reload: error: process {pid} is not a running pyvia (a stale pid file?)", file=sys.stderr)
+        return 1
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as exc:
+        print(f"pyvia reload: error: cannot signal process {pid}: {exc}", file=sys.stderr)
+        return 1
+    print(f"pyvia reload: sent SIGHUP to the supervisor (pid {pid}); it logs 'reload done' when done")
+    return 0
+
+
+def _is_pyvia(pid: int) -> bool:
+    """Whether ``pid`` runs pyvia, from its command line (a pid file can outlive its process)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            command = file.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: trust the pid
+        return True
+    return b"pyvia" in command
 
 
 def _apply_settings(args: argparse.Namespace) -> Any:
@@ -134,6 +210,8 @@ def _apply_settings(args: argparse.Namespace) -> Any:
         args.certfile, args.keyfile = server["certfile"], server["keyfile"]
     if args.workers is None:
         args.workers = str(settings["server.workers"] or 1)
+    if args.pid_file is None:
+        args.pid_file = settings["server.pid_file"]
     configure_logging(**settings.log_options())
     return settings
 
@@ -158,36 +236,27 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
+    if args.dev and importlib.util.find_spec("watchfiles") is None:
+        print("pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
+              file=sys.stderr)
+        return 2
+    if args.reload_spread < 0:
+        print("pyvia run: error: --reload-spread must be 0 or more seconds", file=sys.stderr)
+        return 2
     try:
-        app = load_app(args.app)
+        load_app(args.app)  # a wrong MODULE:ATTR is one line now, not three failed workers later
     except AppNotFound as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
+    except Exception:
+        if not args.dev:
+            raise
+        logging.getLogger("pyvia").exception("the app does not import; its workers show the error until "
+                                             "the next change")
     from pyvia.ops.autotune import profile_for
 
     logging.getLogger("pyvia").info("%s", profile_for(settings).log_line())  # one line: what was derived
-    if workers > 1:
-        return _run_workers(args, workers, source, engine)
-    if engine is not None:
-        os.environ[ENGINE_URL_ENV] = engine  # the app connects to it at start
-    from pyvia.ops.settings import SERVER_LIMITS
-
-    # app.run() reads the file and PYVIA_SERVER__* itself; what --set gave goes over them
-    options: dict[str, Any] = {s.key: s.value for s in settings
-                               if s.origin == "command line" and s.key in SERVER_LIMITS}
-    if args.graceful_timeout is not None:
-        options["graceful_timeout"] = args.graceful_timeout
-    try:
-        app.run(host=args.host, port=args.port, certfile=args.certfile, keyfile=args.keyfile, **options)
-    except KeyboardInterrupt:  # Ctrl-C before the server installed its own handler
-        return 130
-    except OSError as exc:  # the port is taken, the address is not ours, the certificate is unreadable
-        print(f"pyvia run: error: {exc}", file=sys.stderr)
-        return 1
-    except ConfigError as exc:  # refused at start: a [db] url whose SQLite file cannot be opened
-        print(f"pyvia run: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return _run_workers(args, workers, source, engine)
 
 
 def console_main() -> None:
@@ -209,6 +278,26 @@ def console_main() -> None:
         os._exit(code)
 
 
+def watched_folder(spec: str) -> str:
+    """The folder dev mode watches: the app's top-level package, or the folder of its module
+    (found without importing it, since it may not import)."""
+    top = spec.partition(":")[0].split(".")[0]
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        return cwd
+    if found.submodule_search_locations:
+        return str(next(iter(found.submodule_search_locations)))
+    if found.origin and os.path.isfile(found.origin):
+        return os.path.dirname(os.path.abspath(found.origin))
+    return cwd
+
+
 def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: str | None) -> int:
     from pyvia.server.supervisor import Supervisor, SupervisorConfig
 
@@ -217,6 +306,8 @@ def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: st
         certfile=args.certfile, keyfile=args.keyfile, worker_source=source,
         graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
         settings=tuple(args.settings),
+        reload_spread=args.reload_spread, pid_file=args.pid_file, dev=args.dev,
+        watch=(watched_folder(args.app),) if args.dev else (),
     )
     try:
         return Supervisor(config).run()

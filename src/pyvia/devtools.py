@@ -1,5 +1,8 @@
-"""Dev mode helpers: a panel in every page with the tab's live signals, and ``/_via`` with the
-server's tabs, scopes and recent actions. Nothing here runs unless ``App(dev=True)``."""
+"""Dev mode helpers: a panel in every page with the tab's live signals, ``/_via`` with the
+server's tabs, scopes and recent actions, and the error shown in the page: a 500 page for a page
+that fails, an overlay on the open tab for a stream or an action that fails, and
+:class:`BrokenApp` for an app that no longer imports after a change (``pyvia run --dev``).
+Nothing here runs unless ``App(dev=True)`` or ``pyvia run --dev``."""
 
 from __future__ import annotations
 
@@ -7,9 +10,11 @@ import html
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyvia.http import Response
+from pyvia import protocol
+from pyvia.http import Request, Response, StreamResponse, StreamSink
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -82,3 +87,90 @@ def error_page(exc: BaseException, phase: str) -> Response:
         "<p>This page shows because the app runs with <code>dev=True</code>.</p>",
         500,
     )
+
+
+OVERLAY_ID = "via-dev-error"
+
+_OVERLAY = (
+    '<div id="' + OVERLAY_ID + '" style="position:fixed;inset:0;z-index:100000;overflow:auto;'
+    'background:rgba(20,0,0,.92);color:#fee;font:14px/1.45 monospace;padding:24px">'
+    '<h1 style="font:bold 20px system-ui;color:#ff8a80;margin:0 0 8px">{title}</h1>'
+    '<p style="white-space:pre-wrap;margin:0 0 12px">{message}</p>'
+    '<pre style="white-space:pre-wrap;color:#ddd">{trace}</pre>'
+    '<p style="color:#aaa">pyvia dev mode: this shows until the next change{dismiss}.</p></div>'
+)
+
+
+def _describe(exc: BaseException) -> tuple[str, str, str]:
+    return type(exc).__name__, str(exc), "".join(traceback.format_exception(exc))
+
+
+def overlay(exc: BaseException, phase: str, *, dismissible: bool = True) -> str:
+    """The error as an element over the page, for dev mode only."""
+    name, message, trace = _describe(exc)
+    dismiss = ' (or <a style="color:#fca311" href="#" data-on:click__prevent="el.closest(\'#' + OVERLAY_ID + \
+        '\').remove()">close it</a>)' if dismissible else ""
+    return _OVERLAY.format(title=html.escape(f"{name} in {phase}"), message=html.escape(message),
+                           trace=html.escape(trace), dismiss=dismiss)
+
+
+def overlay_events(exc: BaseException, phase: str, *, dismissible: bool = True) -> bytes:
+    """Datastar events that replace any previous overlay with this error's."""
+    return (protocol.patch_elements("", f"#{OVERLAY_ID}", "remove")
+            + protocol.patch_elements(overlay(exc, phase, dismissible=dismissible), "body", "append"))
+
+
+def error_events(exc: BaseException, phase: str) -> Response:
+    """The answer to a stream or an action that failed, in dev mode: the overlay on the tab.
+
+    Status 200, since Datastar applies the events of a successful response only; the tab's
+    stream, if this was one, ends and reopens a second later, as after any error.
+    """
+    return Response(200, list(protocol.SSE_HEADERS), overlay_events(exc, phase))
+
+
+class BrokenApp:
+    """What a dev-mode worker serves when the app cannot be imported: the error, as a 500 page on
+    every page and as an overlay on every open tab (whose stream stays open, so the tab does not
+    ask again each second), until the next change reloads the worker. Its stop removes the
+    overlay from the tabs before ending their streams."""
+
+    def __init__(self, spec: str, exc: BaseException) -> None:
+        self.spec = spec
+        self.exc = exc
+        self._sinks: set[StreamSink] = set()
+
+    async def startup(self) -> None:
+        return None
+
+    async def shutdown(self, budget: float, *, spread: float = 0.0,
+                       saved: Callable[[], object] | None = None) -> None:
+        if saved is not None:
+            saved()
+        gone = protocol.patch_elements("", f"#{OVERLAY_ID}", "remove")
+        for sink in list(self._sinks):
+            if not sink.is_closed:
+                sink.write(gone)
+                sink.close()
+        self._sinks.clear()
+
+    def handle(self, request: Request) -> Response | StreamResponse:
+        phase = f"loading {self.spec}"
+        if request.path.endswith("/_sse"):
+            return self._stream(phase)
+        if "/_action/" in request.path:
+            return error_events(self.exc, phase)
+        return error_page(self.exc, phase)
+
+    def _stream(self, phase: str) -> StreamResponse:
+        held: list[StreamSink] = []
+
+        def opened(sink: StreamSink) -> None:
+            held.append(sink)
+            self._sinks.add(sink)
+            sink.write(protocol.STREAM_PREAMBLE + overlay_events(self.exc, phase, dismissible=False))
+
+        def closed() -> None:
+            self._sinks.difference_update(held)
+
+        return StreamResponse(list(protocol.SSE_HEADERS), on_open=opened, on_close=closed)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import pytest
 
-from pyvia import App
 from pyvia.cli import main
 from pyvia.ops.autotune import derive_profile, read_limits
-from pyvia.server.supervisor import resolve_workers
+from pyvia.server.supervisor import Supervisor, SupervisorConfig, resolve_workers
 
 
 def test_workers_take_a_positive_number_or_auto() -> None:
@@ -42,13 +38,11 @@ def test_bad_worker_and_engine_options_get_one_line(
     assert message in err and err.count("\n") == 1
 
 
-def test_one_worker_with_an_engine_runs_in_process_and_hands_the_url_to_the_app(
+def test_one_worker_with_an_engine_is_supervised_and_the_engine_goes_to_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setenv("PYVIA_ENGINE_URL", "")  # remembered, so what the CLI sets is undone after
-    monkeypatch.delenv("PYVIA_ENGINE_URL")
-    monkeypatch.setattr(App, "run", lambda self, **kw: calls.append({**kw, "env": os.environ.get("PYVIA_ENGINE_URL")}))
+    configs: list[SupervisorConfig] = []
+    monkeypatch.setattr(Supervisor, "run", lambda self: configs.append(self.config) or 0)
     assert run_cli(["run", "examples.counter:app", "--engine", "nats://10.1.2.3:4222"]) == 0
-    assert calls == [{"host": "127.0.0.1", "port": 3000, "certfile": None, "keyfile": None,
-                      "env": "nats://10.1.2.3:4222"}]
+    (config,) = configs
+    assert (config.workers, config.engine_url) == (1, "nats://10.1.2.3:4222")  # in the worker's environment

@@ -1,16 +1,16 @@
-"""``pyvia run MODULE:ATTR``: finding the app, and the one-line errors when it cannot."""
+"""``pyvia run MODULE:ATTR`` and ``pyvia reload``: finding the app, what the supervisor is asked
+for, and the one-line errors when it cannot."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pyvia import App
 from pyvia.cli import main
+from pyvia.server.supervisor import Supervisor, SupervisorConfig
 
 
 @pytest.fixture
@@ -30,26 +30,74 @@ def run_cli(argv: list[str]) -> int:
     return int(stopped.value.code or 0)
 
 
+def supervised(monkeypatch: pytest.MonkeyPatch) -> list[SupervisorConfig]:
+    """What ``pyvia run`` asks its supervisor for, without starting one."""
+    configs: list[SupervisorConfig] = []
+
+    def run(self: Supervisor) -> int:
+        configs.append(self.config)
+        return 0
+
+    monkeypatch.setattr(Supervisor, "run", run)
+    return configs
+
+
 def test_run_finds_the_app_in_the_current_directory_and_passes_the_options(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (project / "cli_demo_app.py").write_text("from pyvia import App\n\napp = App()\n")
-    calls: list[tuple[App, dict[str, Any]]] = []
-    monkeypatch.setattr(App, "run", lambda self, **kw: calls.append((self, kw)))
+    configs = supervised(monkeypatch)
     status = run_cli(["run", "cli_demo_app:app", "--host", "0.0.0.0", "--port", "4001",
-                      "--cert", "c.pem", "--key", "k.pem"])
+                      "--cert", "c.pem", "--key", "k.pem", "--pid-file", "run.pid", "--reload-spread", "5"])
     assert status == 0
-    app, options = calls[0]
-    assert app is sys.modules["cli_demo_app"].app
-    assert options == {"host": "0.0.0.0", "port": 4001, "certfile": "c.pem", "keyfile": "k.pem"}
+    assert "cli_demo_app" in sys.modules  # imported once here, so a wrong reference fails at once
+    (config,) = configs
+    assert (config.app, config.host, config.port, config.certfile, config.keyfile) == \
+        ("cli_demo_app:app", "0.0.0.0", 4001, "c.pem", "k.pem")
+    assert (config.pid_file, config.reload_spread, config.dev, config.watch) == ("run.pid", 5.0, False, ())
 
 
-def test_defaults_are_loopback_port_3000_without_tls(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_worker_is_supervised_too(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "cli_demo_defaults.py").write_text("from pyvia import App\n\nholder = type('H', (), {'app': App()})\n")
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(App, "run", lambda self, **kw: calls.append(kw))
+    configs = supervised(monkeypatch)
     assert run_cli(["run", "cli_demo_defaults:holder.app"]) == 0
-    assert calls == [{"host": "127.0.0.1", "port": 3000, "certfile": None, "keyfile": None}]
+    (config,) = configs
+    assert (config.host, config.port, config.certfile, config.keyfile) == ("127.0.0.1", 3000, None, None)
+    assert (config.workers, config.engine_url, config.pid_file, config.graceful_timeout) == (1, None, None, 3.0)
+
+
+def test_dev_mode_watches_the_apps_package_and_starts_even_when_it_does_not_import(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "shop").mkdir()
+    (project / "shop" / "__init__.py").write_text("")
+    (project / "shop" / "web.py").write_text("raise RuntimeError('half-edited')\n")
+    configs = supervised(monkeypatch)
+    assert run_cli(["run", "shop.web:app", "--dev"]) == 0
+    (config,) = configs
+    assert config.dev and config.watch == (str(project / "shop"),)
+
+
+def test_the_pid_file_comes_from_pyvia_toml(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "cli_demo_toml.py").write_text("from pyvia import App\n\napp = App()\n")
+    (project / "pyvia.toml").write_text('[server]\npid_file = "run/pyvia.pid"\n')
+    configs = supervised(monkeypatch)
+    assert run_cli(["run", "cli_demo_toml:app"]) == 0
+    assert configs[0].pid_file == str(project / "run" / "pyvia.pid")  # relative to the file's folder
+
+
+def test_reload_without_a_target_says_how_to_name_one(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["reload"]) == 2
+    assert "give --pid-file FILE" in capsys.readouterr().err
+
+
+def test_reload_refuses_a_stale_pid_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "old.pid").write_text("999999999\n")  # above pid_max: no such process
+    assert run_cli(["reload", "--pid-file", "old.pid"]) == 1
+    assert "process 999999999 is not a running pyvia (a stale pid file?)" in capsys.readouterr().err
+    (project / "bad.pid").write_text("pyvia\n")
+    assert run_cli(["reload", "--pid-file", "bad.pid"]) == 1
+    assert "cannot read the pid file bad.pid" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("spec", "message"), [

@@ -15,7 +15,8 @@ Sections and keys (every key name is unique across sections, so keywords need no
 
 * ``[app]`` — the fields of :class:`pyvia.config.Config` (top-level keys of the file are App
   options too);
-* ``[server]`` — ``host``, ``port``, ``cert``, ``key``, ``workers`` (a count or ``"auto"``), and
+* ``[server]`` — ``host``, ``port``, ``cert``, ``key``, ``workers`` (a count or ``"auto"``),
+  ``pid_file`` (where ``pyvia run`` writes the supervisor's pid, and ``pyvia reload`` reads it), and
   the native server's limits: every field of :class:`pyvia.server.http.ServerLimits` but its
   ``sweep_interval`` (sizes, phase timeouts, connection and stream caps, shedding, allowed hosts);
 * ``[log]`` — ``level``, ``format`` (``"text"`` or ``"json"``);
@@ -64,7 +65,7 @@ REDACTED = "<redacted>"
 #: Variables the core reads itself when the option is not given (shown by ``describe``).
 _CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS"}
 #: Keys whose relative paths in the file are taken relative to the file's folder.
-_PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key"})
+_PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key", "pid_file"})
 #: Keys whose values are byte counts: an integer, or a string such as "512MiB".
 _SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget", "max_request_line",
                         "max_header_bytes", "max_body", "max_unsent_bytes"})
@@ -296,6 +297,7 @@ def _schema() -> dict[str, dict[str, _Key]]:
         "cert": _Key("server", "cert", str | None, None),
         "key": _Key("server", "key", str | None, None),
         "workers": _Key("server", "workers", int | str, 1, _workers),
+        "pid_file": _Key("server", "pid_file", str | None, None),
         **{name: _Key("server", name, tp, default, check) for name, (tp, default, check) in SERVER_LIMITS.items()},
     }
     log = {

@@ -6,6 +6,7 @@ The server knows the application only through :class:`ServedApp`; it never impor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from pyvia.http import HandleResult, Request
@@ -28,6 +29,12 @@ class ServedApp(Protocol):
         """Called once, before the socket accepts connections."""
         ...
 
-    async def shutdown(self, budget: float) -> None:
-        """Called once on stop: end the streams (asking browsers to reconnect) within ``budget`` s."""
+    async def shutdown(self, budget: float, *, spread: float = 0.0,
+                       saved: Callable[[], object] | None = None) -> None:
+        """Called once on stop: end the streams (asking browsers to reconnect) within ``budget`` s.
+
+        A stop with a :class:`pyvia.server.runner.StopPlan` (a worker's) also passes ``spread``
+        (seconds over which to end the streams) and ``saved`` (to call once what the app persists
+        is saved, before the streams end); a stop without one passes ``budget`` alone.
+        """
         ...

@@ -1,8 +1,12 @@
 """Start and stop the native server: the listening socket, TLS, signals and the graceful stop.
 
-The order of a stop, on SIGTERM, SIGINT or ``stop``: stop accepting; ``await app.shutdown(budget/2)``
-(the app asks its streams to reconnect and closes them); close idle keep-alive connections; let the
-requests in flight finish within what is left of ``graceful_timeout``; close whatever remains.
+The order of a stop, on SIGTERM, SIGINT or ``stop``: stop accepting; read for 50 ms more (requests
+on connections accepted in the last instants); close idle keep-alive connections (busy ones close
+after their response), so no new request reaches the app;
+``await app.shutdown(budget/2)`` (the app saves what it persists, then ends its streams, which asks
+the tabs to reconnect); let the requests in flight finish within what is left of
+``graceful_timeout``; close whatever remains. A :class:`StopPlan` can spread the end of the streams
+over some seconds (a worker replaced by a reload) and be told once the state is saved.
 """
 
 from __future__ import annotations
@@ -21,14 +25,34 @@ from pyvia.server import ServedApp
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
 from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams, derive_per_ip
 
-__all__ = ["DEFAULT_LIMITS", "bind_socket", "effective_caps", "make_ssl_context", "run", "serve"]
+__all__ = ["DEFAULT_LIMITS", "StopPlan", "bind_socket", "effective_caps", "make_ssl_context", "run", "serve"]
 
 logger = logging.getLogger("pyvia.server")
 
 DEFAULT_LIMITS = ServerLimits()
 
+#: How long a stop keeps reading before it closes idle connections (a request sent right after
+#: the connection was accepted arrives within it; a preconnected browser socket retries anyway).
+_LAST_ACCEPTS_GRACE = 0.05
+
 #: Ready notification: an Event to set, or a callback given the bound (host, port).
 Ready = asyncio.Event | Callable[[str, int], object] | None
+
+
+class StopPlan:
+    """How the next graceful stop goes; the owner may change it until the stop begins.
+
+    ``spread``: seconds over which the app ends its streams, so the tabs reconnect staggered
+    instead of all at once (a reload sets it; a plain stop leaves 0: nobody would take them).
+    ``saved``: called once the app has stopped taking requests and saved what it persists, before
+    its streams end (a reload waits for it before the new worker starts accepting).
+    """
+
+    __slots__ = ("saved", "spread")
+
+    def __init__(self, spread: float = 0.0, saved: Callable[[], object] | None = None) -> None:
+        self.spread = spread
+        self.saved = saved
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -101,6 +125,7 @@ async def serve(
     sock: socket.socket | None = None,
     ready: Ready = None,
     stop: asyncio.Event | None = None,
+    plan: StopPlan | None = None,
 ) -> None:
     """Serve ``app`` until SIGTERM/SIGINT (main thread only) or until ``stop`` is set.
 
@@ -108,7 +133,8 @@ async def serve(
     workers sharing one socket). ``backlog`` is the accept queue; 4096 matches the kernel's
     ``somaxconn`` on our machines (machine-limits.md, setup) so bursts of reconnecting tabs are
     queued, not refused. ``ready`` is set, or called with the bound (host, port), once connections
-    are accepted.
+    are accepted. ``plan`` shapes the graceful stop (see :class:`StopPlan`); its ``spread`` is
+    added to ``graceful_timeout``.
     """
     if keyfile is not None and certfile is None:
         raise ValueError("keyfile given without certfile: pass both to serve over TLS")
@@ -155,7 +181,7 @@ async def serve(
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
-            await _stop(app, server, registry, graceful_timeout)
+            await _stop(app, server, registry, graceful_timeout, plan)
     finally:
         registry.stop()
         if watch is not None:
@@ -168,7 +194,7 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Even
     """SIGTERM and SIGINT set ``stop``; only possible in the main thread (tests run elsewhere)."""
     if threading.current_thread() is not threading.main_thread():
         return []
-    installed = []
+    installed: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
@@ -178,18 +204,29 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Even
     return installed
 
 
-async def _stop(app: ServedApp, server: asyncio.Server, registry: ConnectionRegistry, budget: float) -> None:
+async def _stop(app: ServedApp, server: asyncio.Server, registry: ConnectionRegistry, budget: float,
+                plan: StopPlan | None = None) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     server.close()  # stop accepting; open connections are ours to end
+    if len(registry):
+        # a connection accepted in the last instants has its request on the way: closing it as
+        # idle would fail that request, so the loop reads for a moment first
+        await asyncio.sleep(_LAST_ACCEPTS_GRACE)
+    registry.shutdown()  # idle keep-alive connections close: what the app saves next is final
     half = budget / 2
+    spread = plan.spread if plan is not None else 0.0
+    budget += spread
     try:
-        await asyncio.wait_for(app.shutdown(half), half)
+        if plan is None:
+            await asyncio.wait_for(app.shutdown(half), half)
+        else:
+            await asyncio.wait_for(app.shutdown(half, spread=spread, saved=plan.saved), half + spread)
     except TimeoutError:
-        logger.warning("app.shutdown() did not finish within %.2f s", half)
+        logger.warning("app.shutdown() did not finish within %.2f s", half + spread)
     except Exception:
         logger.exception("error in app.shutdown()")
-    registry.shutdown()
+    registry.shutdown()  # the connections whose stream the app just ended
     left = budget - (loop.time() - started)
     if not await registry.wait_empty(left):
         logger.warning("closing %d connection(s) still open after %.2f s", len(registry), budget)

@@ -1,4 +1,4 @@
-"""``pyvia run APP --workers N``: one listening socket, N worker processes, restarts, reloads, stop.
+"""``pyvia run APP [--workers N]``: one listening socket, N worker processes, restarts, reloads, stop.
 
 The supervisor binds the socket once (SO_REUSEADDR, backlog 4096) and starts N workers with
 ``python -m pyvia.server.supervisor``; each inherits the socket's file descriptor and serves the
@@ -7,13 +7,20 @@ connection to one of the workers blocked in ``accept``. A fresh interpreter per 
 fork) means a reload runs the new code, and no state leaks between workers by accident: what
 they share goes through the engine (DESIGN.md, "Multi-worker and multi-node").
 
-Each worker gets three descriptors besides the socket, named in its environment:
+``pyvia run`` always runs one, also for one worker: the worker is the process that serves (a page
+view costs what it costs on ``app.run()``), the supervisor only restarts and replaces it, so a
+deploy is an event (SIGHUP, or ``pyvia reload``) rather than a restart that refuses connections.
+
+Each worker gets these descriptors besides the socket, named in its environment:
 
 * ``PYVIA_LISTEN_FD`` — the listening socket;
-* ``PYVIA_READY_FD`` — the write end of a pipe; the worker writes one byte once it accepts
-  connections (a reload waits for it before retiring an old worker);
+* ``PYVIA_READY_FD`` — the write end of a pipe on which the worker reports, one byte each:
+  ``L`` the app is imported, ``R`` it accepts connections, ``S`` it stopped taking requests and
+  saved what it persists (the first step of its graceful stop);
 * ``PYVIA_LIFELINE_FD`` — the read end of a pipe whose write end only the supervisor holds: when
-  the supervisor dies, even by SIGKILL, the worker reads EOF and stops (no orphans).
+  the supervisor dies, even by SIGKILL, the worker reads EOF and stops (no orphans);
+* ``PYVIA_GO_FD`` (a held worker only, below) — the worker imports the app, reports ``L``, then
+  waits for a byte on this pipe before it starts the app and accepts.
 
 and ``PYVIA_ENGINE_URL`` (with N > 1 and no ``--engine``, a ``nats-server`` started here),
 ``PYVIA_SECRET`` (one secret for all, so a context id made by one worker verifies on another),
@@ -21,12 +28,31 @@ and ``PYVIA_ENGINE_URL`` (with N > 1 and no ``--engine``, a ``nats-server`` star
 
 Signals: SIGTERM or SIGINT stop everything (SIGTERM to each worker, SIGKILL by PID to those still
 running after the graceful budget; a second signal kills at once). SIGHUP is a rolling reload:
-for each worker in turn a new one starts, and once it is ready the old one gets SIGTERM and is
-waited for. A worker that dies is logged (exit code or signal) and restarted after 0.5 s,
-doubling to 10 s while it keeps dying young. When a worker has failed 3 times in a row before
+for each worker in turn a new one starts (a fresh interpreter: the code on disk now), and once it
+is ready the old one gets SIGUSR1, its cue to retire: a graceful stop that ends its streams over
+``reload_spread`` seconds in random order, so its tabs reconnect staggered, to the workers that
+accept, and revive there from their signed ids. The supervisor waits for it to exit before the
+next slot.
+
+With an engine (several workers), state lives in the engine and the new worker accepts while the
+old one drains. Without one (one worker, no ``--engine``) the worker process owns the state, and
+two owners at once would split it: the new worker is *held*. It imports the app (the slow part)
+while the old one serves; then the old one retires, stops taking requests and saves its state
+(``persist_path``) and says ``S``; only then the new one gets its go, restores that state and
+accepts. Connections arriving in between wait in the listen backlog (milliseconds); none is
+refused, since the supervisor holds the socket throughout.
+
+In dev mode (``pyvia run --dev``) a thread watches the app's files with ``watchfiles`` and sends
+the supervisor a SIGHUP on each change; a worker whose app fails to import serves the error
+instead (:mod:`pyvia.devtools`), and the next change reloads again.
+
+A worker that dies is logged (exit code or signal) and restarted after 0.5 s, doubling to 10 s
+while it keeps dying young. When a worker has failed 3 times in a row before
 accepting connections and no worker is serving, the supervisor stops with status 1: the app
 cannot start, and a restart loop would only hide that. (While other workers serve, it keeps
-restarting the failing one with the backoff.)
+restarting the failing one with the backoff.) A worker whose app refuses its configuration at
+start (a ``ConfigError``, such as a ``[db]`` url that cannot be opened) prints one line and
+exits with status 2; with no worker serving, the supervisor stops at once, with status 2.
 """
 
 from __future__ import annotations
@@ -44,13 +70,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-__all__ = ["Supervisor", "SupervisorConfig", "resolve_workers", "worker_main"]
+__all__ = ["Supervisor", "SupervisorConfig", "read_pid_file", "resolve_workers", "worker_main"]
 
 log = logging.getLogger("pyvia.supervisor")
 
 LISTEN_FD_ENV = "PYVIA_LISTEN_FD"
 READY_FD_ENV = "PYVIA_READY_FD"
 LIFELINE_FD_ENV = "PYVIA_LIFELINE_FD"
+GO_FD_ENV = "PYVIA_GO_FD"
 WORKER_ID_ENV = "PYVIA_WORKER_ID"
 WORKERS_ENV = "PYVIA_WORKERS"
 
@@ -58,6 +85,8 @@ _RESTART_FIRST = 0.5
 _RESTART_CAP = 10.0
 _YOUNG = 10.0  # a worker that dies sooner than this after start backs off further
 _GIVE_UP = 3  # failures in a row before accepting connections, with no worker serving
+#: A worker's exit status for a configuration its app refused at start (printed in one line).
+CONFIG_REFUSED = 2
 
 
 # --- how many workers --------------------------------------------------------------------------------
@@ -105,18 +134,29 @@ class SupervisorConfig:
     #: ``pyvia run --set KEY=VALUE`` texts, passed on to every worker (which reads the rest of
     #: the configuration itself, so a restarted worker sees an edited pyvia.toml).
     settings: tuple[str, ...] = ()
+    #: Seconds over which a worker replaced by a reload ends its streams (tabs reconnect staggered).
+    reload_spread: float = 2.0
+    #: Where to write the supervisor's pid (``pyvia reload`` reads it); None for nowhere.
+    pid_file: str | None = None
+    #: Dev mode: the workers run ``App(dev=True)`` defaults, and a change under ``watch`` reloads.
+    dev: bool = False
+    watch: tuple[str, ...] = ()
 
 
 class _Worker:
-    """One worker process and its readiness pipe."""
+    """One worker process, its report pipe and, while it is held, its go pipe."""
 
-    __slots__ = ("proc", "ready", "ready_fd", "retiring", "slot", "started", "term_deadline")
+    __slots__ = ("go_fd", "loaded", "proc", "ready", "ready_fd", "retiring", "saved", "slot", "started",
+                 "term_deadline")
 
-    def __init__(self, slot: int, proc: subprocess.Popen[bytes], ready_fd: int) -> None:
+    def __init__(self, slot: int, proc: subprocess.Popen[bytes], ready_fd: int, go_fd: int | None) -> None:
         self.slot = slot
         self.proc = proc
         self.ready_fd: int | None = ready_fd
-        self.ready = False
+        self.go_fd = go_fd
+        self.loaded = False  # reported L: the app is imported
+        self.ready = False  # reported R: it accepts connections
+        self.saved = False  # reported S: it stopped taking requests and saved its state
         self.retiring = False  # replaced by a reload or stopping: its exit is expected
         self.started = time.monotonic()
         self.term_deadline: float | None = None
@@ -130,6 +170,16 @@ class _Worker:
             with contextlib.suppress(OSError):
                 os.close(self.ready_fd)
             self.ready_fd = None
+        self.release()
+
+    def release(self) -> None:
+        """Give a held worker its go (or, once it is gone, just close the pipe)."""
+        if self.go_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.go_fd, b"G")
+            with contextlib.suppress(OSError):
+                os.close(self.go_fd)
+            self.go_fd = None
 
 
 def _describe_exit(code: int) -> str:
@@ -165,6 +215,10 @@ class Supervisor:
         self._reload_old: _Worker | None = None
         self._reload_deadline = 0.0
         self._announced = False
+        self._reload_again = False
+        self._handoff = False  # no engine: a new worker waits for the old one's state (module doc)
+        self._pid_written = False
+        self._watcher: object | None = None  # a threading.Event that stops the dev-mode watcher
         self.exit_status = 0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -192,9 +246,12 @@ class Supervisor:
             self.engine_url = nats.start()
             self.nats = nats
             log.info("started nats-server (pid %s) for the workers at %s", nats.pid, self.engine_url)
+        # no engine, or one that lives in the worker: the worker process owns the state
+        self._handoff = self.engine_url is None or self.engine_url.startswith("memory:")
         sock = bind_socket(cfg.host, cfg.port)
         sock.listen(4096)  # machine-limits.md: somaxconn is 4096 here; bursts of reconnecting tabs queue
         self.sock = sock
+        self._write_pid_file()
         self._life_r, self._life_w = os.pipe()
         os.set_blocking(self._life_w, False)
         host, port = sock.getsockname()[:2]
@@ -205,6 +262,48 @@ class Supervisor:
                  os.getpid(), cfg.workers, cfg.worker_source, self._url, self._engine_label())
         for slot in range(cfg.workers):
             self._spawn(slot)
+        if cfg.dev:
+            self._start_watcher()
+
+    def _write_pid_file(self) -> None:
+        path = self.config.pid_file
+        if path is None:
+            return
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as file:
+            file.write(f"{os.getpid()}\n")
+        os.replace(temporary, path)  # a reader never sees half a number
+        self._pid_written = True
+
+    def _remove_pid_file(self) -> None:
+        path = self.config.pid_file
+        if path is None or not self._pid_written:
+            return
+        self._pid_written = False
+        with contextlib.suppress(OSError):
+            if read_pid_file(path) == os.getpid():  # a newer supervisor may have taken the name
+                os.unlink(path)
+
+    def _start_watcher(self) -> None:
+        """Dev mode: a SIGHUP to this process for each batch of changes in the app's files."""
+        import threading
+
+        from watchfiles import PythonFilter, watch
+
+        stop = threading.Event()
+        paths = self.config.watch or (os.getcwd(),)
+        watch_filter = PythonFilter(extra_extensions=(".html", ".jinja", ".jinja2", ".j2", ".toml"))
+
+        def run() -> None:
+            for changes in watch(*paths, watch_filter=watch_filter, stop_event=stop, debounce=200,
+                                 raise_interrupt=False):
+                names = sorted({os.path.relpath(path) for _, path in changes})
+                log.info("changed: %s: reloading", ", ".join(names[:5]) + (" …" if len(names) > 5 else ""))
+                os.kill(os.getpid(), signal.SIGHUP)
+
+        threading.Thread(target=run, name="pyvia-watch", daemon=True).start()
+        self._watcher = stop
+        log.info("dev mode: watching %s for changes", ", ".join(paths))
 
     def _engine_label(self) -> str:
         if self.engine_url is None:
@@ -232,9 +331,12 @@ class Supervisor:
                 worker.proc.wait(5)
             worker.close_pipe()
         self.workers.clear()
+        if self._watcher is not None:
+            self._watcher.set()  # type: ignore[attr-defined]  # a threading.Event
         if self.nats is not None:
             self.nats.close()  # type: ignore[attr-defined]  # a LocalNats
             self.nats = None
+        self._remove_pid_file()
         if self.sock is not None:
             self.sock.close()
         signal.set_wakeup_fd(-1)
@@ -247,11 +349,12 @@ class Supervisor:
 
     # --- workers ---------------------------------------------------------------------------------
 
-    def _spawn(self, slot: int) -> _Worker:
+    def _spawn(self, slot: int, *, held: bool = False) -> _Worker:
         cfg = self.config
         assert self.sock is not None
         ready_r, ready_w = os.pipe()
         os.set_blocking(ready_r, False)
+        pass_fds = [self.sock.fileno(), ready_w, self._life_r]
         env = dict(os.environ)
         env.update({
             LISTEN_FD_ENV: str(self.sock.fileno()),
@@ -260,6 +363,14 @@ class Supervisor:
             WORKER_ID_ENV: str(slot),
             WORKERS_ENV: str(cfg.workers),
         })
+        env.pop(GO_FD_ENV, None)
+        go_r = go_w = None
+        if held:
+            go_r, go_w = os.pipe()
+            env[GO_FD_ENV] = str(go_r)
+            pass_fds.append(go_r)
+        if cfg.dev:
+            env["PYVIA_APP__DEV"] = "true"  # App's default; a keyword in the code still wins
         if self.engine_url is not None:
             env["PYVIA_ENGINE_URL"] = self.engine_url
         if not env.get("PYVIA_SECRET"):
@@ -267,7 +378,9 @@ class Supervisor:
 
             env["PYVIA_SECRET"] = load_secret(None).decode()  # the persisted one, or one for this run
         args = [sys.executable, "-m", "pyvia.server.supervisor", cfg.app,
-                "--graceful-timeout", str(cfg.graceful_timeout)]
+                "--graceful-timeout", str(cfg.graceful_timeout), "--reload-spread", str(cfg.reload_spread)]
+        if cfg.dev:
+            args.append("--dev")
         if cfg.certfile:
             args += ["--cert", cfg.certfile]
         if cfg.keyfile:
@@ -278,13 +391,20 @@ class Supervisor:
             # a session of its own: Ctrl-C reaches the supervisor only, and each worker gets exactly
             # one SIGTERM (the native server restores the default action once it starts stopping,
             # so a second signal from the terminal would cut its graceful stop short)
-            proc = subprocess.Popen(args, env=env, pass_fds=(self.sock.fileno(), ready_w, self._life_r),
-                                    start_new_session=True)
+            proc = subprocess.Popen(args, env=env, pass_fds=pass_fds, start_new_session=True)
+        except BaseException:
+            for fd in (ready_r, go_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
         finally:
             os.close(ready_w)
-        worker = _Worker(slot, proc, ready_r)
+            if go_r is not None:
+                os.close(go_r)
+        worker = _Worker(slot, proc, ready_r, go_w)
         self.workers.append(worker)
-        log.info("worker %d started (pid %d)", slot, proc.pid)
+        log.info("worker %d started (pid %d)%s", slot, proc.pid, ", held until the old one saved its state"
+                 if held else "")
         return worker
 
     def _slot_has_live(self, slot: int) -> bool:
@@ -301,6 +421,11 @@ class Supervisor:
         if worker is self._reload_new:
             return  # the reload step sees it and gives up
         lived = time.monotonic() - worker.started
+        if not worker.ready and code == CONFIG_REFUSED and not any(w.ready for w in self.workers):
+            log.error("worker %d refused the configuration (the line above); stopping", slot)
+            self.exit_status = CONFIG_REFUSED
+            self._begin_stop()
+            return
         if not worker.ready:
             self._failures[slot] = self._failures.get(slot, 0) + 1
             if self._failures[slot] >= _GIVE_UP and not any(w.ready for w in self.workers):
@@ -318,6 +443,7 @@ class Supervisor:
                         slot, worker.pid, _describe_exit(code), lived, delay)
 
     def _read_ready(self, worker: _Worker) -> None:
+        """Take the worker's reports (L, R, S); EOF means it exited (or closed the pipe)."""
         if worker.ready_fd is None:
             return
         try:
@@ -326,13 +452,22 @@ class Supervisor:
             return
         except OSError:
             data = b""
-        if data:
-            worker.ready = True
+        if not data:
+            with contextlib.suppress(OSError):
+                os.close(worker.ready_fd)
+            worker.ready_fd = None
+            return
+        if b"L" in data:
+            worker.loaded = True
+        if b"R" in data:
+            worker.loaded = worker.ready = True
             self._failures.pop(worker.slot, None)
-        worker.close_pipe()  # one byte says ready; EOF alone means it died first
+        if b"S" in data:
+            worker.saved = True
         if worker.ready and not self._announced and all(w.ready for w in self.workers):
             self._announced = True
-            log.info("pyvia listening on %s with %d workers", self._url, self.config.workers)
+            log.info("pyvia listening on %s with %d worker%s", self._url, self.config.workers,
+                     "s" if self.config.workers > 1 else "")
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -401,11 +536,11 @@ class Supervisor:
         for worker in self.workers:
             self._terminate(worker, deadline)
 
-    def _terminate(self, worker: _Worker, deadline: float) -> None:
+    def _terminate(self, worker: _Worker, deadline: float, sig: int = signal.SIGTERM) -> None:
         worker.retiring = True
         worker.term_deadline = deadline
         with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGTERM)
+            os.kill(worker.pid, sig)
 
     def _kill(self, worker: _Worker) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -423,47 +558,81 @@ class Supervisor:
 
     def _begin_reload(self) -> None:
         if self._reload is not None:
+            if self.config.dev:  # a change during a reload: reload again once this one is done
+                self._reload_again = True
+                return
             log.warning("SIGHUP during a reload: ignored")
             return
         slots = sorted({w.slot for w in self.workers if not w.retiring} | set(self._restart_at))
         log.info("SIGHUP: reloading %d worker(s) one by one", len(slots))
         self._reload = slots
 
+    def _retire(self, old: _Worker, now: float) -> None:
+        """SIGUSR1: a graceful stop that spreads the end of its streams over ``reload_spread``."""
+        budget = self.config.graceful_timeout + self.config.reload_spread + 1.0
+        self._terminate(old, now + budget, signal.SIGUSR1)
+
     def _step_reload(self, now: float) -> None:
+        """Advance the reload as far as it can go now (several steps at once: the loop may not
+        wake again for a second)."""
+        for _ in range(8):
+            if not self._reload_step(now):
+                return
+
+    def _reload_step(self, now: float) -> bool:
+        """One transition of the reload; True when something changed."""
         if self._reload is None:
-            return
+            return False
         new, old = self._reload_new, self._reload_old
         if new is None and old is None:
             if not self._reload:
                 self._reload = None
                 log.info("reload done")
-                return
+                if self._reload_again:
+                    self._reload_again = False
+                    self._begin_reload()
+                return True
             slot = self._reload.pop(0)
             self._restart_at.pop(slot, None)
-            self._reload_old = next((w for w in self.workers if w.slot == slot and not w.retiring), None)
-            self._reload_new = self._spawn(slot)
+            self._reload_old = old = next((w for w in self.workers if w.slot == slot and not w.retiring), None)
+            self._reload_new = self._spawn(slot, held=self._handoff and old is not None)
             self._reload_deadline = now + self.config.ready_timeout
-            return
+            return True
         if new is not None:
             if new.ready:
                 self._reload_new = None
-                if old is not None:
-                    self._terminate(old, now + self.config.graceful_timeout + 1.0)
-                return
+                if old is not None and not old.retiring:
+                    self._retire(old, now)
+                return True
             if new not in self.workers or now >= self._reload_deadline:
-                log.error("reload stopped: the new worker %d (pid %d) did not become ready; the others keep "
-                          "their old code", new.slot, new.pid)
-                if new in self.workers:
-                    new.retiring = True
-                    self._kill(new)
-                if old is None or old not in self.workers:
-                    self._restart_at[new.slot] = now + _RESTART_FIRST
-                self._reload = None
-                self._reload_new = None
-                self._reload_old = None
-            return
+                self._reload_failed(new, old, now)
+                return True
+            if new.go_fd is not None and new.loaded:  # held: the old one saves, then the new one goes
+                if old is None or old not in self.workers or old.saved:
+                    new.release()
+                    self._reload_deadline = now + self.config.ready_timeout
+                    return True
+                if not old.retiring:
+                    self._retire(old, now)
+                    return True
+            return False
         if old is not None and old not in self.workers:
             self._reload_old = None  # retired; next slot
+            return True
+        return False
+
+    def _reload_failed(self, new: _Worker, old: _Worker | None, now: float) -> None:
+        log.error("reload stopped: the new worker %d (pid %d) did not become ready; the others keep "
+                  "their old code", new.slot, new.pid)
+        if new in self.workers:
+            new.retiring = True
+            self._kill(new)
+        new.close_pipe()
+        if old is None or old not in self.workers or old.retiring:
+            self._restart_at[new.slot] = now + _RESTART_FIRST
+        self._reload = None
+        self._reload_new = None
+        self._reload_old = None
 
 
 # --- the worker process ----------------------------------------------------------------------------
@@ -474,46 +643,99 @@ def _worker_parser() -> argparse.ArgumentParser:
                                      description="One pyvia worker; started by the supervisor, not by hand.")
     parser.add_argument("app", metavar="MODULE:ATTR")
     parser.add_argument("--graceful-timeout", type=float, default=3.0)
+    parser.add_argument("--reload-spread", type=float, default=0.0)
     parser.add_argument("--cert", dest="certfile")
     parser.add_argument("--key", dest="keyfile")
     parser.add_argument("--set", dest="settings", action="append", default=[])
+    parser.add_argument("--dev", action="store_true")
     return parser
 
 
+def _configure_logging(worker_id: str) -> None:
+    """The level and format of ``[log]`` (pyvia.toml, PYVIA_LOG__*), as the supervisor has them;
+    text lines name the worker."""
+    if logging.getLogger().handlers:
+        return
+    level, fmt = "INFO", "text"
+    with contextlib.suppress(Exception):  # the supervisor checked the settings already
+        from pyvia.ops.settings import load_settings
+
+        options = load_settings().log_options()
+        level, fmt = str(options["level"]).upper(), str(options["fmt"])
+    if fmt == "json":
+        from pyvia.ops.logs import configure_logging
+
+        configure_logging(level, fmt)
+        return
+    logging.basicConfig(level=level,
+                        format=f"%(asctime)s %(levelname)s %(name)s [worker {worker_id} pid %(process)d]: "
+                               "%(message)s")
+
+
+def _report(fd: int, what: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, what)
+
+
+def _load(spec: str, dev: bool) -> object:
+    """The app; in dev mode an app that shows why it could not be loaded, instead of failing."""
+    from pyvia.cli import AppNotFound, load_app
+
+    if not dev:
+        return load_app(spec)
+    try:
+        return load_app(spec)
+    except (AppNotFound, Exception) as exc:
+        from pyvia.devtools import BrokenApp
+
+        logging.getLogger("pyvia.supervisor").error("the app %s cannot be loaded; serving the error until "
+                                                    "the next change", spec, exc_info=exc)
+        return BrokenApp(spec, exc)
+
+
 def worker_main(argv: list[str] | None = None) -> int:
-    """Serve the app on the inherited socket until SIGTERM, SIGINT or the supervisor's death."""
+    """Serve the app on the inherited socket until SIGTERM, SIGINT, SIGUSR1 or the supervisor's death.
+
+    SIGUSR1 is the supervisor retiring this worker in a reload: the same graceful stop as
+    SIGTERM, with the streams ended over ``--reload-spread`` seconds.
+    """
     args = _worker_parser().parse_args(argv)
     try:
         listen_fd = int(os.environ[LISTEN_FD_ENV])
         ready_fd = int(os.environ[READY_FD_ENV])
         life_fd = int(os.environ[LIFELINE_FD_ENV])
+        go_fd = int(os.environ[GO_FD_ENV]) if os.environ.get(GO_FD_ENV) else None
     except (KeyError, ValueError):
-        print("this is a pyvia worker: start it with pyvia run --workers N", file=sys.stderr)
+        print("this is a pyvia worker: start it with pyvia run", file=sys.stderr)
         return 2
-    worker_id = os.environ.get(WORKER_ID_ENV, "?")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO,
-                            format=f"%(asctime)s %(levelname)s %(name)s [worker {worker_id} pid %(process)d]: "
-                                   "%(message)s")
+    _configure_logging(os.environ.get(WORKER_ID_ENV, "?"))
     import asyncio
 
     import uvloop
 
-    from pyvia.cli import load_app
+    from pyvia.errors import ConfigError
     from pyvia.ops.settings import load_settings
     from pyvia.server.options import limits_for
-    from pyvia.server.runner import serve
+    from pyvia.server.runner import StopPlan, serve
 
-    app = load_app(args.app)
-    limits = limits_for(load_settings(command_line=args.settings), trusted_proxies=app.config.trusted_proxies)
+    try:
+        app = _load(args.app, args.dev)
+        proxies = getattr(getattr(app, "config", None), "trusted_proxies", ())  # a BrokenApp has none
+        limits = limits_for(load_settings(command_line=args.settings), trusted_proxies=proxies)
+    except ConfigError as exc:
+        return _refused(exc)
     sock = socket.socket(fileno=listen_fd)
     sock.setblocking(False)
+    _report(ready_fd, b"L")
+    if go_fd is not None:  # held: the worker this one replaces is saving its state
+        go = os.read(go_fd, 1)
+        os.close(go_fd)
+        if not go:
+            return 0  # the supervisor is gone, or gave up on this reload
+    plan = StopPlan(saved=lambda: _report(ready_fd, b"S"))
 
     def ready(host: str, port: int) -> None:
-        with contextlib.suppress(OSError):
-            os.write(ready_fd, b"R")
-        with contextlib.suppress(OSError):
-            os.close(ready_fd)
+        _report(ready_fd, b"R")
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -525,12 +747,20 @@ def worker_main(argv: list[str] | None = None) -> int:
                 logging.getLogger("pyvia.supervisor").warning("the supervisor is gone: stopping")
                 stop.set()
 
+        def retire() -> None:
+            if not stop.is_set():
+                plan.spread = args.reload_spread
+                stop.set()
+
         loop.add_reader(life_fd, supervisor_gone)
-        await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, limits=limits,
+        loop.add_signal_handler(signal.SIGUSR1, retire)
+        await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, plan=plan, limits=limits,  # type: ignore[arg-type]  # App or BrokenApp
                     certfile=args.certfile, keyfile=args.keyfile, graceful_timeout=args.graceful_timeout)
 
     try:
         uvloop.run(main())
+    except ConfigError as exc:  # refused at start, such as a [db] url whose SQLite file cannot be opened
+        return _refused(exc)
     except OSError as exc:
         if exc.errno == errno.EBADF:
             print(f"pyvia worker: the inherited socket (fd {listen_fd}) is not open", file=sys.stderr)
@@ -539,5 +769,31 @@ def worker_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _refused(exc: Exception) -> int:
+    """A configuration the app refuses: one line, and the status that tells the supervisor that
+    starting again will not help."""
+    print(f"pyvia run: error: {exc}", file=sys.stderr)
+    return CONFIG_REFUSED
+
+
+def read_pid_file(path: str) -> int:
+    """The pid a supervisor wrote to ``path``; OSError if unreadable, ValueError if not a pid."""
+    with open(path) as file:
+        text = file.read().strip()
+    pid = int(text)
+    if pid <= 0:
+        raise ValueError(f"{path} holds {text!r}, not a process id")
+    return pid
+
+
+def _exit_fast(code: int) -> None:
+    """After a graceful stop nothing is left to save: skip freeing the heap object by object
+    (seconds with a large heap, bench/RESULTS.md finding 2), as ``pyvia run`` does."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(worker_main())
+    _exit_fast(worker_main())
