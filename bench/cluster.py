@@ -278,7 +278,8 @@ async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
                 engine = create_engine(url, prefix=prefix)
                 await engine.connect()
                 await engine.publish("go", b"")
-                counts = [int(proc.stdout.readline()) for proc in procs]  # type: ignore[union-attr]
+                # read the counts off the loop, so the engine's client can send "go" meanwhile
+                counts = await asyncio.to_thread(_read_counts, procs)
                 for proc in procs:
                     proc.wait(10)
                 total = sum(counts)
@@ -294,6 +295,10 @@ async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
                       f"{'' if exact is None else f', final value exact: {exact}'}")
     finally:
         server.stop()
+
+
+def _read_counts(procs: list[subprocess.Popen[str]]) -> list[int]:
+    return [int(proc.stdout.readline()) for proc in procs if proc.stdout is not None]
 
 
 def _start_redis() -> tuple[str, Any]:
