@@ -9,6 +9,7 @@
 * ``forward``: two nodes (two ``pyvia run`` on two ports) sharing one local NATS; one tab on node
   A. CPU per trivial action (``tap``) sent to A (local) and sent to B (forwarded to A), from
   ``/proc`` of both nodes, and with the NATS server's CPU added.
+* ``request``: the CPU of one request/reply through a local NATS, both ends in this process.
 * ``hotkey --engine nats|redis``: ``increment()`` and ``mutate()`` on one key from ``--writers``
   processes for ``--seconds``, through a real engine: operations/s and exactness.
 
@@ -297,6 +298,40 @@ async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
         server.stop()
 
 
+async def request(args: argparse.Namespace, recorder: Recorder) -> None:
+    import resource
+
+    from pyvia.cluster import create_engine
+    from pyvia.cluster.nats_server import LocalNats
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    nats = LocalNats()
+    url = nats.start()
+    asker, server = create_engine(url, prefix="rr"), create_engine(url, prefix="rr")
+    try:
+        await asker.connect()
+        await server.connect()
+        await server.serve("fwd.x", lambda payload: b"ok" + payload[:10])
+        body = b"x" * 600
+        for _ in range(500):
+            await asker.request("fwd.x", body, 5)
+        for rep in range(args.reps):
+            cpu0, t0 = cpu(), time.perf_counter()
+            for _ in range(args.count):
+                await asker.request("fwd.x", body, 5)
+            row = {"rep": rep, "cpu_us": round((cpu() - cpu0) / args.count * 1e6, 1),
+                   "wall_us": round((time.perf_counter() - t0) / args.count * 1e6, 1)}
+            recorder.write(row)
+            print(f"rep {rep}: request/reply through NATS, both ends: {row['cpu_us']} us CPU, {row['wall_us']} us wall")
+    finally:
+        await asker.close()
+        await server.close()
+        nats.stop()
+
+
 def _read_counts(procs: list[subprocess.Popen[str]]) -> list[int]:
     return [int(proc.stdout.readline()) for proc in procs if proc.stdout is not None]
 
@@ -332,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     f = sub.add_parser("forward")
     f.add_argument("--actions", type=int, default=3000)
     f.add_argument("--reps", type=int, default=3)
+    r = sub.add_parser("request")
+    r.add_argument("--count", type=int, default=5000)
+    r.add_argument("--reps", type=int, default=3)
     h = sub.add_parser("hotkey")
     h.add_argument("--engine", choices=("nats", "redis"), default="nats")
     h.add_argument("--writers", type=int, default=4)
@@ -344,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     recorder.write({"provenance": record})
     from bench.client import run
 
-    run({"throughput": throughput, "forward": forward, "hotkey": hotkey}[args.command](args, recorder))
+    commands = {"throughput": throughput, "forward": forward, "hotkey": hotkey, "request": request}
+    run(commands[args.command](args, recorder))
     print(f"# raw results: {recorder.path}")
 
 
