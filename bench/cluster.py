@@ -159,7 +159,9 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
     node = Node(workers, env)
     try:
         await node.ready()
-        tabs = [await open_tab(node.port) for _ in range(args.tabs)]
+        # opened side by side, as a crowd of browsers would: opened one after another, an idle
+        # server's kernel hands most connections to the same worker
+        tabs = list(await asyncio.gather(*(open_tab(node.port) for _ in range(args.tabs))))
         drainer = asyncio.ensure_future(drain(tabs, time.monotonic() + args.seconds + 30))
         await closed_loop(node.port, tabs, action, args.connections, 1.0)  # warm-up
         cpu0, t0 = node.cpu(), time.monotonic()
