@@ -34,9 +34,11 @@ class ServerProcess:
     """``pyvia run APP`` in a subprocess, restartable on the same port."""
 
     def __init__(self, app: str, port: int, secret: str = "browser-test-secret", *,
-                 tls: tuple[str, str] | None = None, env: dict[str, str] | None = None) -> None:
+                 tls: tuple[str, str] | None = None, env: dict[str, str] | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.app = app
         self.port = port
+        self.extra = extra
         self.env = {**os.environ, "PYVIA_SECRET": secret, **(env or {})}
         self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
@@ -45,6 +47,7 @@ class ServerProcess:
         command = [sys.executable, "-m", "pyvia", "run", self.app, "--host", "127.0.0.1", "--port", str(self.port)]
         if self.tls is not None:
             command += ["--cert", self.tls[0], "--key", self.tls[1]]
+        command += self.extra
         self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env)
         wait_for_port(self.port)
 

@@ -57,7 +57,7 @@ from pyvia.lifecycle import State
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
-from pyvia.persistence import load_state, save_state
+from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
@@ -533,6 +533,8 @@ class App:
         if url and not url.startswith("memory:") and self.link is None:
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(asyncio.get_running_loop()))
+        if self.persists_in_db:
+            await self.restore_from_db()
         self.compression.prepare_process()
         if self.config.gc_thresholds is not None:
             gc.collect()
@@ -610,6 +612,11 @@ class App:
                     await result
             except Exception as exc:
                 self._report(exc, None, "stop")
+        if self.persists_in_db:
+            try:
+                await self._persist_to_db()
+            except Exception as exc:  # the stop goes on: the previous saved state stays
+                self._report(exc, None, "stop", reraise=False)
         await self.db.close()  # after the stop hooks, which may still write
         if saved is not None:
             saved()
@@ -1114,6 +1121,28 @@ class App:
         rows = save_state(self.config.persist_path, global_state=dict(self.global_state), signals=signals,  # type: ignore[arg-type]  # checked by the caller
                           sessions=sessions)
         log.info("kept %d values of shared state in %s", rows, self.config.persist_path)
+
+    @property
+    def persists_in_db(self) -> bool:
+        """Shared state is kept in the app's database across graceful restarts: a database is
+        configured, no ``persist_path`` file is, and no engine holds the state (one worker)."""
+        return self.config.persist_path is None and self.db.kind != "none" and self.link is None
+
+    async def _persist_to_db(self) -> None:
+        signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]
+        signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
+        sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
+        rows = await save_state_to_db(self.db, global_state=dict(self.global_state), signals=signals,
+                                      sessions=sessions)
+        log.info("kept %d values of shared state in the database", rows)
+
+    async def restore_from_db(self) -> None:
+        """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
+        global_state, signals, sessions = await load_state_from_db(self.db)
+        self.global_state._data.update(global_state)
+        self.scopes.restored.update(signals)
+        for sid, data in sessions.items():
+            self.sessions.get(sid)._data.update(data)
 
     def _restore(self) -> None:
         global_state, signals, sessions = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller

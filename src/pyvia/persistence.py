@@ -1,7 +1,9 @@
 """Shared state that survives a graceful restart: global state, shared signals and session data.
 
-On a graceful stop the App writes them to one SQLite file (``persist_path``); on start it reads
-them back. Shared signals come back lazily: the first declaration of a (scope, name) after the
+On a graceful stop the App writes them to one SQLite file (``persist_path``), or, when the app has
+a database (``[db] url``) and no ``persist_path``, to its table ``pyvia_state`` through
+:mod:`pyvia.db`; on start it reads them back. With several workers neither is used: the engine
+holds that state. Shared signals come back lazily: the first declaration of a (scope, name) after the
 restart takes the saved value instead of its initial one. Values must be JSON-serializable
 (orjson); others are skipped with a warning rather than losing the rest.
 """
@@ -13,13 +15,16 @@ import sqlite3
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+if TYPE_CHECKING:
+    from pyvia.db import Database
+
 log = logging.getLogger("pyvia")
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["load_state", "load_state_from_db", "save_state", "save_state_to_db"]
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS state (kind TEXT, key TEXT, value BLOB, PRIMARY KEY (kind, key))"
 
@@ -63,4 +68,42 @@ def load_state(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, str], 
                 signals[(scope, name)] = decoded
             elif kind == "session" and isinstance(decoded, dict):
                 sessions[key] = decoded
+    return global_state, signals, sessions
+
+
+_DB_SCHEMA = "CREATE TABLE IF NOT EXISTS pyvia_state (kind TEXT, key TEXT, value TEXT, PRIMARY KEY (kind, key))"
+
+State = tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]
+
+
+async def save_state_to_db(db: Database, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
+                           sessions: Iterable[tuple[str, dict[str, Any]]]) -> int:
+    """``save_state`` into the app's database (SQLite or PostgreSQL), in one transaction."""
+    rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
+    rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
+    rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
+    async with db.transaction() as tx:
+        await tx.execute(_DB_SCHEMA)
+        await tx.execute("DELETE FROM pyvia_state")
+        if rows:
+            await tx.executemany("INSERT INTO pyvia_state (kind, key, value) VALUES ($1, $2, $3)",
+                                 [(kind, key.replace("\0", "\n"), value.decode()) for kind, key, value in rows])
+    return len(rows)
+
+
+async def load_state_from_db(db: Database) -> State:
+    """What :func:`save_state_to_db` wrote at the last graceful stop."""
+    global_state: dict[str, Any] = {}
+    signals: dict[tuple[str, str], Any] = {}
+    sessions: dict[str, dict[str, Any]] = {}
+    await db.execute(_DB_SCHEMA)
+    for kind, key, value in await db.fetch("SELECT kind, key, value FROM pyvia_state"):
+        decoded = orjson.loads(value)
+        if kind == "global":
+            global_state[key] = decoded
+        elif kind == "signal":
+            scope, _, name = key.partition("\n")
+            signals[(scope, name)] = decoded
+        elif kind == "session" and isinstance(decoded, dict):
+            sessions[key] = decoded
     return global_state, signals, sessions

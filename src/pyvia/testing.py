@@ -260,6 +260,8 @@ class TestClient:
         if self._owner:
             self.clock = ManualClock()
             app.start(self.clock)
+            if app.persists_in_db:
+                self.loop.run_until_complete(app.restore_from_db())
         else:
             assert isinstance(app.clock, ManualClock)
             self.clock = app.clock

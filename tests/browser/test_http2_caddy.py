@@ -1,7 +1,9 @@
-"""Ten tabs of the counter through Caddy (Debian's) speaking HTTP/2: every tab stays live.
+"""Ten tabs through Caddy (Debian's) speaking HTTP/2 in front of ``pyvia run --workers 2``.
 
 Over HTTP/1.1 a browser opens at most six connections to one host, and every tab's stream holds
-one, so a seventh tab would hang; over HTTP/2 they all share one connection.
+one, so a seventh tab would hang; over HTTP/2 they all share one connection. Caddy spreads its
+upstream connections over both workers, so a tab's actions often land on the worker that does not
+hold it and are forwarded; the shared counter's clicks reach tabs held by both workers.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from playwright.sync_api import Browser, expect
 from tests.processes import ROOT, ServerProcess, free_port, wait_for_port
 
 
-@pytest.fixture
-def caddy(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
+def start_caddy(app: str, tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
     if shutil.which("caddy") is None:
         pytest.fail("caddy is missing: scripts/install test installs Debian's caddy")
-    server = ServerProcess("examples.counter:app", free_port())
+    server = ServerProcess(app, free_port(), extra=("--workers", "2"))
     server.start()
     port = free_port()
     env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
@@ -45,6 +46,16 @@ def caddy(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
         server.stop()
 
 
+@pytest.fixture
+def caddy(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
+    yield from start_caddy("examples.counter:app", tmp_path)
+
+
+@pytest.fixture
+def caddy_shared(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
+    yield from start_caddy("examples.shared_counter:app", tmp_path)
+
+
 def test_ten_tabs_stay_live_over_http2(browser: Browser, caddy: tuple[int, ServerProcess]) -> None:
     port, _ = caddy
     context = browser.new_context(ignore_https_errors=True)
@@ -64,6 +75,30 @@ def test_ten_tabs_stay_live_over_http2(browser: Browser, caddy: tuple[int, Serve
                 page.click("#inc")
         for i, page in enumerate(pages):  # every tab's own stream delivered its own count
             expect(page.locator("#count")).to_have_text(str(i % 3 + 1))
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_a_shared_counter_on_two_workers_behind_caddy(
+    browser: Browser, caddy_shared: tuple[int, ServerProcess]
+) -> None:
+    port, _ = caddy_shared
+    context = browser.new_context(ignore_https_errors=True)
+    errors: list[str] = []
+    try:
+        pages = []
+        for _ in range(10):
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"https://127.0.0.1:{port}/")
+            expect(page.locator("#count")).to_have_text("0")
+            pages.append(page)
+        for page in pages:
+            page.bring_to_front()
+            page.click("#inc")
+        for page in pages:  # every click counted once, on every tab, whichever worker holds it
+            expect(page.locator("#count")).to_have_text("10")
         assert errors == []
     finally:
         context.close()
