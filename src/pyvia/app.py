@@ -437,7 +437,10 @@ class App:
         return list(seen.values())
 
     def count_clients(self, scope: str = GLOBAL) -> int:
-        return len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
+        worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.clients(scope))
+        return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
 

@@ -87,6 +87,11 @@ def whoami(request: Request) -> Response:
     return Response.text(user)
 
 
+@app.route("GET", "/watching")
+def watching(request: Request) -> Response:
+    return Response.text(str(app.count_clients(Scope.route("/"))))
+
+
 @app.route("GET", "/block")
 def block(request: object) -> Response:
     time.sleep(0.3)  # holds this worker's loop on purpose: the next connections go to the other

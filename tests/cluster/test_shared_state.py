@@ -89,6 +89,12 @@ def get_status(port: int, path: str) -> int:
         return client.read_response().status
 
 
+def get_text(port: int, path: str) -> str:
+    with RawClient(HOST, port) as client:
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+        return client.read_response().body.decode()
+
+
 def get_json(port: int, path: str) -> object:
     with RawClient(HOST, port) as client:
         client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
@@ -253,6 +259,26 @@ def test_a_session_scoped_signal_is_shared_by_the_sessions_tabs_on_both_nodes(tw
     assert not re.search(r'"session__cart":[12]\b', stranger.received.decode())  # another session's cart
     for tab in (first, second, stranger):
         tab.close()
+
+
+def test_presence_counts_the_tabs_of_every_node(two_nodes) -> None:
+    a, b, _ = two_nodes
+    tabs = [Tab(a), Tab(a), Tab(b)]
+    for tab, port in zip(tabs, (a, a, b), strict=True):
+        tab.connect(port)
+
+    def both_say(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while [get_text(port, "/watching") for port in (a, b)] != [str(count)] * 2:
+            assert time.monotonic() < deadline, [get_text(port, "/watching") for port in (a, b)]
+            time.sleep(0.05)
+
+    both_say(3)
+    tabs[0].close()
+    both_say(2)
+    tabs[2].close()
+    both_say(1)
+    tabs[1].close()
 
 
 def test_app_timers_run_on_one_node(two_nodes) -> None:

@@ -22,6 +22,9 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   answered as if local; a stream arriving for such a tab takes it over (the owner hands its tab
   state over and lets it go). When the owner is gone (no responders) the tab is revived where the
   request landed.
+* **Presence**: each worker tells the others its open tabs per scope when they change (checked
+  every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
+  the scope where it is shown.
 * **Rate limit**: each worker tells the others every 250 ms how many action tokens each client
   address took there, and takes them out of its own buckets, so the per-address rate holds for
   the whole app.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
 import os
 import time
@@ -54,6 +58,7 @@ from pyvia.cluster.base import (
 from pyvia.cluster.direct import DirectClient, DirectServer, socket_path
 from pyvia.cluster.replica import Replica
 from pyvia.http import Headers, Request, Response
+from pyvia.lifecycle import State
 from pyvia.scopes import Scope
 from pyvia.session import SESSION_MAX_AGE
 
@@ -74,6 +79,10 @@ DIRECTORY = "directory"
 LEASES = "leases"
 _BROADCAST_SUBJECT = "bcast"
 _RATE_SUBJECT = "rate"
+_PRESENCE_SUBJECT = "presence"
+_PRESENCE_PERIOD = 0.25  # counts are sent when they changed, checked this often
+_PRESENCE_HEARTBEAT = 2.0  # and at least this often, so a silent worker's counts expire
+_PRESENCE_EXPIRY = 6.0
 _RATE_PERIOD = 0.25
 _LEASE_TTL = 5.0
 _LEASE_RENEW = 1.0
@@ -112,6 +121,7 @@ class ClusterLink:
         "_pending",
         "_publish_scheduled",
         "_queued",
+        "_remote",
         "_seq",
         "_subs",
         "_tails",
@@ -156,6 +166,7 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
+        self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
         self._direct: DirectServer | None = None
         self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: another machine)
         #: What the directory says for a tab held here: the node id, and the direct channel's path.
@@ -181,6 +192,8 @@ class ClusterLink:
         await self._load_global()
         self._subs.append(await engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
         self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
+        self._subs.append(await engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
+        self._spawn(self._tell_presence())
         self.app._limiter.spent = {}
         self._spawn(self._tell_rate())
         self._subs.append(await engine.serve(f"fwd.{self.node}", self._serve))
@@ -565,6 +578,60 @@ class ClusterLink:
         for name in scopes:
             for state in app.scopes.matching(name):
                 app.broadcaster.mark(state)
+
+    # --- presence ----------------------------------------------------------------------------------
+
+    def _local_counts(self) -> dict[str, int]:
+        """Open tabs of this worker by scope (session scopes are private to their browser: left out)."""
+        counts: dict[str, int] = {}
+        for state in self.app.scopes:
+            if not state.name.startswith("session:"):
+                n = sum(1 for ctx in state.members.values() if ctx.state is State.CONNECTED)
+                if n:
+                    counts[state.name] = n
+        return counts
+
+    async def _tell_presence(self) -> None:
+        last: dict[str, int] | None = None
+        last_sent = 0.0
+        while True:
+            await asyncio.sleep(_PRESENCE_PERIOD)
+            counts = self._local_counts()
+            now = time.monotonic()
+            if counts != last or now - last_sent > _PRESENCE_HEARTBEAT:
+                with contextlib.suppress(EngineError):
+                    await self.engine.publish(_PRESENCE_SUBJECT, orjson.dumps({"n": self.node, "c": counts}))
+                    last, last_sent = counts, now
+
+    def _on_presence(self, subject: str, payload: bytes) -> None:
+        try:
+            message = orjson.loads(payload)
+            node, counts = message["n"], message["c"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+        if node == self.node or not isinstance(counts, dict):
+            return
+        counts = {k: v for k, v in counts.items() if isinstance(v, int) and valid_wire_scope(k, allow_pattern=False)}
+        before = self._remote.get(node, (0.0, {}))[1]
+        self._remote[node] = (time.monotonic(), counts)
+        app = self.app
+        for name in {*before, *counts}:
+            if before.get(name) != counts.get(name):  # "N watching" changed: re-render who shows it
+                for state in app.scopes.matching(name):
+                    app.broadcaster.mark(state)
+
+    def remote_count(self, scope: str) -> int:
+        """Open tabs in ``scope`` (a name or pattern) on the other workers and nodes, as last told."""
+        now = time.monotonic()
+        total = 0
+        for node, (seen, counts) in list(self._remote.items()):
+            if now - seen > _PRESENCE_EXPIRY:
+                del self._remote[node]
+            elif "*" in scope:
+                total += sum(n for name, n in counts.items() if fnmatch.fnmatchcase(name, scope))
+            else:
+                total += counts.get(scope, 0)
+        return total
 
     # --- the action rate limit -------------------------------------------------------------------
 
