@@ -20,8 +20,13 @@ rounds with ``?flush=1`` time the flush alone in the server (``time.process_time
 session) sent from 16 keep-alive connections as fast as they are answered (closed loop, one in
 flight per connection), on the same 1,000 tabs. Measured: from the moment the first action is
 written (client clock) until the last of the tabs has *decoded* the final value
-(``start + 200``) on its stream; also when the last action was answered and how many flushes
-the server made (coalescing: a flush runs at most every 25 ms).
+(``start + 200``) on its stream; also when the last action was answered, how many flushes
+the server made (coalescing: a flush runs at most every 25 ms) and how many of them were cut
+short (the settle rule of ``pyvia/broadcast.py``; ``--settle 0`` turns it off).
+
+(e) **Single action on an idle server**, same 1,000 tabs: one ``POST /_action/bump`` at least
+100 ms after the last flush, until the first and the last tab decoded the new value: what the
+settle rule must not make slower.
 
 (d) **Encoder micro-benchmark** (no server, a process pinned to CPU 1 after the runs): what
 ``Stream.send`` (the per-tab call of a flush) costs for the same 450-byte frame with identity, zstd
@@ -443,7 +448,7 @@ async def _big(args: argparse.Namespace, recorder: Recorder, server: Server, tab
         t0 = r["t0"]
         stats = await control.call("GET", f"/stats?since={t0 - 0.001}")
         spans = flush_spans(stats["flush_log"])
-        if len(spans) != 1 or spans[0][3] != len(tabs):
+        if len(spans) != 1 or spans[0][3] < len(tabs):  # (the gate's page, never connected, is written too)
             raise ProtocolError(f"expected one flush to every tab for the round, the server logged {spans}")
         flush_start, flush_end, flush_cpu, _ = spans[0]
         flush_s = flush_end - flush_start
