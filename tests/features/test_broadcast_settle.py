@@ -4,6 +4,7 @@ that flush is written cuts it short and is flushed once, when its changes stop c
 from __future__ import annotations
 
 from pyvia import App, Context
+from pyvia.ops.health import metrics_response
 from pyvia.testing import Tab, TestClient
 
 ROOM = "room:a"
@@ -72,6 +73,7 @@ def test_a_burst_cuts_the_first_flush_short_and_is_flushed_once_settled() -> Non
         client.clock.run_due()
         assert counts(tabs) == [[]] * 40  # the rest of the first flush was dropped
         assert app.broadcaster.stats()["flushes_cut_short"] == 1
+        assert "pyvia_broadcast_flushes_cut_short_total 1" in metrics_response(app).body.decode()
         client.clock.advance(SETTLE * 0.75)
         count.increment()  # still coming: the flush waits for them to stop
         client.clock.advance(SETTLE * 0.75)
