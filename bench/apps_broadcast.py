@@ -13,8 +13,8 @@ changes to the framework:
   calls ``malloc_trim(0)`` (to tell memory the allocator keeps from memory still held).
 
 Settings come from the environment so that one module serves every variant (the harness sets
-them before starting the server): ``BENCH_VIEW_BYTES``, ``BENCH_BROADCAST_TICK``, ``BENCH_FLUSH_POLICY``
-(``pyvia`` | ``settle``), ``BENCH_SETTLE_MS``, ``BENCH_IDLE_RELEASE``,
+them before starting the server): ``BENCH_VIEW_BYTES``, ``BENCH_BROADCAST_TICK``,
+``BENCH_BROADCAST_SETTLE`` (seconds; 0 is the plain tick policy), ``BENCH_IDLE_RELEASE``,
 ``BENCH_GOL_MODE`` (``full`` | ``diff``), ``BENCH_GOL_RESEED``, ``BENCH_STATIC_DIR``,
 ``BENCH_ZSTD_SEARCH`` (``level``: the zstd level's own search instead of pyvia's ``STREAM_ZSTD_SEARCH``).
 """
@@ -63,69 +63,44 @@ def _rss_kb() -> int:
     return 0
 
 
-_FLUSH_LOG: deque[tuple[float, float, float, int]] = deque(maxlen=256)
+_FLUSH_LOG: deque[tuple[float, float, float, int, int]] = deque(maxlen=4096)
 
 
 class _TimedBroadcaster(Broadcaster):
-    """The framework's broadcaster, unchanged, with each flush that wrote to tabs logged as
-    (perf_counter at start, at end, process CPU seconds, tabs written): the loop's own clock has
-    millisecond resolution under uvloop, too coarse to place a flush against the client's reads."""
+    """The framework's broadcaster, unchanged, with each piece of flush work that wrote to tabs
+    logged as (perf_counter at start, at end, process CPU seconds, tabs written, flush number): a
+    whole flush, or one slice of a flush written slice by slice (``broadcast.py``, the settle
+    rule; its slices share the flush number). The loop's own clock has millisecond resolution
+    under uvloop, too coarse to place a flush against the client's reads."""
 
     __slots__ = ()
 
-    def flush(self, *, force: bool = False) -> int:
-        t0, c0 = time.perf_counter(), time.process_time()
-        written = super().flush(force=force)
+    def _flush(self, *, force: bool, may_cut: bool) -> int:
+        t0, c0, number = time.perf_counter(), time.process_time(), self.flushes
+        written = super()._flush(force=force, may_cut=may_cut)
         if written:
-            _FLUSH_LOG.append((t0, time.perf_counter(), time.process_time() - c0, written))
+            _FLUSH_LOG.append((t0, time.perf_counter(), time.process_time() - c0, written, number))
         return written
 
-
-_SETTLE: dict[str, float | None] = {"first": None}
-_SETTLE_QUIET = float(os.environ.get("BENCH_SETTLE_MS", "2")) / 1000
-
-
-class _SettlingBroadcaster(_TimedBroadcaster):
-    """An alternative flush policy, for measurement only (``BENCH_FLUSH_POLICY=settle``): flush
-    once no new mark has come for ``BENCH_SETTLE_MS`` (2 ms), but no later than a tick after the
-    first unflushed mark, and never sooner than the framework's "twice the last flush" spacing.
-    pyvia's own policy flushes at once when the loop was idle, so a burst's first action costs a
-    whole flush that carries only its own result."""
-
-    __slots__ = ()
-
-    def mark(self, state: Any) -> None:
-        if state.name not in self.pending:
-            self.pending[state.name] = state
-        clock = self.app.clock
-        if clock is None:
-            return
-        now = clock.now()
-        first = _SETTLE["first"]
-        if first is None:
-            first = _SETTLE["first"] = now
-        when = max(min(now + _SETTLE_QUIET, first + self.tick), self._last_start + 2 * self._last_duration)
-        if self._handle is not None:
-            self._handle.cancel()
-        self._handle = clock.call_later(max(0.0, when - now), self._on_timer)
-
-    def flush(self, *, force: bool = False) -> int:
-        _SETTLE["first"] = None
-        return super().flush(force=force)
+    def _next_slice(self) -> None:
+        t0, c0, before, number = time.perf_counter(), time.process_time(), self.frames_sent, self.flushes
+        super()._next_slice()
+        if self.frames_sent > before:
+            _FLUSH_LOG.append((t0, time.perf_counter(), time.process_time() - c0, self.frames_sent - before, number))
 
 
 def _add_probes(target: App) -> None:
-    # same slots, so the class can be swapped: only flush() (and, for "settle", mark()) change
-    policy = os.environ.get("BENCH_FLUSH_POLICY", "pyvia")
-    target.broadcaster.__class__ = _SettlingBroadcaster if policy == "settle" else _TimedBroadcaster
+    # same slots, so the class can be swapped: only the flush entry points are wrapped
+    target.broadcaster.__class__ = _TimedBroadcaster
     target.scopes.on_change = target.broadcaster.mark  # the registry holds the bound method
 
     @target.route("GET", "/stats")
     def stats(request: Request) -> dict[str, Any]:
         b = target.broadcaster
         since = float(request.query.get("since", "0"))
-        return {"flushes": b.flushes, "tab_frames": b.frames_sent, "last_flush_start": b._last_start,
-                "last_flush_s": b._last_duration, "cpu_s": time.process_time(), "t_ns": time.perf_counter_ns(),
+        return {"flushes": b.flushes, "tab_frames": b.frames_sent, "cut_short": b.cut_short,
+                "last_flush_start": b._last_start, "last_flush_s": b._last_duration, "cpu_s": time.process_time(),
+                "t_ns": time.perf_counter_ns(),
                 "flush_log": [f for f in _FLUSH_LOG if f[0] >= since],
                 "contexts": len(target.contexts), "connected": len(target._connected),
                 "encoders": target.compression.budget.stats()}
@@ -147,7 +122,8 @@ def _add_probes(target: App) -> None:
 VIEW_BYTES = int(os.environ.get("BENCH_VIEW_BYTES", "300"))
 
 app = App(title="broadcast bench", action_rate=0,
-          broadcast_tick=float(os.environ.get("BENCH_BROADCAST_TICK", "0.025")))
+          broadcast_tick=float(os.environ.get("BENCH_BROADCAST_TICK", "0.025")),
+          broadcast_settle=float(os.environ.get("BENCH_BROADCAST_SETTLE", "0.002")))
 _n = app.signal(0, "n", scope=Scope.route("/"))
 
 

@@ -20,8 +20,13 @@ rounds with ``?flush=1`` time the flush alone in the server (``time.process_time
 session) sent from 16 keep-alive connections as fast as they are answered (closed loop, one in
 flight per connection), on the same 1,000 tabs. Measured: from the moment the first action is
 written (client clock) until the last of the tabs has *decoded* the final value
-(``start + 200``) on its stream; also when the last action was answered and how many flushes
-the server made (coalescing: a flush runs at most every 25 ms).
+(``start + 200``) on its stream; also when the last action was answered, how many flushes
+the server made (coalescing: a flush runs at most every 25 ms) and how many of them were cut
+short (the settle rule of ``pyvia/broadcast.py``; ``--settle 0`` turns it off).
+
+(e) **Single action on an idle server**, same 1,000 tabs: one ``POST /_action/bump`` at least
+100 ms after the last flush, until the first and the last tab decoded the new value: what the
+settle rule must not make slower.
 
 (d) **Encoder micro-benchmark** (no server, a process pinned to CPU 1 after the runs): what
 ``Stream.send`` (the per-tab call of a flush) costs for the same 450-byte frame with identity, zstd
@@ -76,12 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--storms", type=int, default=5, help="storms per coding (default 5)")
     p.add_argument("--storm-actions", type=int, default=200)
     p.add_argument("--storm-conns", type=int, default=16)
+    p.add_argument("--singles", type=int, default=10, help="single actions on an idle server, (e) (default 10)")
     p.add_argument("--big", type=int, default=5000, help="tabs for (c); 0 skips it (default 5000)")
     p.add_argument("--big-rounds", type=int, default=7, help="broadcasts for (c) (default 7)")
     p.add_argument("--server", default="native", help="native | uvicorn | granian | hypercorn")
     p.add_argument("--no-micro", action="store_true", help="skip the encoder micro-benchmark (d)")
-    p.add_argument("--flush-policy", choices=("pyvia", "settle"), default="pyvia",
-                   help="settle: an alternative scheduler in the bench app (flush 2 ms after the last mark)")
+    p.add_argument("--settle", type=float, default=None,
+                   help="the app's broadcast_settle in seconds (default: pyvia's, 0.002; 0 = plain tick policy)")
     p.add_argument("--micro-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tick", type=float, default=None,
                    help="the app's broadcast_tick in seconds (default: pyvia's, 0.025)")
@@ -123,6 +129,18 @@ async def broadcast_round(control: Control, hub: Hub, tabs: list[TabStream], val
     times = sorted(hub.times)
     return {"t0": t0, "server_mark": answer["t_ns"] / 1e9, "first": times[0], "median": statistics.median(times),
             "last": times[-1], "answer": answer}
+
+
+def flush_spans(log: list[list[float]]) -> list[tuple[float, float, float, int]]:
+    """The server's flush log, one row per flush: (first start, last end, CPU, tabs written).
+    A flush written in slices (the settle rule) logs one entry per slice under one number."""
+    spans: dict[int, list[float]] = {}
+    for start, end, cpu, written, number in log:
+        span = spans.setdefault(int(number), [start, end, 0.0, 0])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+        span[2] += cpu
+        span[3] += written
+    return [(a, b, c, int(n)) for a, b, c, n in spans.values()]
 
 
 def check_tabs(tabs: list[TabStream], hub: Hub, value: int | None) -> dict[str, Any]:
@@ -170,12 +188,14 @@ async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start:
               "ms_to_first_tab": (times[0] - t0) * 1e3,
               "ms_to_median_tab": (statistics.median(times) - t0) * 1e3,
               "ms_last_action_answered": (max(answered) - t0) * 1e3, "actions": actions, "non2xx": dict(non2xx),
-              "flushes": None, "tab_frames": None, "final": target}
+              "flushes": None, "tab_frames": None, "cut_short": None, "final": target}
     if control is not None and stats0 is not None:
         stats1 = await control.call("GET", f"/stats?since={t0 - 0.001}")
-        result["flush_timeline_ms"] = [((a - t0) * 1e3, (b - t0) * 1e3, n) for a, b, _, n in stats1["flush_log"]]
+        result["flush_timeline_ms"] = [((a - t0) * 1e3, (b - t0) * 1e3, n)
+                                       for a, b, _, n in flush_spans(stats1["flush_log"])]
         result["flushes"] = stats1["flushes"] - stats0["flushes"]
         result["tab_frames"] = stats1["tab_frames"] - stats0["tab_frames"]
+        result["cut_short"] = stats1["cut_short"] - stats0["cut_short"]
     return result
 
 
@@ -195,7 +215,9 @@ def _quiet_or_all(reps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- (a) and (b) ----------------------------------------------------------------------------------
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
-    env = {"BENCH_FLUSH_POLICY": args.flush_policy}
+    env = {}
+    if args.settle is not None:
+        env["BENCH_BROADCAST_SETTLE"] = str(args.settle)
     if args.tick is not None:
         env["BENCH_BROADCAST_TICK"] = str(args.tick)
     return env
@@ -301,8 +323,31 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         print(f"  storm {i}: {s['actions']} actions from {args.storm_conns} connections → last tab has the final "
               f"value after {s['ms_to_last_tab']:.1f} ms (first tab {s['ms_to_first_tab']:.1f}, median "
               f"{s['ms_to_median_tab']:.1f}; last action answered at {s['ms_last_action_answered']:.1f} ms); "
-              f"{s['flushes']} flushes at " + ", ".join(f"{a:.1f}-{b:.1f}" for a, b, _ in s["flush_timeline_ms"])
+              f"{s['flushes']} flushes ({s['cut_short']} cut short) at "
+              + ", ".join(f"{a:.1f}-{b:.1f}" for a, b, _ in s["flush_timeline_ms"])
               + f" ms, non-2xx {sum(s['non2xx'].values())}{' NOISY' if s['noisy'] else ''}", flush=True)
+    singles = []
+    i = extra = 0
+    while i < args.singles + extra:
+        i += 1
+        await wait_quiet(max_wait=10.0)
+        await asyncio.sleep(0.1)  # idle: the last flush is long past
+        meter = Meter(server).start()
+        s = await storm(browsers, hub, tabs, value, 1, 1, control)
+        meter.stop()
+        value = s["final"]
+        s.update({"type": "single", "part": "e", "server": args.server, "coding": coding, "single": i,
+                  "tabs": len(tabs), "others_on_server_core": meter.others, "noisy": meter.noisy})
+        if meter.noisy and extra < 5:
+            extra += 1
+        del s["t0"]
+        recorder.write(s)
+        singles.append(s)
+    if singles:
+        print(f"  single action on an idle server (x{len(singles)}): first tab "
+              f"{fmt(spread([s['ms_to_first_tab'] for s in _quiet_or_all(singles)]), 2)} ms, last tab "
+              f"{fmt(spread([s['ms_to_last_tab'] for s in _quiet_or_all(singles)]), 2)} ms, answered "
+              f"{fmt(spread([s['ms_last_action_answered'] for s in _quiet_or_all(singles)]), 2)} ms", flush=True)
     await asyncio.sleep(0.3)
     check = check_tabs(tabs, hub, value)
     wire = sum(t.wire for t in tabs)
@@ -312,7 +357,7 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
     control.conn.close()
     summary = {
         "type": "summary", "part": "a+b", "server": args.server, "coding": coding, "tabs": len(tabs), "tick": args.tick,
-        "flush_policy": args.flush_policy,
+        "settle": args.settle,
         "open_failures": dict(failures), "check": check,
         "dirty": bool(failures) or not check["clean"] or any(s["non2xx"] for s in storms),
         "noisy_reps": [r["rep"] for r in reps if r["noisy"]],
@@ -330,6 +375,9 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         "storm_ms_last_action": spread([s["ms_last_action_answered"] for s in _quiet_or_all(storms)]),
         "storm_flushes": spread([s["flushes"] for s in _quiet_or_all(storms)]),
         "storms_used": [s["storm"] for s in _quiet_or_all(storms)],
+        "storm_cut_short": spread([s["cut_short"] for s in _quiet_or_all(storms)]),
+        "single_ms_to_first_tab": spread([s["ms_to_first_tab"] for s in _quiet_or_all(singles)]) if singles else None,
+        "single_ms_to_last_tab": spread([s["ms_to_last_tab"] for s in _quiet_or_all(singles)]) if singles else None,
         "storm_ms_to_last_tab_all": spread([s["ms_to_last_tab"] for s in storms]),
         "idle_cpu_ms_per_s": idle * 1e3,
         "kb_per_idle_tab": (rss1 - rss0) / max(1, len(more)),
@@ -399,9 +447,10 @@ async def _big(args: argparse.Namespace, recorder: Recorder, server: Server, tab
         meter.stop()
         t0 = r["t0"]
         stats = await control.call("GET", f"/stats?since={t0 - 0.001}")
-        if len(stats["flush_log"]) != 1:
-            raise ProtocolError(f"expected one flush for the round, the server logged {stats['flush_log']}")
-        flush_start, flush_end, flush_cpu, _ = stats["flush_log"][0]
+        spans = flush_spans(stats["flush_log"])
+        if len(spans) != 1 or spans[0][3] < len(tabs):  # (the gate's page, never connected, is written too)
+            raise ProtocolError(f"expected one flush to every tab for the round, the server logged {spans}")
+        flush_start, flush_end, flush_cpu, _ = spans[0]
         flush_s = flush_end - flush_start
         rec = {"type": "round", "part": "c", "server": args.server, "round": i, "tabs": len(tabs),
                "ms_to_last_tab": (r["last"] - t0) * 1e3, "ms_to_first_tab": (r["first"] - t0) * 1e3,

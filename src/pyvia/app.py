@@ -281,7 +281,7 @@ class App:
         self._sweep_handle: TimerHandle | None = None
         self._next_keep_alive = 0.0
         self._tasks: set[Any] = set()
-        self.broadcaster = Broadcaster(self, self.config.broadcast_tick)
+        self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
         self.scopes = ScopeRegistry(self.broadcaster.mark)
         #: Process-wide state: ``app.global_state["visits"]``, with atomic ``increment``/``mutate``.
         self.global_state = GlobalState()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -19,6 +20,10 @@ class TimerHandle(Protocol):
 
 class Clock(Protocol):
     def now(self) -> float: ...
+
+    def perf(self) -> float:
+        """A precise reading for measuring how long work takes (seconds, any epoch)."""
+        ...
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle: ...
 
@@ -35,6 +40,9 @@ class LoopClock:
 
     def now(self) -> float:
         return self.loop.time()
+
+    def perf(self) -> float:
+        return time.perf_counter()  # the loop's own time has millisecond resolution under uvloop
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
         return self.loop.call_later(delay, callback, *args)
@@ -74,6 +82,10 @@ class ManualClock:
     def now(self) -> float:
         return self._now
 
+    def perf(self) -> float:
+        """Work takes no time on a manual clock: what tests see never depends on the machine's speed."""
+        return self._now
+
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _ManualHandle:
         handle = _ManualHandle(self._now + max(0.0, delay), callback, args)
         heapq.heappush(self._queue, (handle.when, next(self._seq), handle))
@@ -88,6 +100,15 @@ class ManualClock:
             _, _, handle = heapq.heappop(self._queue)
             if not handle.cancelled:
                 handle.callback(*handle.args)
+
+    def step(self) -> bool:
+        """Run the next callback due now, as one turn of a loop would; False when none is due."""
+        while self._queue and self._queue[0][0] <= self._now:
+            _, _, handle = heapq.heappop(self._queue)
+            if not handle.cancelled:
+                handle.callback(*handle.args)
+                return True
+        return False
 
     def advance(self, seconds: float) -> None:
         """Move time forward, firing timers in order as their moment passes."""

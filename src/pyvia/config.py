@@ -38,6 +38,10 @@ class Config:
     sweep_interval: float = 1.0
     #: Minimum gap between broadcast flushes (25 ms, php-via 0.13).
     broadcast_tick: float = 0.025
+    #: A flush that starts on an idle loop is dropped when its scopes change again while it is
+    #: written (a burst began); the burst is flushed once no change has come for this long (2 ms),
+    #: at most a tick after it began (bench/RESULTS-2.md 1b). 0: plain tick policy.
+    broadcast_settle: float = 0.002
     #: Sessions whose ``session_data`` is kept; the least recently used go first.
     max_sessions: int = 10_000
     #: Unsent bytes on a tab's socket above which its view frames are held (1 MiB, php-via 0.13).
@@ -109,7 +113,8 @@ class Config:
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive",
-                     "broadcast_tick", "slow_tab_timeout", "encoder_idle_release", "action_rate", "action_burst"):
+                     "broadcast_tick", "broadcast_settle", "slow_tab_timeout", "encoder_idle_release", "action_rate",
+                     "action_burst"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name}={value!r}: must be a number >= 0")

@@ -226,6 +226,13 @@ class ScopeState:
                 sig._changed = False
         return out
 
+    def restore_changes(self, changes: dict[str, Any]) -> None:
+        """Mark the signals of ``changes`` (from :meth:`take_changes`) changed again: they were not sent."""
+        if changes:
+            for sig in self.signals.values():
+                if sig.id in changes:
+                    sig._changed = True
+
     def values(self) -> dict[str, Any]:
         return {sig.id: sig._value for sig in self.signals.values()}
 

@@ -168,3 +168,29 @@ def test_loop_clock_uses_the_loop_time_and_timers() -> None:
         assert log == ["soon"]
     finally:
         loop.close()
+
+
+def test_step_runs_one_due_callback_as_one_loop_turn() -> None:
+    clock = ManualClock()
+    log, record = recorder()
+    clock.call_soon(record, "a")
+    clock.call_soon(record, "b")
+    clock.call_later(1.0, record, "later")
+    assert clock.step() and log == ["a"]
+    assert clock.step() and log == ["a", "b"]
+    assert not clock.step()  # the timer is not due yet
+    clock.advance(1.0)
+    assert log == ["a", "b", "later"]
+
+
+def test_work_takes_no_time_on_the_manual_clock_and_real_time_on_the_loop() -> None:
+    clock = ManualClock(start=7.0)
+    assert clock.perf() == clock.now() == 7.0
+    loop = asyncio.new_event_loop()
+    try:
+        real = LoopClock(loop)
+        first = real.perf()
+        sum(range(10_000))
+        assert real.perf() > first
+    finally:
+        loop.close()

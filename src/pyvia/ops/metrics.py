@@ -479,6 +479,8 @@ class PyviaMetrics:
         self.flushes = r.counter("pyvia_broadcast_flushes_total", "Broadcast flushes.")
         self.broadcast_frames = r.counter("pyvia_broadcast_tab_frames_total", "Tabs written by broadcast flushes.")
         self.broadcast_pending = r.gauge("pyvia_broadcast_pending_scopes", "Scopes marked and not yet flushed.")
+        self.flushes_cut_short = r.counter("pyvia_broadcast_flushes_cut_short_total",
+                                           "Flushes dropped after their first slices because a burst began.")
         self.encoder_bytes = r.gauge("pyvia_encoder_memory_bytes", "Estimated memory of live stream encoders.")
         self.encoder_peak = r.gauge("pyvia_encoder_memory_peak_bytes", "Highest encoder memory so far.")
         self.encoder_limit = r.gauge("pyvia_encoder_budget_bytes", "The cap on stream-encoder memory.")
@@ -684,6 +686,7 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m.flushes.set_total(totals.get("flushes", 0))
     m.broadcast_frames.set_total(totals.get("tab_frames", 0))
     m.broadcast_pending.set(totals.get("pending", 0))
+    m.flushes_cut_short.set_total(totals.get("flushes_cut_short", 0))
     m.encoder_bytes.set(totals.get("bytes", 0))
     m.encoder_peak.set(totals.get("peak_bytes", 0))
     m.encoder_limit.set(totals.get("limit_bytes", 0))
