@@ -228,7 +228,7 @@ def test_session_data_written_on_one_node_is_read_on_the_other(two_nodes) -> Non
 
 
 def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backend: Backend) -> None:
-    env = {**engine_env(server_backend), "PYVIA_APP__ACTION_RATE": "2", "PYVIA_APP__ACTION_BURST": "10"}
+    env = {**engine_env(server_backend), "PYVIA_APP__ACTION_RATE": "0.5", "PYVIA_APP__ACTION_BURST": "10"}
     nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
     try:
         for node in nodes:
