@@ -301,6 +301,9 @@ class App:
         #: The database of ``[db] url`` (:mod:`pyvia.db`), opened at start and closed at stop.
         self.db: Database = NoDatabase(metrics=self.metrics) if db_config is None else connect(
             db_config, metrics=self.metrics)
+        if self.config.persist_in_db and db_config is None:
+            raise ConfigError("persist_in_db keeps the shared state in the app's database: give [db] url "
+                              "(or App(db_url=...)) too")
         self._dev_log = DevLog()
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
@@ -537,7 +540,10 @@ class App:
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(asyncio.get_running_loop()))
         if self.persists_in_db:
-            await self.restore_from_db()
+            try:
+                await self.restore_from_db()
+            except Exception as exc:  # serve without it: readiness never waits for a database
+                self._report(exc, None, "start", reraise=False)
         self.compression.prepare_process()
         if self.config.gc_thresholds is not None:
             gc.collect()
@@ -1127,9 +1133,9 @@ class App:
 
     @property
     def persists_in_db(self) -> bool:
-        """Shared state is kept in the app's database across graceful restarts: a database is
-        configured, no ``persist_path`` file is, and no engine holds the state (one worker)."""
-        return self.config.persist_path is None and self.db.kind != "none" and self.link is None
+        """Shared state is kept in the app's database across graceful restarts: ``persist_in_db``
+        is on and no engine holds the state (one worker)."""
+        return self.config.persist_in_db and self.link is None
 
     async def _persist_to_db(self) -> None:
         signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]

@@ -98,6 +98,9 @@ class Config:
     #: A SQLite file where global state, shared signals and session data are kept across a
     #: graceful restart (written at stop, read at start). None keeps them in memory only.
     persist_path: str | None = None
+    #: Keep global state, shared signals and session data across graceful restarts in the app's
+    #: database (``[db] url``, table ``pyvia_state``) instead of a ``persist_path`` file; one process.
+    persist_in_db: bool = False
     #: Namespace of this app's buckets and subjects on a shared engine (NATS or Redis), so apps
     #: sharing one engine stay apart; the same on every worker and node of one app.
     engine_prefix: str = "pyvia"
@@ -137,6 +140,8 @@ class Config:
             raise ConfigError(
                 f"base_path={self.base_path!r}: must be '/' or '/segment[/segment…]' of [A-Za-z0-9_.-], like '/live'"
             )
+        if self.persist_in_db and self.persist_path is not None:
+            raise ConfigError("persist_in_db and persist_path both keep the shared state: choose one")
         if not isinstance(self.engine_prefix, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.engine_prefix):
             raise ConfigError(f"engine_prefix={self.engine_prefix!r}: must match [A-Za-z0-9_-]{{1,32}}, like 'shop'")
         if not self.base_path.endswith("/"):

@@ -1,4 +1,4 @@
-"""With a database and one process, global state, shared signals and session data survive a
+"""With ``persist_in_db`` and one process, global state, shared signals and session data survive a
 graceful restart in the database (issue 8: "persistent global state is backed by it")."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from tests.db.conftest import Backend, run
 
 
 def make_app(url: str) -> App:
-    app = App(db_url=url)
+    app = App(db_url=url, persist_in_db=True)
 
     @app.page("/")
     def page(c: Context) -> None:
@@ -54,6 +54,13 @@ def test_shared_state_comes_back_from_the_database_after_a_graceful_restart(back
     assert run(rows()) == 4  # visits, two shared signals, one session
 
 
-def test_a_persist_path_keeps_the_state_in_its_file_instead(backend: Backend, tmp_path) -> None:
-    app = App(db_url=backend.url, persist_path=str(tmp_path / "state.db"))
-    assert not app.persists_in_db
+def test_persist_in_db_needs_a_database_and_excludes_persist_path(backend: Backend, tmp_path) -> None:
+    import pytest
+
+    from pyvia import ConfigError
+
+    assert not App(db_url=backend.url).persists_in_db  # opt-in: no table appears in a user's database
+    with pytest.raises(ConfigError, match="choose one"):
+        App(db_url=backend.url, persist_in_db=True, persist_path=str(tmp_path / "state.db"))
+    with pytest.raises(ConfigError, match="give \\[db\\] url"):
+        App(persist_in_db=True)
