@@ -108,13 +108,24 @@ def engine_env(backend: Backend) -> dict[str, str]:
             "PYVIA_APP__CLUSTER_DIRECT": "false"}
 
 
+def start_nodes(env: dict[str, str]) -> list[ServerProcess]:
+    """Two nodes, each serving (its worker started and linked to the engine) before the test goes on:
+    the port opens before that, and a message sent to a node not yet subscribed is lost."""
+    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        deadline = time.monotonic() + 20
+        while get_status(node.port, "/_ready") != 200:
+            assert time.monotonic() < deadline, "a node never became ready"
+            time.sleep(0.05)
+    return nodes
+
+
 @pytest.fixture
 def two_nodes(server_backend: Backend) -> Iterator[tuple[int, int, list[ServerProcess]]]:
-    env = engine_env(server_backend)
-    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    nodes = start_nodes(engine_env(server_backend))
     try:
-        for node in nodes:
-            node.start()
         yield nodes[0].port, nodes[1].port, nodes
     finally:
         for node in nodes:
@@ -229,10 +240,8 @@ def test_session_data_written_on_one_node_is_read_on_the_other(two_nodes) -> Non
 
 def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backend: Backend) -> None:
     env = {**engine_env(server_backend), "PYVIA_APP__ACTION_RATE": "0.5", "PYVIA_APP__ACTION_BURST": "10"}
-    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    nodes = start_nodes(env)
     try:
-        for node in nodes:
-            node.start()
         a, b = nodes[0].port, nodes[1].port
         tab = Tab(a)
         assert [tab.act(a, "note") for _ in range(10)] == [200] * 10  # the burst, spent on node a
