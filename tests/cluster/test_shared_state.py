@@ -34,6 +34,17 @@ APP = "tests.cluster.shared_app:app"
 HOST = "127.0.0.1"
 
 
+_streams: list[RawClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_streams() -> Iterator[None]:
+    """Streams a failing test left open are closed with it, not garbage-collected in a later test."""
+    yield
+    while _streams:
+        _streams.pop().close()
+
+
 class Tab:
     """One browser tab: its page came from ``port``; its stream may be opened on any node."""
 
@@ -48,6 +59,7 @@ class Tab:
     def connect(self, port: int) -> None:
         self.close()
         self.stream = RawClient(HOST, port, timeout=0.5)
+        _streams.append(self.stream)
         query = quote(json.dumps({"via_ctx": self.ctx}))
         self.stream.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
                          f"Cookie: {self.cookie}\r\n\r\n".encode())
@@ -212,8 +224,11 @@ def test_a_tab_whose_node_died_is_revived_where_its_action_lands(two_nodes) -> N
     tab.connect(a)
     assert tab.act(a, "bump") == 200
     tab.close()
-    nodes[0].proc.send_signal(signal.SIGKILL)
-    nodes[0].proc.wait(10)
+    supervisor = nodes[0].proc
+    for pid in children(supervisor.pid):  # the worker dies first, before its supervisor can stop it
+        os.kill(pid, signal.SIGKILL)
+    supervisor.send_signal(signal.SIGKILL)
+    supervisor.wait(10)
     assert tab.act(b, "note") == 200
     tab.connect(b)
     tab.wait_for(rf'"pid":{pid_of(b)}')
