@@ -4,24 +4,26 @@ With one worker none of this exists (``app.link`` is None) and shared state is p
 With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes one
 :class:`ClusterLink` at start, and (DESIGN.md, "Multi-worker and multi-node"):
 
-* **Scoped signals** live in the bucket ``scopes`` under ``scope#name``; **global state** in
-  ``global``. Each worker keeps a read copy (:class:`~pyvia.cluster.replica.Replica`) fed by the
-  bucket's change messages, so renders read local memory. A write changes the local value at once
-  (the writing tab sees it) and goes to the engine in order per key; ``increment()`` and
-  ``mutate()`` run atomically there. While a worker's own writes to a key are in flight, changes
-  from others wait; then the engine's newest value wins, so every worker ends on the same value.
-  An action's answer waits for the writes it made, so a client that sees its POST answered sees
-  its write in the engine.
+* **Scoped signals** live in the bucket ``scopes`` under ``scope#name`` (session-scoped ones in
+  ``session-scopes``); **global state** in ``global``; **session data** in ``sessions`` under the
+  session's hash (the two session buckets expire with the session cookie). Each worker keeps a
+  read copy (:class:`~pyvia.cluster.replica.Replica`) fed by the bucket's change messages, so
+  renders read local memory. A write changes the local value at once (the writing tab sees it)
+  and goes to the engine in order per key; ``increment()`` and ``mutate()`` run atomically there.
+  While a worker's own writes to a key are in flight, changes from others wait; then the engine's
+  newest value wins, so every worker ends on the same value. An action's answer waits for the
+  writes it made, so a client that sees its POST answered sees its write in the engine.
 * **Broadcasts** named explicitly (``app.broadcast``, ``c.broadcast``) are published once per
   scope per loop turn with the bucket revisions the sender had seen; a receiver that has not yet
   seen those revisions waits for them (at most a second) before it marks the scope, so it never
   renders older state than the sender. Signal writes need no message: their change marks the
   scope on every worker that holds it.
-* **Directory**: the bucket ``directory`` maps a context id to the node that holds it. An action
-  for a tab held elsewhere is forwarded to its owner by request/reply on ``fwd.<node>`` and
-  answered as if local; a stream arriving for such a tab takes it over (the owner hands its tab
-  state over and lets it go). When the owner is gone (no responders) the tab is revived where the
-  request landed.
+* **Directory**: the bucket ``directory`` maps a context id to the node that holds it (and the
+  path of its unix socket, :mod:`pyvia.cluster.direct`). An action for a tab held elsewhere is
+  forwarded to its owner, over that socket when the owner is a worker of this machine, else by
+  request/reply on ``fwd.<node>``, and answered as if local; a stream arriving for such a tab
+  takes it over (the owner hands its tab state over and lets it go). When the owner is gone (no
+  responders) the tab is revived where the request landed.
 * **Presence**: each worker tells the others its open tabs per scope when they change (checked
   every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
   the scope where it is shown.
