@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 from pyvia import App, Context
@@ -28,7 +29,7 @@ def test_a_retiring_server_saves_then_ends_its_streams_spread_over_the_window(tm
 
     def saved() -> None:
         saved_at.append(time.monotonic())
-        with sqlite3.connect(state) as db:  # written before the call: a new worker may read it now
+        with closing(sqlite3.connect(state)) as db:  # written before the call: a new worker may read it now
             saved_rows.append(db.execute("SELECT count(*) FROM state").fetchone()[0])
 
     server = ServerThread(app, plan=StopPlan(spread=1.0, saved=saved), graceful_timeout=3.0)
