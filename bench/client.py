@@ -15,6 +15,7 @@ import html
 import re
 import socket
 import time
+import zlib
 from collections import deque
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +23,7 @@ from urllib.parse import quote
 import orjson
 
 __all__ = [
+    "BodyDecoder",
     "Connection",
     "ProtocolError",
     "Response",
@@ -105,6 +107,47 @@ def _expire(fut: asyncio.Future[Any], what: str) -> None:
         fut.set_exception(TimeoutError(what))
 
 
+class BodyDecoder:
+    """Decodes a stream body as it arrives: ``zstd`` (a new decompressor after each frame: pyvia
+    ends a frame when it releases an idle encoder), ``br``, ``gzip`` or identity."""
+
+    __slots__ = ("_d", "coding")
+
+    def __init__(self, coding: str) -> None:
+        self.coding = coding
+        self._d: Any = None
+        if coding == "zstd":
+            import zstandard
+
+            self._d = zstandard.ZstdDecompressor().decompressobj()
+        elif coding == "br":
+            import brotli  # type: ignore[import-untyped]
+
+            self._d = brotli.Decompressor()
+        elif coding == "gzip":
+            self._d = zlib.decompressobj(wbits=31)
+        elif coding != "identity":
+            raise ProtocolError(f"unknown content-encoding {coding!r}")
+
+    def decode(self, payload: bytes) -> bytes:
+        if self.coding == "identity":
+            return payload
+        if self.coding == "br":
+            return bytes(self._d.process(payload))
+        if self.coding == "gzip":
+            return bytes(self._d.decompress(payload))
+        parts = []
+        while payload:
+            parts.append(self._d.decompress(payload))
+            if not self._d.eof:
+                break
+            payload = self._d.unused_data
+            import zstandard
+
+            self._d = zstandard.ZstdDecompressor().decompressobj()
+        return b"".join(parts)
+
+
 class Stream:
     """The SSE body of one open stream: events as they arrive, each with its arrival time.
 
@@ -112,7 +155,7 @@ class Stream:
     ``(perf_counter at parse, raw event bytes)`` until :meth:`next_event` takes them.
     """
 
-    __slots__ = ("_pending", "_waiter", "bytes_seen", "closed", "comments", "conn", "events", "headers",
+    __slots__ = ("_pending", "_waiter", "bytes_seen", "closed", "comments", "conn", "decoder", "events", "headers",
                  "set_cookies", "status")
 
     def __init__(self, conn: Connection, status: int, headers: dict[str, str], set_cookies: list[str]) -> None:
@@ -126,9 +169,11 @@ class Stream:
         self.closed = False
         self._pending = bytearray()
         self._waiter: asyncio.Future[None] | None = None
+        self.decoder = BodyDecoder(headers.get("content-encoding", "identity"))
 
     def _feed(self, payload: bytes) -> None:
         self.bytes_seen += len(payload)
+        payload = self.decoder.decode(payload)
         pending = self._pending
         pending += payload
         now = 0.0

@@ -1,10 +1,11 @@
 """``tabs``: N connected tabs; server RSS per tab and CPU to open one, then optional load phases.
 
 Per repetition, a fresh server: a few warm-up tabs are opened (and kept), RSS is read, then N
-tabs are opened in batches (page view, then the stream with identity encoding: no
-``Accept-Encoding``, so no compressor is counted), each only counted once its stream's first
-event arrived. After a settle time RSS is read again: KB per idle tab = (RSS_N - RSS_before) / N,
-the method of machine-limits.md §2 (there 2.0 KB for a bare httptools stream, 15.6 for stario).
+tabs are opened in batches (page view, then the stream, by default with identity encoding: no
+``Accept-Encoding``, so no compressor is counted; ``--encoding`` chooses another), each only
+counted once its stream's first event arrived. After a settle time RSS is read again: KB per idle
+tab = (RSS_N - RSS_before) / N, the method of machine-limits.md §2 (there 2.0 KB for a bare
+httptools stream, 15.6 for stario).
 The CPU of the opening phase divided by N is the cost of opening one tab (page + stream).
 
 With ``--churn-rate``, ``--tab-rates`` or ``--bc-rates`` the open tabs then carry the phases of
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--browsers", type=int, default=16, help="page-view connections (sessions; default 16)")
     parser.add_argument("--warm-tabs", type=int, default=20, help="tabs opened and kept before 'before' (default 20)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between opening and reading RSS")
+    parser.add_argument("--encoding", choices=("identity", "zstd", "br", "gzip"), default="identity",
+                        help="the Accept-Encoding of every stream (default identity: no compressor is counted)")
     tab_phases.add_arguments(parser)
 
 
@@ -74,7 +77,7 @@ async def _open_batch(browsers: list[Browser], count: int, port: int, failures: 
 
 
 async def _one_rep(args: argparse.Namespace, server: Server, rep: int, tabs: list[Tab]) -> dict[str, Any]:
-    browsers = [await Browser.open(server.host, server.port) for _ in range(args.browsers)]
+    browsers = [await Browser.open(server.host, server.port, args.encoding) for _ in range(args.browsers)]
     failures: Counter[str] = Counter()
     owners: dict[int, Browser] = {}
     tabs += await _open_batch(browsers, args.warm_tabs, server.port, failures, owners)

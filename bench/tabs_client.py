@@ -27,15 +27,17 @@ class TabError(Exception):
 class Browser:
     """One keep-alive connection carrying page views and actions for one session."""
 
-    def __init__(self, conn: Connection, host: str) -> None:
+    def __init__(self, conn: Connection, host: str, encoding: str = "identity") -> None:
         self.conn = conn
         self.host = host
         self.cookie: str | None = None
         self._page = build_request("GET", "/", host)
+        #: What the tab's streams accept (``Accept-Encoding``); identity sends no such header.
+        self.encoding = encoding
 
     @classmethod
-    async def open(cls, host: str, port: int) -> Browser:
-        return cls(await Connection.open("127.0.0.1", port), host)
+    async def open(cls, host: str, port: int, encoding: str = "identity") -> Browser:
+        return cls(await Connection.open("127.0.0.1", port), host, encoding)
 
     def _cookie_headers(self) -> list[tuple[str, str]]:
         return [("Cookie", f"{SESSION_COOKIE}={self.cookie}")] if self.cookie else []
@@ -71,7 +73,9 @@ class Browser:
             raise TabError("page without a via_ctx seed")
         signals = {k: v for k, v in seed.items() if not k.startswith("_")}
         conn = await Connection.open("127.0.0.1", port, timeout)
-        request = build_request("GET", stream_target(signals), self.host, [*_STREAM_HEADERS, *self._cookie_headers()])
+        accept = [] if self.encoding == "identity" else [("Accept-Encoding", self.encoding)]
+        request = build_request("GET", stream_target(signals), self.host,
+                                [*_STREAM_HEADERS, *accept, *self._cookie_headers()])
         opened = await conn.open_stream(request, timeout)
         if not isinstance(opened, Stream):
             conn.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,6 +116,17 @@ def test_tabs_phases_on_private_and_shared_counters() -> None:
     assert skipped["skipped"] == "the page has no private signal 'count'"
     assert shared["ok"] == 10 and shared["observed_on_final"] == shared["observed"] == 22  # 20 + 2 warm-up tabs
     assert shared["clicks_never_visible"] == 0 and shared["events_per_tab_s"] > 0
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "br", "gzip"])
+def test_tabs_on_compressed_streams_decode_every_event(encoding: str) -> None:
+    small = ("-n", "20", "-r", "1", "--warm-tabs", "2", "--settle", "0.5", "--phase", "1")
+    code, out, records = bench("tabs", *small, "--encoding", encoding, "--tab-rates", "20")
+    assert code == 0, out
+    assert records[0]["settings"]["encoding"] == encoding
+    rep = next(r for r in records if r["type"] == "rep")
+    (private,) = rep["phases"]
+    assert private["ok"] == private["sent"] == 20 and private["never_seen"] == 0  # patches decoded off the stream
 
 
 def test_calibrate_prints_the_brotli_figure() -> None:
