@@ -111,10 +111,11 @@ class BodyDecoder:
     """Decodes a stream body as it arrives: ``zstd`` (a new decompressor after each frame: pyvia
     ends a frame when it releases an idle encoder), ``br``, ``gzip`` or identity."""
 
-    __slots__ = ("_d", "coding")
+    __slots__ = ("_d", "coding", "frames")
 
     def __init__(self, coding: str) -> None:
         self.coding = coding
+        self.frames = 0  # zstd frames ended (an encoder released mid-stream ends one)
         self._d: Any = None
         if coding == "zstd":
             import zstandard
@@ -142,6 +143,7 @@ class BodyDecoder:
             if not self._d.eof:
                 break
             payload = self._d.unused_data
+            self.frames += 1
             import zstandard
 
             self._d = zstandard.ZstdDecompressor().decompressobj()

@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,16 +38,11 @@ from bench.client import Connection, boot_signals, build_request, stream_target
 from bench.proc import cpu_seconds_precise
 from bench.provenance import print_provenance, provenance
 from bench.report import Recorder
+from bench.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 APP = "bench.apps_cluster:app"
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class Node:

@@ -28,18 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import brotli  # type: ignore[import-untyped]
 import orjson
-import zstandard
 
 from bench import proc
-from bench.client import Connection, ProtocolError, Response, boot_signals, build_request, stream_target
+from bench.client import BodyDecoder, Connection, ProtocolError, Response, boot_signals, build_request, stream_target
 from bench.server import PAGE_MARKER, REPO, SERVER_CPU, Server, free_port, start_server
 
 __all__ = ["CLIENT_CPU", "Browser", "Hub", "Meter", "TabStream", "env_record", "launch", "open_tabs", "pin_client",
@@ -279,7 +276,6 @@ class TabStream(asyncio.Protocol):
         self.raw_bytes = 0  # everything read, head and chunk framing included
         self.wire = 0  # chunk payloads: the content-coded body
         self.decoded = 0  # the body after decoding: the events' own bytes
-        self.frames = 0  # zstd frames ended (an encoder released mid-stream ends one)
         self.n_signals = 0
         self.n_elements = 0
         self.n_comments = 0
@@ -289,15 +285,12 @@ class TabStream(asyncio.Protocol):
         self.round = 0
         self.first_at = 0.0
         self.last_at = 0.0
-        self._zstd: Any = None
-        self._br: Any = None
-        self._gz: Any = None
-        if coding == "zstd":
-            self._zstd = zstandard.ZstdDecompressor().decompressobj()
-        elif coding == "br":
-            self._br = brotli.Decompressor()
-        elif coding == "gzip":
-            self._gz = zlib.decompressobj(wbits=31)
+        self._decoder = BodyDecoder(coding)
+
+    @property
+    def frames(self) -> int:
+        """zstd frames ended (an encoder released mid-stream ends one)."""
+        return self._decoder.frames
 
     # asyncio.Protocol
 
@@ -383,23 +376,7 @@ class TabStream(asyncio.Protocol):
             raise ProtocolError(f"asked for {self.coding}, stream has content-encoding {got}")
 
     def _body(self, payload: bytes, now: float) -> None:
-        if self._zstd is not None:
-            parts = []
-            while payload:
-                d = self._zstd
-                parts.append(d.decompress(payload))
-                if not d.eof:
-                    break
-                self.frames += 1
-                payload = d.unused_data
-                self._zstd = zstandard.ZstdDecompressor().decompressobj()
-            data = b"".join(parts)
-        elif self._br is not None:
-            data = self._br.process(payload)
-        elif self._gz is not None:
-            data = self._gz.decompress(payload)
-        else:
-            data = payload
+        data = self._decoder.decode(payload)
         if not data:
             return
         self.decoded += len(data)

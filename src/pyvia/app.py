@@ -1262,12 +1262,17 @@ class App:
         owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and session_id is not None:
             state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
-            if ctx_id not in self._graveyard:  # the directory vouches that the tab lived recently
-                self._graveyard[ctx_id] = (self._now() + self.config.revival_window, state or {})
+            self._vouch(ctx_id, state or {})
         found = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
         if found is None:
             return self._reload_stream(ctx_id)
         return await _settled(self._stream_for(request, found))
+
+    def _vouch(self, ctx_id: str, tab_state: dict[str, Any]) -> None:
+        """The directory names an owner (alive or dead) for this tab, so it lived recently: let
+        ``_revive`` bring it back here, with ``tab_state``, as it would a tab destroyed here."""
+        if ctx_id not in self._graveyard:
+            self._graveyard[ctx_id] = (self._now() + self.config.revival_window, tab_state)
 
     def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Another worker took this tab's stream: let the tab go, giving it its tab state."""
@@ -1413,10 +1418,9 @@ class App:
         response = await self.link.forward(ctx_id, request, self.config.action_timeout)
         if response is not None:
             return response
-        # A directory entry naming a (dead) owner vouches that the tab lived recently: revive it.
         if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
-            self._graveyard[ctx_id] = (self._now() + self.config.revival_window, {})
+            self._vouch(ctx_id, {})
         ctx = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
         return await _settled(self._run_action(request, ctx, name, signals))
 

@@ -26,7 +26,7 @@ import pytest
 from pyvia.cluster import ENGINE_URL_ENV
 from tests.cluster.conftest import Backend
 from tests.cluster.test_supervisor import Cluster, children
-from tests.helpers import RawClient
+from tests.helpers import RawClient, RawResponse
 from tests.processes import ServerProcess, free_port
 from tests.server.test_app_over_http import open_page, post_action
 
@@ -89,28 +89,28 @@ class Tab:
         return post_action(HOST, port, name, {"via_ctx": self.ctx, **signals}, self.cookie).status
 
 
-def pid_of(port: int, path: str = "/pid") -> int:
+def get(port: int, path: str, cookie: str | None = None) -> RawResponse:
+    """``GET path`` on a fresh connection, as a probe or a browser tab's plain request would."""
+    extra = f"Cookie: {cookie}\r\n" if cookie else ""
     with RawClient(HOST, port) as client:
-        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-        return int(client.read_response().body)
+        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{extra}\r\n".encode())
+        return client.read_response()
+
+
+def pid_of(port: int, path: str = "/pid") -> int:
+    return int(get(port, path).body)
 
 
 def get_status(port: int, path: str) -> int:
-    with RawClient(HOST, port) as client:
-        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-        return client.read_response().status
+    return get(port, path).status
 
 
 def get_text(port: int, path: str) -> str:
-    with RawClient(HOST, port) as client:
-        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-        return client.read_response().body.decode()
+    return get(port, path).body.decode()
 
 
 def get_json(port: int, path: str) -> object:
-    with RawClient(HOST, port) as client:
-        client.send(f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-        return json.loads(client.read_response().body)
+    return json.loads(get(port, path).body)
 
 
 def engine_env(backend: Backend) -> dict[str, str]:
@@ -239,18 +239,14 @@ def test_session_data_written_on_one_node_is_read_on_the_other(two_nodes) -> Non
     a, b, _ = two_nodes
     tab = Tab(a)
     assert tab.act(a, "login", item="ada") == 200
-    with RawClient(HOST, b) as client:
-        client.send(f"GET /whoami HTTP/1.1\r\nHost: {HOST}\r\nCookie: {tab.cookie}\r\n\r\n".encode())
-        assert client.read_response().body == b"ada"
+    assert get(b, "/whoami", tab.cookie).body == b"ada"
     assert tab.act(b, "login", item="grace") == 200  # forwarded to a, seen on b through the engine
-    with RawClient(HOST, b) as client:
-        for _ in range(50):
-            client.send(f"GET /whoami HTTP/1.1\r\nHost: {HOST}\r\nCookie: {tab.cookie}\r\n\r\n".encode())
-            if client.read_response().body == b"grace":
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("node b never saw the second login")
+    for _ in range(50):
+        if get(b, "/whoami", tab.cookie).body == b"grace":
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("node b never saw the second login")
 
 
 def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backend: Backend) -> None:

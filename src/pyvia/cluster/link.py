@@ -121,6 +121,7 @@ class ClusterLink:
         "_owners",
         "_peers",
         "_pending",
+        "_presence_dirty",
         "_publish_scheduled",
         "_queued",
         "_remote",
@@ -169,6 +170,7 @@ class ClusterLink:
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
         self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
+        self._presence_dirty = True
         self._direct: DirectServer | None = None
         self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: another machine)
         #: What the directory says for a tab held here: the node id, and the direct channel's path.
@@ -195,6 +197,8 @@ class ClusterLink:
         self._subs.append(await engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
         self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
         self._subs.append(await engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
+        self.app._on_connect.append(self._presence_changed)
+        self.app._on_disconnect.append(self._presence_changed)
         self._spawn(self._tell_presence())
         self.app._limiter.spent = {}
         self._spawn(self._tell_rate())
@@ -221,6 +225,9 @@ class ClusterLink:
         for task in list(self._tasks):
             task.cancel()
         self.app._limiter.spent = None
+        for hooks in (self.app._on_connect, self.app._on_disconnect):
+            if self._presence_changed in hooks:
+                hooks.remove(self._presence_changed)
         if self.is_timer_leader:
             self.is_timer_leader = False
             with contextlib.suppress(EngineError):
@@ -478,8 +485,12 @@ class ClusterLink:
         return Scope.session(session_id).split(":", 1)[1]
 
     def has_session(self, session_id: str) -> bool:
-        """Whether this worker follows the session's data already (no engine read needed)."""
-        return self.session_replica.peek(self.session_key(session_id)) is not None
+        """Whether this worker follows the session's data already (no engine read needed).
+
+        Asked on every request: a followed session is found without hashing its id again."""
+        data = self.app.sessions.peek(session_id)
+        key = data.key if data is not None else self.session_key(session_id)
+        return self.session_replica.peek(key) is not None
 
     async def load_session(self, session_id: str) -> None:
         """Read a session's data before a request of that session is handled here."""
@@ -593,14 +604,23 @@ class ClusterLink:
                     counts[state.name] = n
         return counts
 
+    def _presence_changed(self, ctx: object) -> None:
+        self._presence_dirty = True
+
     async def _tell_presence(self) -> None:
+        """Counted again only after a stream opened or closed (and at each heartbeat, which also
+        catches scope changes without one), never by walking every tab each period."""
         last: dict[str, int] | None = None
         last_sent = 0.0
         while True:
             await asyncio.sleep(_PRESENCE_PERIOD)
-            counts = self._local_counts()
             now = time.monotonic()
-            if counts != last or now - last_sent > _PRESENCE_HEARTBEAT:
+            heartbeat = now - last_sent > _PRESENCE_HEARTBEAT
+            if not (self._presence_dirty or heartbeat):
+                continue
+            self._presence_dirty = False
+            counts = self._local_counts()
+            if counts != last or heartbeat:
                 with contextlib.suppress(EngineError):
                     await self.engine.publish(_PRESENCE_SUBJECT, orjson.dumps({"n": self.node, "c": counts}))
                     last, last_sent = counts, now
