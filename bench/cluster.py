@@ -6,9 +6,12 @@
   spreads connections over the workers, so about half of the actions land on a worker that does
   not hold their tab and are forwarded. ``--action bump`` makes it broadcast-bound instead: every
   action increments a counter shared by every tab, and each tab's stream is read to the end.
-* ``forward``: two nodes (two ``pyvia run`` on two ports) sharing one local NATS; one tab on node
-  A. CPU per trivial action (``tap``) sent to A (local) and sent to B (forwarded to A), from
-  ``/proc`` of both nodes, and with the NATS server's CPU added.
+* ``forward``: two nodes of one machine (two ``pyvia run`` on two ports) sharing one local NATS;
+  one tab on node A. CPU per trivial action (``tap``), from ``/proc`` of both nodes (and with the
+  NATS server's CPU added), on each path of ``FORWARD_PATHS``: sent to A (local); sent to B on a
+  proxy's connection (forwarded to A over the direct channel); sent to B on a browser's keep-alive
+  connection (passed to A with the first action, A's own after that); and one new connection per
+  action, to A and to B (each connection passed), to price the move itself.
 * ``request``: the CPU of one request/reply through a local NATS, both ends in this process.
 * ``hotkey --engine nats|redis``: ``increment()`` and ``mutate()`` on one key from ``--writers``
   processes for ``--seconds``, through a real engine: operations/s and exactness.
@@ -113,11 +116,11 @@ async def open_tab(port: int, *, stream: bool = True) -> Tab:
     return tab
 
 
-def action_request(port: int, tab: Tab, name: str) -> bytes:
+def action_request(port: int, tab: Tab, name: str, extra: list[tuple[str, str]] | None = None) -> bytes:
     body = orjson.dumps({"via_ctx": tab.ctx})
     return build_request("POST", f"/_action/{name}", f"{HOST}:{port}",
                          [("Origin", f"http://{HOST}:{port}"), ("Cookie", tab.cookie),
-                          ("Content-Type", "application/json")], body)
+                          ("Content-Type", "application/json"), *(extra or [])], body)
 
 
 async def drain(tabs: list[Tab], until: float) -> None:
@@ -185,6 +188,18 @@ async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
         recorder.write({"rep": rep, "ratio": round(ratio, 3)})
 
 
+#: ``forward``'s paths: (name, node the requests go to, through a proxy, a new connection per action).
+#: Node A holds the tab. A proxy's connection (``X-Forwarded-For``) is forwarded over the direct
+#: channel; a browser's is passed to A with its first action, then its actions are A's own.
+FORWARD_PATHS = (
+    ("local", "a", False, False),
+    ("forwarded", "b", True, False),
+    ("passed", "b", False, False),
+    ("local, new connection", "a", False, True),
+    ("passed, new connection", "b", False, True),
+)
+
+
 async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
     from pyvia.cluster.nats_server import LocalNats
 
@@ -200,29 +215,45 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
         drainer = asyncio.ensure_future(drain([tab], time.monotonic() + 3600))
         for rep in range(args.reps):
             row: dict[str, Any] = {"rep": rep}
-            for where, node in (("local", a), ("forwarded", b)):
-                conn = await Connection.open(HOST, node.port)
-                request = action_request(node.port, tab, "tap")
-                for _ in range(200):  # warm-up
-                    assert (await conn.request(request)).status == 200
+            for name, where, proxied, fresh in FORWARD_PATHS:
+                node = a if where == "a" else b
+                extra = [("X-Forwarded-For", "203.0.113.7")] if proxied else None
+                request = action_request(node.port, tab, "tap", extra)
+                count = args.actions // 3 if fresh else args.actions
+                conn = None if fresh else await Connection.open(HOST, node.port)
+
+                async def one(conn: Connection | None = conn, node: Node = node, request: bytes = request) -> int:
+                    if conn is not None:
+                        return (await conn.request(request)).status
+                    fresh_conn = await Connection.open(HOST, node.port)
+                    status = (await fresh_conn.request(request)).status
+                    fresh_conn.close()
+                    return status
+
+                for _ in range(100):  # warm-up
+                    assert await one() == 200
                 cpu0, nats0, t0 = a.cpu() + b.cpu(), cpu_seconds_precise(nats.pid), time.perf_counter()
                 statuses: dict[int, int] = {}
-                for _ in range(args.actions):
-                    status = (await conn.request(request)).status
+                for _ in range(count):
+                    status = await one()
                     statuses[status] = statuses.get(status, 0) + 1
                 elapsed = time.perf_counter() - t0
                 cpu = a.cpu() + b.cpu() - cpu0
                 broker = cpu_seconds_precise(nats.pid) - nats0
-                conn.close()
-                row[where] = {"cpu_us": round(cpu / args.actions * 1e6, 1),
-                              "cpu_with_nats_us": round((cpu + broker) / args.actions * 1e6, 1),
-                              "latency_us": round(elapsed / args.actions * 1e6, 1), "statuses": statuses}
-            row["ratio"] = round(row["forwarded"]["cpu_us"] / row["local"]["cpu_us"], 3)
-            row["ratio_with_nats"] = round(row["forwarded"]["cpu_with_nats_us"] / row["local"]["cpu_with_nats_us"], 3)
+                if conn is not None:
+                    conn.close()
+                row[name] = {"cpu_us": round(cpu / count * 1e6, 1),
+                             "cpu_with_nats_us": round((cpu + broker) / count * 1e6, 1),
+                             "latency_us": round(elapsed / count * 1e6, 1), "statuses": statuses}
+            local, fresh = row["local"]["cpu_us"], row["local, new connection"]["cpu_us"]
+            row["ratio_forwarded"] = round(row["forwarded"]["cpu_us"] / local, 3)
+            row["ratio_passed"] = round(row["passed"]["cpu_us"] / local, 3)
+            row["ratio_passed_new_connection"] = round(row["passed, new connection"]["cpu_us"] / fresh, 3)
             recorder.write(row)
-            print(f"rep {rep}: local {row['local']['cpu_us']} us, forwarded {row['forwarded']['cpu_us']} us "
-                  f"= {row['ratio']}x (with nats-server {row['ratio_with_nats']}x); latency "
-                  f"{row['local']['latency_us']} vs {row['forwarded']['latency_us']} us")
+            print(f"rep {rep}: local {local} us; forwarded (proxy connection) {row['forwarded']['cpu_us']} us = "
+                  f"{row['ratio_forwarded']}x; passed keep-alive connection {row['passed']['cpu_us']} us = "
+                  f"{row['ratio_passed']}x; new connection each: local {fresh} us, passed "
+                  f"{row['passed, new connection']['cpu_us']} us = {row['ratio_passed_new_connection']}x")
         drainer.cancel()
     finally:
         for node in nodes:

@@ -16,6 +16,7 @@ import inspect
 import logging
 import math
 import secrets
+import socket
 import time
 import typing
 from collections import OrderedDict, deque
@@ -105,6 +106,9 @@ _SECURITY_HEADERS = (
 _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
         "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
         "base-uri 'self'; frame-ancestors 'self'")
+#: What an action answers once its connection went to the worker holding the tab (never written).
+PASSED = Response(204)
+
 _OPS_PATHS: dict[str, Callable[[Any], Response]] = {
     "/_health": health_response,
     "/_ready": ready_response,
@@ -311,6 +315,9 @@ class App:
         self.raise_server_exceptions = False
         #: The engine link when several workers or nodes share state (pyvia.cluster.link), else None.
         self.link: ClusterLink | None = None
+        #: Set by the native server (plain HTTP): ``adopt_connection(sock, request_bytes)`` serves a
+        #: connection another worker of this machine passed (pyvia.cluster.passing).
+        self.adopt_connection: Callable[[socket.socket, bytes], None] | None = None
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -1388,8 +1395,9 @@ class App:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
         self._check_origin(request)
-        forwarded = request.state.get("_forwarded", False)  # counted where it landed
-        wait = 0.0 if forwarded else self._limiter.check(self.client_address(request), self._now())
+        forwarded = request.state.get("_forwarded", False)
+        counted = forwarded or "_passed" in request.state  # counted where it landed
+        wait = 0.0 if counted else self._limiter.check(self.client_address(request), self._now())
         if wait:
             raise RateLimited(f"action rate limit for {self.client_address(request)}",
                               headers=[("retry-after", str(max(1, math.ceil(wait))))])
@@ -1415,6 +1423,10 @@ class App:
         """An action for a tab held by another worker or node: its owner answers it; when the
         owner is gone the tab is revived here."""
         assert self.link is not None
+        if request.transfer is not None and "_passed" not in request.state and await self.link.pass_connection(
+                ctx_id, request):
+            request.kind = "passed"  # answered by the owner, on the connection it now holds
+            return PASSED
         response = await self.link.forward(ctx_id, request, self.config.action_timeout)
         if response is not None:
             return response

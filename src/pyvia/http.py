@@ -99,6 +99,11 @@ class Request:
     state: dict[str, object] = field(default_factory=dict)
     #: What the request is to the core: "page", "action", "stream", "revival", "route", "asset".
     kind: str = ""
+    #: Set by the native server on a plain HTTP/1.1 connection: ``await transfer(send)`` offers
+    #: the connection to another worker of this machine (:mod:`pyvia.cluster.passing`);
+    #: ``send(fd)`` returns None (not sent) or an awaitable of whether the other worker took it.
+    #: True: it answers this request, and this process writes nothing more on the connection.
+    transfer: Callable[[Callable[[int], Awaitable[bool] | None]], Awaitable[bool]] | None = None
     _cookies: dict[str, str] | None = None
     _query: dict[str, str] | None = None
 

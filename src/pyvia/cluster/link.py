@@ -58,6 +58,7 @@ from pyvia.cluster.base import (
     valid_wire_scope,
 )
 from pyvia.cluster.direct import DirectClient, DirectServer, socket_path
+from pyvia.cluster.passing import ConnectionPost, inbox_path, request_bytes
 from pyvia.cluster.replica import Replica
 from pyvia.http import Headers, Request, Response
 from pyvia.lifecycle import State
@@ -110,6 +111,13 @@ def _encode(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
+def _through_proxy(request: Request) -> bool:
+    """A proxy's connection carries the requests of many browsers, whose tabs live on any
+    worker: passed, it would move at nearly every request (each move costs more than forwarding)."""
+    headers = request.headers
+    return "x-forwarded-for" in headers or "forwarded" in headers or "via" in headers
+
+
 class ClusterLink:
     """The engine side of one app (see the module docstring); made and started by ``App.startup``."""
 
@@ -121,6 +129,7 @@ class ClusterLink:
         "_owners",
         "_peers",
         "_pending",
+        "_post",
         "_presence_dirty",
         "_publish_scheduled",
         "_queued",
@@ -173,6 +182,7 @@ class ClusterLink:
         self._presence_dirty = True
         self._direct: DirectServer | None = None
         self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: another machine)
+        self._post: ConnectionPost | None = None  # passes connections to the other workers, takes theirs
         #: What the directory says for a tab held here: the node id, and the direct channel's path.
         self.address = self.node
         self._publish_scheduled = False
@@ -216,6 +226,14 @@ class ClusterLink:
         else:
             self._direct = server
             self.address = f"{self.node} {path}"
+            # adopt_connection: set when served by the native server over plain HTTP
+            post = ConnectionPost(inbox_path(path), self.app.adopt_connection)
+            try:
+                post.start()
+            except OSError as exc:
+                log.warning("this worker cannot pass connections to the others (it forwards): %s", exc)
+            else:
+                self._post = post
         self._spawn(self._hold_timer_lease())
 
     async def stop(self) -> None:
@@ -236,6 +254,9 @@ class ClusterLink:
             with contextlib.suppress(EngineError):
                 await sub.unsubscribe()
         self._subs.clear()
+        if self._post is not None:
+            self._post.stop()
+            self._post = None
         if self._direct is not None:
             await self._direct.stop()
             self._direct = None
@@ -729,13 +750,37 @@ class ClusterLink:
             return None
         node, _, path = value.decode(errors="replace").partition(" ")
         if node not in self._peers:
-            self._peers[node] = DirectClient(path) if path and os.path.exists(path) else None
+            self._peers[node] = DirectClient(path, self._peer_gone) if path and os.path.exists(path) else None
         if node == self.node:
             return None
         self._owners[ctx_id] = node
         if len(self._owners) > _OWNER_CACHE:
             self._owners.popitem(last=False)
         return node
+
+    async def pass_connection(self, ctx_id: str, request: Request) -> bool:
+        """Pass the request's connection to the worker of this machine holding ``ctx_id``
+        (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward."""
+        post = self._post
+        if post is None or request.transfer is None or _through_proxy(request):
+            return False
+        owner = await self.owner(ctx_id)
+        direct = self._peers.get(owner) if owner is not None else None
+        if direct is None:
+            return False  # no owner, or one on another machine
+        preface = request_bytes(request)
+        if preface is None:
+            return False
+        try:
+            await direct.connect()  # its closing tells that the owner is gone (ConnectionPost.peer_gone)
+        except ConnectionError:
+            return False
+        path = inbox_path(direct.path)
+        return await request.transfer(lambda fd: post.send(path, fd, preface))
+
+    def _peer_gone(self, path: str) -> None:
+        if self._post is not None:
+            self._post.peer_gone(inbox_path(path))
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it

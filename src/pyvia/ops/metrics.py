@@ -55,7 +55,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
 
 #: ``Request.kind`` as the core sets it, plus the ops endpoints.
-REQUEST_KINDS = ("page", "action", "stream", "revival", "route", "asset", "beacon", "download", "ops")
+REQUEST_KINDS = ("page", "action", "passed", "stream", "revival", "route", "asset", "beacon", "download", "ops")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 _KINDS = frozenset(REQUEST_KINDS)
 #: Cluster engines, by their ``name`` (pyvia.ops.health.engine_name).

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
@@ -619,9 +619,14 @@ class HttpProtocol(asyncio.Protocol):
         "_url",
         # Per request being answered asynchronously.
         "_pending",
+        # Passing to another worker (pyvia.cluster.passing): the request read by the worker that
+        # passed this connection here; whether this one may be passed on.
+        "_preface",
+        "_movable",
     )
 
-    def __init__(self, app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits, scheme: str = "http"):
+    def __init__(self, app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits, scheme: str = "http",
+                 preface: bytes = b""):
         self._app = app
         self._limits = limits
         self._loop = registry.loop
@@ -667,6 +672,11 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
 
         self._pending: tuple[Request, bool, bool] | None = None
+        self._preface = preface
+        # Moved once at most: a connection that carries the actions of tabs on different workers
+        # (a browser's pool, shared by its tabs) would move back and forth, and each move costs
+        # more than forwarding one action (bench/RESULTS-2.md, section 7b).
+        self._movable = scheme == "http" and not preface
 
     # --- asyncio.Protocol -------------------------------------------------------------------------
 
@@ -679,7 +689,8 @@ class HttpProtocol(asyncio.Protocol):
             self._client = str(peer[0])
         registry = self._registry
         registry.add(self)
-        if not registry.admit(self) or (self._scheme == "http" and registry.late_accept(sock)):
+        # (a passed connection was accepted long ago by another worker: its wait means nothing)
+        if not registry.admit(self) or (self._scheme == "http" and not self._preface and registry.late_accept(sock)):
             self._refuse()
             return
         if sock is not None:
@@ -688,6 +699,8 @@ class HttpProtocol(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A fresh connection is an idle one: browsers preconnect and send later.
         self.deadline = self._loop.time() + self._limits.keep_alive_timeout
+        if self._preface:
+            self.data_received(self._preface)
 
     def _refuse(self) -> None:
         """Over a connection cap: a 503 before any request, then close (lingering, if few are)."""
@@ -912,6 +925,11 @@ class HttpProtocol(asyncio.Protocol):
             self._client,
             self._scheme,
         )
+        if self._movable and not self._http10:
+            request.transfer = self._transfer
+        if self._preface:  # the request another worker passed with this connection
+            self._preface = b""
+            request.state["_passed"] = True
         # Drop what this request held: an idle or streaming connection keeps no request bytes.
         self._body = None
         self._url = b""
@@ -1112,6 +1130,33 @@ class HttpProtocol(asyncio.Protocol):
                 self._continue = False
                 self._transport.write(wire.CONTINUE)
             self.deadline = self._loop.time() + self._limits.body_timeout
+
+    async def _transfer(self, send: Callable[[int], Awaitable[bool] | None]) -> bool:
+        """Offer the connection to another process (``send`` its descriptor): True once it took it.
+
+        Only between requests: with bytes of another request read or queued, or an answer being
+        written, the connection stays (the caller forwards instead). Nothing is read while the
+        other process decides; when it refuses, the connection carries on here.
+        """
+        if (self._queue or self._parse != _IDLE or self._closing or self._final is not None or self.draining
+                or self._writing_paused or self._stream is not None):
+            return False
+        sock = self._transport.get_extra_info("socket")
+        answer = send(sock.fileno()) if sock is not None else None
+        if answer is None:
+            return False
+        transport = self._transport
+        transport.pause_reading()
+        taken = await answer
+        if taken:
+            # Theirs now: write nothing, and close only this process's descriptor (no FIN, no
+            # RST: the socket lives on in the other process).
+            self._closing = True
+            transport.abort()
+            return True
+        if not self._reading_paused and not self._closing:
+            transport.resume_reading()
+        return False
 
     def _stop_reading(self, final: bytes) -> None:
         """Read no more requests; write ``final`` (if any) once the owed answers are out, then close."""

@@ -153,6 +153,9 @@ async def serve(
     watch = getattr(getattr(app, "metrics", None), "watch_server", None)
     if watch is not None:
         watch(registry.stats)
+    adopting = ssl_context is None and hasattr(app, "adopt_connection")
+    if adopting:  # other workers of this machine may pass it connections (pyvia.cluster.passing)
+        app.adopt_connection = _adopter(app, registry, limits)  # type: ignore[attr-defined]  # checked above
     try:
         await app.startup()
         server = await loop.create_server(
@@ -184,10 +187,35 @@ async def serve(
             await _stop(app, server, registry, graceful_timeout, plan)
     finally:
         registry.stop()
+        if adopting:
+            app.adopt_connection = None  # type: ignore[attr-defined]  # checked above
         if watch is not None:
             watch(None)
         if server is None and own_sock:
             sock.close()
+
+
+def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits
+             ) -> Callable[[socket.socket, bytes], None]:
+    """Serve a connection another worker passed, starting with the request it read (``preface``)."""
+    loop = asyncio.get_running_loop()
+    starting: set[asyncio.Task[object]] = set()
+
+    def adopt(sock: socket.socket, preface: bytes) -> None:
+        sock.setblocking(False)
+        task = loop.create_task(loop.connect_accepted_socket(
+            lambda: HttpProtocol(app, registry, limits, "http", preface), sock))
+        starting.add(task)
+
+        def started(task: asyncio.Task[object]) -> None:
+            starting.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                logger.warning("could not serve a connection passed by another worker: %s", task.exception())
+                sock.close()
+
+        task.add_done_callback(started)
+
+    return adopt
 
 
 def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:

@@ -1,0 +1,204 @@
+"""Passing a browser's connection to the worker holding its tab (pyvia.cluster.passing).
+
+Real sockets throughout: a TCP connection really changes process, and the nodes are real
+``pyvia run`` processes sharing a real engine, with the direct channel of one machine on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httptools
+import pytest
+
+from pyvia.cluster import ENGINE_URL_ENV
+from pyvia.cluster.passing import MAX_PREFACE, ConnectionPost, request_bytes
+from pyvia.http import Headers, Request
+from tests.cluster.conftest import Backend, run
+from tests.cluster.test_shared_state import HOST, Tab, get_text, pid_of, start_nodes
+from tests.helpers import RawClient
+from tests.processes import ServerProcess
+
+
+def test_request_bytes_rebuild_what_the_owner_parses() -> None:
+    request = Request("POST", "/_action/say hi", "x=1&y=%20", Headers([
+        ("Host", "h:1"), ("Transfer-Encoding", "chunked"), ("Cookie", "a=b"), ("Expect", "100-continue")]),
+        b'{"via_ctx":"c"}', "10.0.0.1")
+    data = request_bytes(request)
+    assert data is not None
+    seen: dict[str, object] = {"headers": []}
+
+    class Sink:
+        def on_url(self, url: bytes) -> None:
+            seen["url"] = url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            seen["headers"].append((name.decode().lower(), value.decode()))  # type: ignore[union-attr]
+
+        def on_body(self, body: bytes) -> None:
+            seen["body"] = body
+
+        def on_message_complete(self) -> None:
+            seen["done"] = True
+
+    parser = httptools.HttpRequestParser(Sink())
+    parser.feed_data(data)
+    assert seen["done"] and parser.get_method() == b"POST"
+    assert seen["url"] == b"/_action/say%20hi?x=1&y=%20"
+    assert seen["body"] == b'{"via_ctx":"c"}'
+    # the body is whole now: its framing is given anew, and a continue was already settled
+    assert seen["headers"] == [("host", "h:1"), ("cookie", "a=b"), ("content-length", "15")]
+    assert request_bytes(Request("POST", "/", body=b"x" * (MAX_PREFACE + 1))) is None
+
+
+def _connected_pair(listener: socket.socket) -> tuple[socket.socket, socket.socket]:
+    client = socket.create_connection(listener.getsockname())
+    server_side, _ = listener.accept()
+    return client, server_side
+
+
+def test_a_connection_moves_once_the_receiver_took_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        got: asyncio.Queue[tuple[socket.socket, bytes]] = asyncio.Queue()
+        receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: got.put_nowait((sock, preface)))
+        sender = ConnectionPost(str(tmp_path / "b.pass"), None)
+        receiver.start()
+        sender.start()
+        assert os.stat(receiver.path).st_mode & 0o777 == 0o600
+        listener = socket.create_server((HOST, 0))
+        client, server_side = _connected_pair(listener)
+        answer = sender.send(receiver.path, server_side.fileno(), b"GET / HTTP/1.1\r\n\r\n")
+        assert answer is not None and await asyncio.wait_for(answer, 5) is True
+        server_side.close()  # the sender lets go: the connection lives on in the receiver's socket
+        moved, preface = await asyncio.wait_for(got.get(), 5)
+        assert preface == b"GET / HTTP/1.1\r\n\r\n"
+        moved.sendall(b"from the new owner")
+        assert client.recv(100) == b"from the new owner"
+        moved.close()
+        assert client.recv(100) == b""  # closed by its last holder
+        client.close()
+
+        # a worker that takes no connections (not served over plain HTTP) refuses: the sender keeps it
+        client, server_side = _connected_pair(listener)
+        answer = receiver.send(sender.path, server_side.fileno(), b"x")
+        assert answer is not None and await asyncio.wait_for(answer, 5) is False
+        server_side.sendall(b"still here")
+        assert client.recv(100) == b"still here"
+
+        # the receiver's direct channel closed (it was killed): what was offered to it stays here
+        answer = sender.send(receiver.path, server_side.fileno(), b"y")
+        assert answer is not None
+        sender.peer_gone(receiver.path)
+        assert answer.done() and answer.result() is False
+        await asyncio.sleep(0.05)  # its (late) answer changes nothing
+        while not got.empty():
+            got.get_nowait()[0].close()
+
+        receiver.stop()
+        assert not os.path.exists(receiver.path)
+        assert sender.send(receiver.path, server_side.fileno(), b"z") is None  # gone: nothing sent
+        sender.stop()
+        for sock in (server_side, client, listener):
+            sock.close()
+
+    run(scenario())
+
+
+def test_a_stopping_receiver_refuses_what_is_still_queued(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        adopted: list[bytes] = []
+        receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(preface))
+        sender = ConnectionPost(str(tmp_path / "b.pass"), None)
+        receiver.start()
+        sender.start()
+        listener = socket.create_server((HOST, 0))
+        client, server_side = _connected_pair(listener)
+        answer = sender.send(receiver.path, server_side.fileno(), b"queued")
+        receiver.stop()  # before its loop read the offer
+        assert answer is not None and await asyncio.wait_for(answer, 5) is False
+        assert adopted == []
+        sender.stop()
+        for sock in (server_side, client, listener):
+            sock.close()
+
+    run(scenario())
+
+
+@pytest.fixture
+def two_local_nodes(server_backend: Backend) -> Iterator[tuple[int, int]]:
+    """Two nodes of one machine: the direct channel between them is on, so connections can move."""
+    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
+    nodes: list[ServerProcess] = start_nodes(env)
+    try:
+        yield nodes[0].port, nodes[1].port
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.stop()
+
+
+def _action(client: RawClient, port: int, tab: Tab, name: str, extra: str = "") -> int:
+    body = json.dumps({"via_ctx": tab.ctx}).encode()
+    client.send(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
+                f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"{extra}\r\n".encode() + body)
+    return client.read_response().status
+
+
+def _pid(client: RawClient) -> int:
+    client.send(f"GET /pid HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+    return int(client.read_response().body)
+
+
+def _passed(port: int) -> int:
+    """How many actions this node passed on with their connection (its /metrics)."""
+    total = 0
+    for line in get_text(port, "/metrics").splitlines():
+        if line.startswith("pyvia_requests_total{") and 'kind="passed"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_an_action_landing_on_another_node_moves_its_connection_to_the_owner(two_local_nodes) -> None:
+    a, b = two_local_nodes
+    pid_a, pid_b = pid_of(a), pid_of(b)
+    tab_a, tab_b = Tab(a), Tab(b)
+    tab_a.connect(a)
+    tab_b.connect(b)
+    tab_a.wait_for(r'"_disconnected":false')
+    with RawClient(HOST, b) as client:  # one keep-alive connection, as a browser keeps it
+        assert _pid(client) == pid_b
+        assert _action(client, b, tab_a, "note") == 200  # landed on b, answered by a
+        tab_a.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        assert _pid(client) == pid_a, "the connection now belongs to the tab's worker"
+        assert _action(client, b, tab_a, "note") == 200  # local there: nothing passed
+        tab_a.wait_for(r'"notes":2')
+        # the other tab: its action is forwarded; a connection moves once (tabs of one browser
+        # share its connections, which would otherwise move back and forth)
+        assert _action(client, b, tab_b, "note") == 200
+        tab_b.wait_for(rf'"pid":{pid_b},"notes":1\b')
+        assert _pid(client) == pid_a
+    assert (_passed(a), _passed(b)) == (0, 1)
+    tab_a.close()
+    tab_b.close()
+
+
+def test_a_proxy_connection_is_forwarded_not_passed(two_local_nodes) -> None:
+    """A proxy's connection carries the requests of many browsers: it stays where it is."""
+    a, b = two_local_nodes
+    pid_a, pid_b = pid_of(a), pid_of(b)
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    with RawClient(HOST, b) as client:
+        assert _action(client, b, tab, "note", "X-Forwarded-For: 203.0.113.9\r\n") == 200
+        tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        assert _pid(client) == pid_b
+    assert _passed(b) == 0
+    tab.close()
