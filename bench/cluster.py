@@ -219,32 +219,37 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
                 node = a if where == "a" else b
                 extra = [("X-Forwarded-For", "203.0.113.7")] if proxied else None
                 request = action_request(node.port, tab, "tap", extra)
-                count = args.actions // 3 if fresh else args.actions
-                conn = None if fresh else await Connection.open(HOST, node.port)
-
-                async def one(conn: Connection | None = conn, node: Node = node, request: bytes = request) -> int:
-                    if conn is not None:
-                        return (await conn.request(request)).status
-                    fresh_conn = await Connection.open(HOST, node.port)
-                    status = (await fresh_conn.request(request)).status
-                    fresh_conn.close()
-                    return status
-
-                for _ in range(100):  # warm-up
-                    assert await one() == 200
-                cpu0, nats0, t0 = a.cpu() + b.cpu(), cpu_seconds_precise(nats.pid), time.perf_counter()
+                each = (args.actions // 3 if fresh else args.actions) // args.connections
+                count = each * args.connections
+                conns = [None if fresh else await Connection.open(HOST, node.port) for _ in range(args.connections)]
                 statuses: dict[int, int] = {}
-                for _ in range(count):
-                    status = await one()
-                    statuses[status] = statuses.get(status, 0) + 1
+
+                async def loop(conn: Connection | None, n: int, node: Node = node, request: bytes = request,
+                               statuses: dict[int, int] = statuses) -> None:
+                    for _ in range(n):
+                        if conn is not None:
+                            status = (await conn.request(request)).status
+                        else:
+                            fresh_conn = await Connection.open(HOST, node.port)
+                            status = (await fresh_conn.request(request)).status
+                            fresh_conn.close()
+                        statuses[status] = statuses.get(status, 0) + 1
+
+                await asyncio.gather(*(loop(conn, 100) for conn in conns))  # warm-up
+                assert set(statuses) == {200}, statuses
+                statuses.clear()
+                cpu0, nats0, t0 = a.cpu() + b.cpu(), cpu_seconds_precise(nats.pid), time.perf_counter()
+                await asyncio.gather(*(loop(conn, each) for conn in conns))
                 elapsed = time.perf_counter() - t0
                 cpu = a.cpu() + b.cpu() - cpu0
                 broker = cpu_seconds_precise(nats.pid) - nats0
-                if conn is not None:
-                    conn.close()
+                for conn in conns:
+                    if conn is not None:
+                        conn.close()
                 row[name] = {"cpu_us": round(cpu / count * 1e6, 1),
                              "cpu_with_nats_us": round((cpu + broker) / count * 1e6, 1),
-                             "latency_us": round(elapsed / count * 1e6, 1), "statuses": statuses}
+                             "latency_us": round(elapsed / count * 1e6 * args.connections, 1),
+                             "statuses": dict(statuses)}
             local, fresh = row["local"]["cpu_us"], row["local, new connection"]["cpu_us"]
             row["ratio_forwarded"] = round(row["forwarded"]["cpu_us"] / local, 3)
             row["ratio_passed"] = round(row["passed"]["cpu_us"] / local, 3)
@@ -393,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--reps", type=int, default=3)
     f = sub.add_parser("forward")
     f.add_argument("--actions", type=int, default=3000)
+    f.add_argument("--connections", type=int, default=1, help="concurrent connections (1: one request at a time)")
     f.add_argument("--reps", type=int, default=3)
     r = sub.add_parser("request")
     r.add_argument("--count", type=int, default=5000)

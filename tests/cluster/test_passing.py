@@ -21,7 +21,7 @@ from pyvia.cluster import ENGINE_URL_ENV
 from pyvia.cluster.passing import MAX_PREFACE, ConnectionPost, request_bytes
 from pyvia.http import Headers, Request
 from tests.cluster.conftest import Backend, run
-from tests.cluster.test_shared_state import HOST, Tab, get_text, pid_of, start_nodes
+from tests.cluster.test_shared_state import HOST, Tab, _hammer, get_text, pid_of, start_nodes
 from tests.helpers import RawClient
 from tests.processes import ServerProcess
 
@@ -91,20 +91,44 @@ def test_a_connection_moves_once_the_receiver_took_it(tmp_path: Path) -> None:
         server_side.sendall(b"still here")
         assert client.recv(100) == b"still here"
 
-        # the receiver's direct channel closed (it was killed): what was offered to it stays here
-        answer = sender.send(receiver.path, server_side.fileno(), b"y")
-        assert answer is not None
-        sender.peer_gone(receiver.path)
-        assert answer.done() and answer.result() is False
-        await asyncio.sleep(0.05)  # its (late) answer changes nothing
-        while not got.empty():
-            got.get_nowait()[0].close()
-
         receiver.stop()
         assert not os.path.exists(receiver.path)
         assert sender.send(receiver.path, server_side.fileno(), b"z") is None  # gone: nothing sent
+
+        # a receiver killed before it answered: its channel closes, and the sender keeps the connection
+        dying = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        dying.bind(str(tmp_path / "c.pass"))
+        dying.listen()
+        answer = sender.send(str(tmp_path / "c.pass"), server_side.fileno(), b"w")
+        assert answer is not None and not answer.done()
+        dying.close()
+        assert await asyncio.wait_for(answer, 5) is False
+        server_side.sendall(b"kept")
+        assert client.recv(100) == b"kept"
         sender.stop()
         for sock in (server_side, client, listener):
+            sock.close()
+
+    run(scenario())
+
+
+def test_many_offers_at_once_are_all_answered(tmp_path: Path) -> None:
+    """More offers than a datagram queue holds (net.unix.max_dgram_qlen is 10 by default)."""
+    async def scenario() -> None:
+        adopted: list[socket.socket] = []
+        receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(sock))
+        sender = ConnectionPost(str(tmp_path / "b.pass"), None)
+        receiver.start()
+        sender.start()
+        listener = socket.create_server((HOST, 0), backlog=64)
+        pairs = [_connected_pair(listener) for _ in range(50)]
+        answers = [sender.send(receiver.path, server_side.fileno(), b"x") for _, server_side in pairs]
+        assert all(answer is not None for answer in answers)
+        assert await asyncio.wait_for(asyncio.gather(*answers), 5) == [True] * 50  # type: ignore[arg-type]
+        assert len(adopted) == 50
+        receiver.stop()
+        sender.stop()
+        for sock in [*adopted, *(s for pair in pairs for s in pair), listener]:
             sock.close()
 
     run(scenario())
@@ -201,4 +225,16 @@ def test_a_proxy_connection_is_forwarded_not_passed(two_local_nodes) -> None:
         tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
         assert _pid(client) == pid_b
     assert _passed(b) == 0
+    tab.close()
+
+
+def test_many_new_connections_landing_on_another_node_are_all_answered(two_local_nodes) -> None:
+    a, b = two_local_nodes
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    statuses = asyncio.run(_hammer(b, [tab], 300, 16))  # each on its own connection, passed to a
+    assert statuses == [200] * 300
+    tab.wait_for(r'"route__count":300\b')
+    assert _passed(b) == 300
     tab.close()

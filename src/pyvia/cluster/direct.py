@@ -170,9 +170,8 @@ def _expire(fut: asyncio.Future[bytes]) -> None:
 class DirectClient:
     """One connection to another worker's :class:`DirectServer`, made on first use, requests multiplexed."""
 
-    def __init__(self, path: str, on_lost: Callable[[str], object] | None = None) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.on_lost = on_lost  # told the path when an open connection closes: the owner is gone
         self.pending: dict[int, asyncio.Future[bytes]] = {}
         self._conn: _Calling | None = None
         self._connecting: asyncio.Future[_Calling] | None = None
@@ -195,16 +194,12 @@ class DirectClient:
         self._conn = conn
         return conn
 
-    async def connect(self) -> _Calling:
-        """The open connection, made if needed; ConnectionError when the owner is not there."""
-        try:
-            return await self._connection()
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise ConnectionError(f"no worker listens at {self.path}") from exc
-
     async def request(self, body: bytes, timeout: float) -> bytes:
         """The owner's reply; ConnectionError when the owner is not there (or went away meanwhile)."""
-        conn = await self.connect()
+        try:
+            conn = await self._connection()
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise ConnectionError(f"no worker listens at {self.path}") from exc
         self._next += 1
         rid = self._next
         loop = asyncio.get_running_loop()
@@ -221,8 +216,6 @@ class DirectClient:
     def lost(self, conn: _Calling) -> None:
         if self._conn is conn:
             self._conn = None
-        if self.on_lost is not None:
-            self.on_lost(self.path)
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():

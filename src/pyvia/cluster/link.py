@@ -750,7 +750,7 @@ class ClusterLink:
             return None
         node, _, path = value.decode(errors="replace").partition(" ")
         if node not in self._peers:
-            self._peers[node] = DirectClient(path, self._peer_gone) if path and os.path.exists(path) else None
+            self._peers[node] = DirectClient(path) if path and os.path.exists(path) else None
         if node == self.node:
             return None
         self._owners[ctx_id] = node
@@ -771,16 +771,8 @@ class ClusterLink:
         preface = request_bytes(request)
         if preface is None:
             return False
-        try:
-            await direct.connect()  # its closing tells that the owner is gone (ConnectionPost.peer_gone)
-        except ConnectionError:
-            return False
         path = inbox_path(direct.path)
         return await request.transfer(lambda fd: post.send(path, fd, preface))
-
-    def _peer_gone(self, path: str) -> None:
-        if self._post is not None:
-            self._post.peer_gone(inbox_path(path))
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it

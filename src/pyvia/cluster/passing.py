@@ -17,12 +17,14 @@ Only plain HTTP/1.1 connections move (a TLS session's state lives in the process
 only between requests: a connection with more bytes read or being written is forwarded instead,
 as is anything that fails here (the owner's socket gone or full).
 
-Each worker has one datagram socket, bound at ``<direct channel path>.pass`` in the same private
-folder (a sender derives the path from the directory's entry). The sender keeps its own descriptor
-of the connection, reading nothing, until the receiver answers: ``A`` (adopted: the sender lets go)
-or ``N`` (refused, when it is stopping: the sender forwards after all). A receiver killed before
-answering would take the connection with it; its direct channel closing tells the sender, which
-then keeps the connection, so no request is lost either way.
+Each worker listens on a unix seqpacket socket at ``<direct channel path>.pass`` in the same
+private folder (a sender derives the path from the directory's entry); a sender keeps one
+connection to each receiver it offered to. (Seqpacket, not datagrams: a datagram socket holds
+only ``net.unix.max_dgram_qlen`` messages, 10 by default, and a full queue would lose answers.)
+The sender keeps its own descriptor of the browser's connection, reading nothing, until the
+receiver answers: ``A`` (adopted: the sender lets go) or ``N`` (refused, when it is stopping: the
+sender forwards after all). A receiver that dies before answering closes the channel, which tells
+the sender to keep the connection: no request is lost either way.
 """
 
 from __future__ import annotations
@@ -43,15 +45,15 @@ __all__ = ["MAX_PREFACE", "ConnectionPost", "inbox_path", "request_bytes"]
 
 log = logging.getLogger("pyvia.cluster")
 
-#: The largest request passed with its connection; a larger one is forwarded (a datagram must
-#: fit the socket's send buffer, 208 KB by default on Linux).
+#: The largest request passed with its connection; a larger one is forwarded (a message must fit
+#: the socket's send buffer, 208 KB by default on Linux).
 MAX_PREFACE = 64 * 1024
 
 #: A message: its kind (``P`` a connection passed, ``A`` adopted, ``N`` refused) and its number.
 _MESSAGE = struct.Struct("!cQ")
 
 #: Seconds a sender waits for an answer before it keeps the connection (a receiver that died
-#: is noticed sooner, by its direct channel closing; this only bounds the unforeseen).
+#: is noticed at once, by its channel closing; this only bounds the unforeseen).
 ANSWER_TIMEOUT = 30.0
 
 #: Headers not copied into the rebuilt request: its body is whole, so its length is given anew.
@@ -78,6 +80,16 @@ def request_bytes(request: Request) -> bytes | None:
     return data if len(data) <= MAX_PREFACE else None
 
 
+class _Channel:
+    """One seqpacket connection between two workers' posts (offers one way, answers the other)."""
+
+    __slots__ = ("path", "sock")
+
+    def __init__(self, sock: socket.socket, path: str) -> None:
+        self.sock = sock
+        self.path = path
+
+
 class ConnectionPost:
     """This worker's end: passes connections to the other workers and receives theirs.
 
@@ -88,97 +100,156 @@ class ConnectionPost:
     def __init__(self, path: str, adopt: Callable[[socket.socket, bytes], object] | None) -> None:
         self.path = path
         self.adopt = adopt
-        self._sock: socket.socket | None = None
+        self._listener: socket.socket | None = None
+        self._out: dict[str, _Channel] = {}  # receiver's path -> the channel offers go on
+        self._in: set[_Channel] = set()  # channels other workers offer on
         self._next = 0
-        self._waiting: dict[int, tuple[str, asyncio.Future[bool], asyncio.TimerHandle]] = {}
+        self._waiting: dict[int, tuple[_Channel, asyncio.Future[bool], asyncio.TimerHandle]] = {}
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # left by a worker that was killed
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.bind(self.path)
             os.chmod(self.path, 0o600)
+            sock.listen(64)
             sock.setblocking(False)
-            asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept)
         except BaseException:
             sock.close()
             raise
-        self._sock = sock
+        self._listener = sock
+
+    # --- offering ---------------------------------------------------------------------------------
 
     def send(self, path: str, fd: int, preface: bytes) -> asyncio.Future[bool] | None:
         """Offer the connection ``fd`` with its request to the worker at ``path``.
 
-        None when it could not be sent (the receiver is gone or its queue is full); else a future
-        that says whether the receiver took it. Until it is done the caller must neither read nor
-        write the connection; once it is True, the caller closes its descriptor and forgets it.
+        None when it could not be sent (the receiver is gone, or its queue is full); else a
+        future that says whether the receiver took it. Until it is done the caller must neither
+        read nor write the connection; once it is True, the caller closes its descriptor.
         """
-        sock = self._sock
-        if sock is None:
+        if self._listener is None:
+            return None
+        channel = self._out.get(path) or self._connect(path)
+        if channel is None:
             return None
         self._next += 1
         number = self._next
         try:
-            sock.sendmsg([_MESSAGE.pack(b"P", number), preface],
-                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))], 0, path)
+            channel.sock.sendmsg([_MESSAGE.pack(b"P", number), preface],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         except OSError as exc:
             log.debug("could not pass a connection to %s: %s", path, exc)
+            if not isinstance(exc, BlockingIOError):
+                self._close_out(channel)
             return None
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[bool] = loop.create_future()
         timer = loop.call_later(ANSWER_TIMEOUT, self._settle, number, False)
-        self._waiting[number] = (path, answer, timer)
+        self._waiting[number] = (channel, answer, timer)
         return answer
 
-    def peer_gone(self, path: str) -> None:
-        """The worker at ``path`` is gone: the connections offered to it stay here."""
-        for number, (to, _, _) in list(self._waiting.items()):
-            if to == path:
+    def _connect(self, path: str) -> _Channel | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+        except OSError as exc:  # nobody there (a killed worker leaves its file), or a full backlog
+            log.debug("no connection post at %s: %s", path, exc)
+            sock.close()
+            return None
+        channel = _Channel(sock, path)
+        self._out[path] = channel
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._read_answers, channel)
+        return channel
+
+    def _read_answers(self, channel: _Channel) -> None:
+        while True:
+            try:
+                data = channel.sock.recv(_MESSAGE.size)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if len(data) != _MESSAGE.size:  # closed: the receiver is gone, or stopped
+                self._close_out(channel)
+                return
+            kind, number = _MESSAGE.unpack(data)
+            self._settle(number, kind == b"A")
+
+    def _close_out(self, channel: _Channel) -> None:
+        """What was offered on ``channel`` and not answered stays here."""
+        if self._out.get(channel.path) is channel:
+            del self._out[channel.path]
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(channel.sock.fileno())
+        channel.sock.close()
+        for number, (on, _, _) in list(self._waiting.items()):
+            if on is channel:
                 self._settle(number, False)
 
     def _settle(self, number: int, taken: bool) -> None:
         waiting = self._waiting.pop(number, None)
         if waiting is None:
             return
-        path, answer, timer = waiting
+        channel, answer, timer = waiting
         timer.cancel()
-        if not taken and not answer.done():
-            log.info("the worker at %s did not take a connection: it is answered here", path)
+        if not taken:
+            log.info("the worker at %s did not take a connection: it is answered here", channel.path)
         if not answer.done():
             answer.set_result(taken)
 
-    def _receive(self) -> None:
-        sock = self._sock
-        while sock is not None:
+    # --- receiving --------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        listener = self._listener
+        while listener is not None:
             try:
-                data, fds, flags, sender = socket.recv_fds(sock, _MESSAGE.size + MAX_PREFACE, 1)
+                sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.warning("the connection post failed: %s", exc)
+                log.warning("the connection post could not accept: %s", exc)
                 return
-            self._take(sock, data, fds, flags, sender)
+            sock.setblocking(False)
+            channel = _Channel(sock, "")
+            self._in.add(channel)
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._read_offers, channel)
 
-    def _take(self, sock: socket.socket, data: bytes, fds: list[int], flags: int, sender: object) -> None:
-        if len(data) < _MESSAGE.size or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+    def _read_offers(self, channel: _Channel) -> None:
+        while channel in self._in:
+            try:
+                data, fds, flags, _ = socket.recv_fds(channel.sock, _MESSAGE.size + MAX_PREFACE, 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, fds, flags = b"", [], 0
+            if not data:
+                self._close_in(channel)  # the sender is gone
+                return
+            self._take(channel, data, fds, flags)
+
+    def _take(self, channel: _Channel, data: bytes, fds: list[int], flags: int) -> None:
+        if len(data) < _MESSAGE.size or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
+            self._close_in(channel)  # not from a sender of this module
             return
         kind, number = _MESSAGE.unpack_from(data)
-        if kind in (b"A", b"N"):
-            self._settle(number, kind == b"A")
-            return
-        if kind != b"P" or not fds:
-            for fd in fds:
-                os.close(fd)
-            return
         conn = socket.socket(fileno=fds[0])
         adopt = self.adopt
-        # the answer goes first: from it on, the connection is ours alone
-        if not isinstance(sender, str) or not self._answer(sock, sender, b"A" if adopt else b"N", number):
+        taken = kind == b"P" and adopt is not None
+        try:  # the answer goes first: from it on, the connection is ours alone
+            channel.sock.send(_MESSAGE.pack(b"A" if taken else b"N", number))
+        except OSError as exc:
+            # Unanswered, the sender keeps it: closing the channel tells it so.
+            log.debug("could not answer a passed connection: %s", exc)
             conn.close()
+            self._close_in(channel)
             return
-        if adopt is None:
+        if not taken or adopt is None:
             conn.close()  # refused: the sender still holds it
             return
         try:
@@ -187,31 +258,27 @@ class ConnectionPost:
             log.exception("could not serve a connection another worker passed")
             conn.close()
 
-    @staticmethod
-    def _answer(sock: socket.socket, to: str, kind: bytes, number: int) -> bool:
-        try:
-            sock.sendto(_MESSAGE.pack(kind, number), to)
-        except OSError as exc:  # the sender is gone: it took its connection with it
-            log.debug("could not answer %s: %s", to, exc)
-            return False
-        return True
+    def _close_in(self, channel: _Channel) -> None:
+        self._in.discard(channel)
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(channel.sock.fileno())
+        channel.sock.close()
 
     def stop(self) -> None:
-        """Refuse what is still queued (the senders keep those), and stop."""
-        sock, self._sock = self._sock, None
-        if sock is None:
+        """Refuse what is still queued (the senders keep those) and close every channel."""
+        listener, self._listener = self._listener, None
+        if listener is None:
             return
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)  # no new offers reach it
+            os.unlink(self.path)
         self.adopt = None
-        with contextlib.suppress(RuntimeError, ValueError):  # the loop may be closed already
-            asyncio.get_running_loop().remove_reader(sock.fileno())
-        while True:
-            try:
-                data, fds, flags, sender = socket.recv_fds(sock, _MESSAGE.size + MAX_PREFACE, 1)
-            except OSError:
-                break
-            self._take(sock, data, fds, flags, sender)
-        sock.close()
+        with contextlib.suppress(RuntimeError, ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+        listener.close()
+        for channel in list(self._in):
+            self._read_offers(channel)  # answered "N"
+            self._close_in(channel)
+        for channel in list(self._out.values()):
+            self._close_out(channel)
         for number in list(self._waiting):
             self._settle(number, False)
