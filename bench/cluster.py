@@ -158,7 +158,10 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
         await node.ready()
         # opened side by side, as a crowd of browsers would: opened one after another, an idle
         # server's kernel hands most connections to the same worker
+        cpu_before_tabs = node.cpu()
         tabs = list(await asyncio.gather(*(open_tab(node.port) for _ in range(args.tabs))))
+        await asyncio.sleep(0.5)  # the streams' first events are written
+        tab_cpu = node.cpu() - cpu_before_tabs
         drainer = asyncio.ensure_future(drain(tabs, time.monotonic() + args.seconds + 30))
         await closed_loop(node.port, tabs, action, args.connections, 1.0)  # warm-up
         cpu0, t0 = node.cpu(), time.monotonic()
@@ -170,6 +173,7 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
         return {"workers": workers, "action": action, "actions": done, "seconds": round(elapsed, 3),
                 "per_second": round(done / elapsed, 1), "server_cpu_s": round(cpu, 3),
                 "cpu_us_per_action": round(cpu / done * 1e6, 1), "statuses": statuses,
+                "cpu_us_per_tab_opened": round(tab_cpu / args.tabs * 1e6, 1),
                 "clean": set(statuses) == {200}}
     finally:
         node.stop()
@@ -183,7 +187,8 @@ async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
         for row in rows:
             recorder.write({"rep": rep, **row})
         print(f"rep {rep}: 1 worker {one['per_second']:.0f}/s, {args.workers} workers {many['per_second']:.0f}/s "
-              f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us)"
+              f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us; "
+              f"cpu/tab opened {one['cpu_us_per_tab_opened']} vs {many['cpu_us_per_tab_opened']} us)"
               f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}")
         recorder.write({"rep": rep, "ratio": round(ratio, 3)})
 

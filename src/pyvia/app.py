@@ -1263,9 +1263,14 @@ class App:
 
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
                          signals: dict[str, Any]) -> Any:
-        """A stream for a tab another worker holds: take the tab over (with its tab state), or
-        revive it here when that worker is gone."""
+        """A stream for a tab another worker holds: pass it the connection when it is a worker of
+        this machine, else take the tab over (with its tab state); revive it here when that
+        worker is gone."""
         assert self.link is not None
+        if request.transfer is not None and "_passed" not in request.state and await self.link.pass_connection(
+                ctx_id, request, cached=False):
+            request.kind = "passed"  # the stream opens there
+            return PASSED
         owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and session_id is not None:
             state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))

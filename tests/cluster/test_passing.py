@@ -238,3 +238,16 @@ def test_many_new_connections_landing_on_another_node_are_all_answered(two_local
     tab.wait_for(r'"route__count":300\b')
     assert _passed(b) == 300
     tab.close()
+
+
+def test_a_stream_opened_on_another_node_is_passed_to_the_tab_not_the_tab_to_it(two_local_nodes) -> None:
+    a, b = two_local_nodes
+    pid_a = pid_of(a)
+    tab = Tab(a)  # the page rendered on a: a holds the tab
+    tab.connect(b)  # its stream lands on b, which passes the connection to a (no takeover)
+    tab.wait_for(r'"_disconnected":false')
+    assert _passed(b) == 1
+    assert tab.act(a, "note") == 200  # local on a: the tab never moved
+    tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+    assert _passed(a) == 0
+    tab.close()

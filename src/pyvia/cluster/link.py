@@ -758,13 +758,13 @@ class ClusterLink:
             self._owners.popitem(last=False)
         return node
 
-    async def pass_connection(self, ctx_id: str, request: Request) -> bool:
+    async def pass_connection(self, ctx_id: str, request: Request, *, cached: bool = True) -> bool:
         """Pass the request's connection to the worker of this machine holding ``ctx_id``
         (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward."""
         post = self._post
         if post is None or request.transfer is None or _through_proxy(request):
             return False
-        owner = await self.owner(ctx_id)
+        owner = await self.owner(ctx_id, cached=cached)
         direct = self._peers.get(owner) if owner is not None else None
         if direct is None:
             return False  # no owner, or one on another machine
