@@ -56,6 +56,12 @@ _MESSAGE = struct.Struct("!cQ")
 #: is noticed at once, by its channel closing; this only bounds the unforeseen).
 ANSWER_TIMEOUT = 30.0
 
+#: Seconds between looks at the answers while some are owed. The answers are not watched: a
+#: sender that has nothing else to do would wake for each one, which costs more on a small VM
+#: than the whole pass (the sender only closes its descriptor then); 5 ms is what a refused
+#: connection waits at most before it is answered here.
+ANSWER_READ_DELAY = 0.005
+
 #: Headers not copied into the rebuilt request: its body is whole, so its length is given anew.
 _DROPPED = frozenset(("content-length", "transfer-encoding", "expect"))
 
@@ -105,6 +111,7 @@ class ConnectionPost:
         self._in: set[_Channel] = set()  # channels other workers offer on
         self._next = 0
         self._waiting: dict[int, tuple[_Channel, asyncio.Future[bool], asyncio.TimerHandle]] = {}
+        self._reading: asyncio.TimerHandle | None = None  # the next look at the answers
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -149,6 +156,8 @@ class ConnectionPost:
         answer: asyncio.Future[bool] = loop.create_future()
         timer = loop.call_later(ANSWER_TIMEOUT, self._settle, number, False)
         self._waiting[number] = (channel, answer, timer)
+        if self._reading is None:
+            self._reading = loop.call_later(ANSWER_READ_DELAY, self._read_answers)
         return answer
 
     def _connect(self, path: str) -> _Channel | None:
@@ -162,29 +171,31 @@ class ConnectionPost:
             return None
         channel = _Channel(sock, path)
         self._out[path] = channel
-        asyncio.get_running_loop().add_reader(sock.fileno(), self._read_answers, channel)
         return channel
 
-    def _read_answers(self, channel: _Channel) -> None:
-        while True:
-            try:
-                data = channel.sock.recv(_MESSAGE.size)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if len(data) != _MESSAGE.size:  # closed: the receiver is gone, or stopped
-                self._close_out(channel)
-                return
-            kind, number = _MESSAGE.unpack(data)
-            self._settle(number, kind == b"A")
+    def _read_answers(self) -> None:
+        """Read the answers that came in since the last look; look again while some are owed."""
+        self._reading = None
+        for channel in list(self._out.values()):
+            while True:
+                try:
+                    data = channel.sock.recv(_MESSAGE.size)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if len(data) != _MESSAGE.size:  # closed: the receiver is gone, or stopped
+                    self._close_out(channel)
+                    break
+                kind, number = _MESSAGE.unpack(data)
+                self._settle(number, kind == b"A")
+        if self._waiting and self._listener is not None:
+            self._reading = asyncio.get_running_loop().call_later(ANSWER_READ_DELAY, self._read_answers)
 
     def _close_out(self, channel: _Channel) -> None:
         """What was offered on ``channel`` and not answered stays here."""
         if self._out.get(channel.path) is channel:
             del self._out[channel.path]
-        with contextlib.suppress(RuntimeError, ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(channel.sock.fileno())
         channel.sock.close()
         for number, (on, _, _) in list(self._waiting.items()):
             if on is channel:
@@ -278,6 +289,9 @@ class ConnectionPost:
         for channel in list(self._in):
             self._read_offers(channel)  # answered "N"
             self._close_in(channel)
+        if self._reading is not None:
+            self._reading.cancel()
+        self._read_answers()  # what was answered already was taken
         for channel in list(self._out.values()):
             self._close_out(channel)
         for number in list(self._waiting):
