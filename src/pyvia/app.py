@@ -106,6 +106,10 @@ _SECURITY_HEADERS = (
 _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
         "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
         "base-uri 'self'; frame-ancestors 'self'")
+#: A kind of error from user code is logged with its traceback at most once in this many seconds.
+_ERROR_LOG_INTERVAL = 60.0
+_ERRORS_REMEMBERED = 256
+
 #: What an action answers once its connection went to the worker holding the tab (never written).
 PASSED = Response(204)
 
@@ -298,6 +302,8 @@ class App:
         self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
         self.errors = 0
+        #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
+        self._errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
@@ -523,7 +529,7 @@ class App:
         where = ctx.route.pattern if ctx is not None else "app"
         if self.config.dev:
             self._dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
-        log.error("error in %s of %s", phase, where, exc_info=exc)
+        self._log_error(exc, phase, where)
         for fn in self._on_error:
             try:
                 fn(exc, ctx, phase)
@@ -531,6 +537,27 @@ class App:
                 log.exception("an on_error observer failed")
         if reraise and self.raise_server_exceptions:
             raise exc
+
+    def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
+        """One traceback per kind of error a minute: a timer that keeps failing, or every tab
+        hitting the same bug, would otherwise fill the log with copies. The repeats are counted
+        and said with the next traceback."""
+        key = (phase, where, type(exc).__name__, str(exc)[:200])
+        now = self.clock.now() if self.clock is not None else time.monotonic()
+        seen = self._errors_seen.get(key)
+        if seen is not None and now - seen[0] < _ERROR_LOG_INTERVAL:
+            seen[1] += 1
+            log.debug("error in %s of %s (again): %s: %s", phase, where, type(exc).__name__, exc)
+            return
+        repeats = seen[1] if seen is not None else 0
+        if len(self._errors_seen) >= _ERRORS_REMEMBERED:
+            self._errors_seen.clear()
+        self._errors_seen[key] = [now, 0]
+        if repeats:
+            log.error("error in %s of %s (and %d more like it in the last %d s)", phase, where, repeats,
+                      int(now - seen[0]) if seen is not None else 0, exc_info=exc)
+        else:
+            log.error("error in %s of %s", phase, where, exc_info=exc)
 
     # --- serving ---------------------------------------------------------------------------------
 

@@ -173,3 +173,30 @@ def test_close_beacon_after_the_stream_closed_shortens_the_wait() -> None:
         client.post("/_session/close", body=tab.id.encode())
         client.clock.advance(6)
         assert tab.context is None
+
+
+def test_an_error_that_keeps_coming_is_logged_once_a_minute(caplog) -> None:
+    app = App()
+    seen: list[str] = []
+    app.on_error(lambda exc, ctx, phase: seen.append(phase))
+
+    def tick() -> None:
+        raise RuntimeError("the feed is down")
+
+    app.set_interval(tick, 200)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.open("/")
+        with caplog.at_level("INFO", logger="pyvia"):
+            client.clock.advance(3.05)
+            assert len(seen) == 15 and app.errors == 15  # every failure is counted and observed
+            logged = [r for r in caplog.records if r.levelname == "ERROR" and "error in timer" in r.getMessage()]
+            assert len(logged) == 1 and logged[0].exc_info is not None  # one traceback, not fifteen
+            client.clock.advance(60)
+            logged = [r for r in caplog.records if r.levelname == "ERROR" and "error in timer" in r.getMessage()]
+            assert len(logged) == 2
+            assert "and 299 more like it" in logged[1].getMessage()
