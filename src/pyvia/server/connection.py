@@ -140,6 +140,7 @@ class ConnectionRegistry:
         "max_connections",
         "max_in_flight",
         "max_streams",
+        "on_count",
         "queue_late",
         "refusal",
         "refused_connections",
@@ -224,6 +225,9 @@ class ConnectionRegistry:
         #: Of those, the ones refused for ambiguous framing (request smuggling), and for their ``Host``.
         self.smuggling = 0
         self.hosts_refused = 0
+        #: Called with the number of open connections after each change (the balanced acceptor
+        #: of several workers publishes it to its peers, :mod:`pyvia.server.balance`).
+        self.on_count: Callable[[int], object] | None = None
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -233,9 +237,13 @@ class ConnectionRegistry:
 
     def add(self, conn: HttpProtocol) -> None:
         self._connections.add(conn)
+        if self.on_count is not None:
+            self.on_count(len(self._connections))
 
     def discard(self, conn: HttpProtocol) -> None:
         self._connections.discard(conn)
+        if self.on_count is not None:
+            self.on_count(len(self._connections))
         if not self._connections and self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 

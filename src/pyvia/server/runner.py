@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from pyvia.server import ServedApp
+from pyvia.server.balance import BalancedAcceptor, BalanceTable
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
 from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams, derive_per_ip
 
@@ -126,6 +127,7 @@ async def serve(
     ready: Ready = None,
     stop: asyncio.Event | None = None,
     plan: StopPlan | None = None,
+    balance: tuple[BalanceTable, int] | None = None,
 ) -> None:
     """Serve ``app`` until SIGTERM/SIGINT (main thread only) or until ``stop`` is set.
 
@@ -134,7 +136,9 @@ async def serve(
     ``somaxconn`` on our machines (machine-limits.md, setup) so bursts of reconnecting tabs are
     queued, not refused. ``ready`` is set, or called with the bound (host, port), once connections
     are accepted. ``plan`` shapes the graceful stop (see :class:`StopPlan`); its ``spread`` is
-    added to ``graceful_timeout``.
+    added to ``graceful_timeout``. ``balance`` is the table and slot of one of several workers
+    sharing ``sock``: it then accepts only while it holds the fewest connections
+    (:mod:`pyvia.server.balance`).
     """
     if keyfile is not None and certfile is None:
         raise ValueError("keyfile given without certfile: pass both to serve over TLS")
@@ -148,7 +152,7 @@ async def serve(
     registry = ConnectionRegistry(loop, limits.sweep_interval, limits, max_connections=max_connections,
                                   max_streams=max_streams, max_connections_per_ip=per_ip,
                                   max_streams_per_ip=streams_per_ip)
-    server: asyncio.Server | None = None
+    server: asyncio.Server | BalancedAcceptor | None = None
     # /metrics reads the server's counts through the app's metrics (pyvia.ops.metrics), when it has them
     watch = getattr(getattr(app, "metrics", None), "watch_server", None)
     if watch is not None:
@@ -158,13 +162,21 @@ async def serve(
         app.adopt_connection = _adopter(app, registry, limits)  # type: ignore[attr-defined]  # checked above
     try:
         await app.startup()
-        server = await loop.create_server(
-            lambda: HttpProtocol(app, registry, limits, scheme),
-            sock=sock,
-            backlog=backlog,
-            ssl=ssl_context,
-            ssl_handshake_timeout=limits.header_timeout if ssl_context is not None else None,
-        )
+        handshake_timeout = limits.header_timeout if ssl_context is not None else None
+        if balance is None:
+            server = await loop.create_server(
+                lambda: HttpProtocol(app, registry, limits, scheme),
+                sock=sock,
+                backlog=backlog,
+                ssl=ssl_context,
+                ssl_handshake_timeout=handshake_timeout,
+            )
+        else:  # one of several workers: accept when the least loaded (pyvia.server.balance)
+            acceptor = BalancedAcceptor(loop, sock, lambda: HttpProtocol(app, registry, limits, scheme), *balance,
+                                        ssl_context=ssl_context, ssl_handshake_timeout=handshake_timeout)
+            registry.on_count = acceptor.counted
+            acceptor.start(backlog)
+            server = acceptor
         registry.start()
         stop_event = stop if stop is not None else asyncio.Event()
         signals = _install_signal_handlers(loop, stop_event)
@@ -232,7 +244,7 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Even
     return installed
 
 
-async def _stop(app: ServedApp, server: asyncio.Server, registry: ConnectionRegistry, budget: float,
+async def _stop(app: ServedApp, server: asyncio.Server | BalancedAcceptor, registry: ConnectionRegistry, budget: float,
                 plan: StopPlan | None = None) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()

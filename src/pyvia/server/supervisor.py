@@ -2,10 +2,12 @@
 
 The supervisor binds the socket once (SO_REUSEADDR, backlog 4096) and starts N workers with
 ``python -m pyvia.server.supervisor``; each inherits the socket's file descriptor and serves the
-app on the native server (``pyvia.server.runner.serve(app, sock=...)``). The kernel hands each new
-connection to one of the workers blocked in ``accept``. A fresh interpreter per worker (not a
-fork) means a reload runs the new code, and no state leaks between workers by accident: what
-they share goes through the engine (DESIGN.md, "Multi-worker and multi-node").
+app on the native server (``pyvia.server.runner.serve(app, sock=...)``). With several workers,
+each accepts only while it holds the fewest open connections, so new tabs spread evenly
+(:mod:`pyvia.server.balance`: a least-connections accept over a table the workers share). A
+fresh interpreter per worker (not a fork) means a reload runs the new code, and no state leaks
+between workers by accident: what they share goes through the engine (DESIGN.md, "Multi-worker
+and multi-node").
 
 ``pyvia run`` always runs one, also for one worker: the worker is the process that serves (a page
 view costs what it costs on ``app.run()``), the supervisor only restarts and replaces it, so a
@@ -20,7 +22,9 @@ Each worker gets these descriptors besides the socket, named in its environment:
 * ``PYVIA_LIFELINE_FD`` — the read end of a pipe whose write end only the supervisor holds: when
   the supervisor dies, even by SIGKILL, the worker reads EOF and stops (no orphans);
 * ``PYVIA_GO_FD`` (a held worker only, below) — the worker imports the app, reports ``L``, then
-  waits for a byte on this pipe before it starts the app and accepts.
+  waits for a byte on this pipe before it starts the app and accepts;
+* ``PYVIA_BALANCE_FD`` and ``PYVIA_BALANCE_SLOT`` (several workers) — the shared table of open
+  connections and this process's slot in it, cleared here when the process exits.
 
 and ``PYVIA_ENGINE_URL`` (with N > 1 and no ``--engine``, a ``nats-server`` started here),
 ``PYVIA_SECRET`` (one secret for all, so a context id made by one worker verifies on another),
@@ -69,6 +73,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from pyvia.server.balance import BALANCE_FD_ENV, BALANCE_SLOT_ENV, BalanceTable
 
 __all__ = ["Supervisor", "SupervisorConfig", "read_pid_file", "resolve_workers", "worker_main"]
 
@@ -146,11 +152,13 @@ class SupervisorConfig:
 class _Worker:
     """One worker process, its report pipe and, while it is held, its go pipe."""
 
-    __slots__ = ("go_fd", "loaded", "proc", "ready", "ready_fd", "retiring", "saved", "slot", "started",
-                 "term_deadline")
+    __slots__ = ("balance_slot", "go_fd", "loaded", "proc", "ready", "ready_fd", "retiring", "saved", "slot",
+                 "started", "term_deadline")
 
-    def __init__(self, slot: int, proc: subprocess.Popen[bytes], ready_fd: int, go_fd: int | None) -> None:
+    def __init__(self, slot: int, proc: subprocess.Popen[bytes], ready_fd: int, go_fd: int | None,
+                 balance_slot: int | None = None) -> None:
         self.slot = slot
+        self.balance_slot = balance_slot  # this process's slot in the balance table (several workers)
         self.proc = proc
         self.ready_fd: int | None = ready_fd
         self.go_fd = go_fd
@@ -198,6 +206,7 @@ class Supervisor:
         self.config = config
         self.workers: list[_Worker] = []
         self.sock: socket.socket | None = None
+        self.balance: BalanceTable | None = None  # several workers: who holds how many connections
         self.nats: object | None = None  # LocalNats, imported only when needed
         self.engine_url = config.engine_url
         self._wake_r = -1
@@ -251,6 +260,10 @@ class Supervisor:
         sock = bind_socket(cfg.host, cfg.port)
         sock.listen(4096)  # machine-limits.md: somaxconn is 4096 here; bursts of reconnecting tabs queue
         self.sock = sock
+        if cfg.workers > 1:
+            # a slot per worker process: during a reload an old and a new one of each id may live,
+            # and a slot is only reused once its process exited
+            self.balance = BalanceTable.create(2 * cfg.workers + 2)
         self._write_pid_file()
         self._life_r, self._life_w = os.pipe()
         os.set_blocking(self._life_w, False)
@@ -339,6 +352,9 @@ class Supervisor:
         self._remove_pid_file()
         if self.sock is not None:
             self.sock.close()
+        if self.balance is not None:
+            self.balance.close()
+            self.balance = None
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
@@ -364,6 +380,15 @@ class Supervisor:
             WORKERS_ENV: str(cfg.workers),
         })
         env.pop(GO_FD_ENV, None)
+        env.pop(BALANCE_FD_ENV, None)
+        env.pop(BALANCE_SLOT_ENV, None)
+        balance_slot = self._free_balance_slot()
+        if balance_slot is not None:
+            assert self.balance is not None
+            self.balance.clear(balance_slot)
+            pass_fds.append(self.balance.fd)
+            env[BALANCE_FD_ENV] = str(self.balance.fd)
+            env[BALANCE_SLOT_ENV] = str(balance_slot)
         go_r = go_w = None
         if held:
             go_r, go_w = os.pipe()
@@ -401,11 +426,19 @@ class Supervisor:
             os.close(ready_w)
             if go_r is not None:
                 os.close(go_r)
-        worker = _Worker(slot, proc, ready_r, go_w)
+        worker = _Worker(slot, proc, ready_r, go_w, balance_slot)
         self.workers.append(worker)
         log.info("worker %d started (pid %d)%s", slot, proc.pid, ", held until the old one saved its state"
                  if held else "")
         return worker
+
+    def _free_balance_slot(self) -> int | None:
+        """A slot of the balance table that no worker process holds (None: no table, or all taken,
+        when that worker accepts without looking at the others)."""
+        if self.balance is None:
+            return None
+        taken = {w.balance_slot for w in self.workers}
+        return next((i for i in range(self.balance.slots) if i not in taken), None)
 
     def _slot_has_live(self, slot: int) -> bool:
         return any(w.slot == slot and not w.retiring for w in self.workers)
@@ -414,6 +447,8 @@ class Supervisor:
         code = worker.proc.returncode
         self.workers.remove(worker)
         worker.close_pipe()
+        if self.balance is not None and worker.balance_slot is not None:
+            self.balance.clear(worker.balance_slot)  # nobody waits for a dead worker
         if worker.retiring or self._stopping:
             log.info("worker %d (pid %d) %s", worker.slot, worker.pid, _describe_exit(code))
             return
@@ -705,7 +740,10 @@ def worker_main(argv: list[str] | None = None) -> int:
         ready_fd = int(os.environ[READY_FD_ENV])
         life_fd = int(os.environ[LIFELINE_FD_ENV])
         go_fd = int(os.environ[GO_FD_ENV]) if os.environ.get(GO_FD_ENV) else None
-    except (KeyError, ValueError):
+        balance = None
+        if os.environ.get(BALANCE_FD_ENV):
+            balance = (BalanceTable(int(os.environ[BALANCE_FD_ENV])), int(os.environ[BALANCE_SLOT_ENV]))
+    except (KeyError, ValueError, OSError):
         print("this is a pyvia worker: start it with pyvia run", file=sys.stderr)
         return 2
     _configure_logging(os.environ.get(WORKER_ID_ENV, "?"))
@@ -755,7 +793,8 @@ def worker_main(argv: list[str] | None = None) -> int:
         loop.add_reader(life_fd, supervisor_gone)
         loop.add_signal_handler(signal.SIGUSR1, retire)
         await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, plan=plan, limits=limits,  # type: ignore[arg-type]  # App or BrokenApp
-                    certfile=args.certfile, keyfile=args.keyfile, graceful_timeout=args.graceful_timeout)
+                    balance=balance, certfile=args.certfile, keyfile=args.keyfile,
+                    graceful_timeout=args.graceful_timeout)
 
     try:
         uvloop.run(main())

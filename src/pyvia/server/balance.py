@@ -1,0 +1,260 @@
+"""Least-connections accept between the workers of one ``pyvia run --workers N``.
+
+The workers share one listening socket (:mod:`pyvia.server.supervisor` holds it, so a rolling
+reload never refuses a connection). Left to uvloop, a worker accepts until the queue is empty
+(libuv loops on ``accept`` until EAGAIN), so whichever wakes first takes a whole burst: 64 tabs
+opened at once were measured landing 46/18 and 64/0 on two workers. A tab lives on the worker
+its stream connected to and its actions run there, so that split capped 2 workers at 0.99-1.73x
+the throughput of one (bench/RESULTS-2.md, section 7a).
+
+So with several workers each one accepts by itself (:class:`BalancedAcceptor`), like nginx's
+``accept_disabled``: a worker holding more connections than the least loaded live peer leaves the
+socket alone for a millisecond, and that peer takes the connection. The counts live in a small
+table shared by the workers of one supervisor (:class:`BalanceTable`, an anonymous ``memfd``
+mapped by each): one slot per worker *process* (during a reload the old and the new worker of one
+id both live), holding its open connections and a heartbeat. The supervisor hands out a free slot
+when it starts a worker and clears it when the process exits. A peer whose heartbeat is older
+than :data:`STALE_MS` (a stuck loop) or whose slot is cleared (dead, or stopping) makes nobody
+wait, so a killed worker never stalls the others.
+
+Why not ``SO_REUSEPORT`` (one socket per worker, the kernel hashing connections over them): a
+hash splits 64 tabs 32 ± 4, which alone keeps the ratio under 1.8x in a third of runs, and the
+connections queued on a worker's own socket are lost when it exits, where the one shared socket
+keeps them for the others through a reload.
+
+Each slot is two aligned 64-bit words written only by the process that owns it (the supervisor
+writes a slot only while no live worker has it), so readers never see half a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import mmap
+import os
+import socket
+import ssl
+import time
+from collections.abc import Callable
+
+__all__ = ["BALANCE_FD_ENV", "BALANCE_SLOT_ENV", "STALE_MS", "BalanceTable", "BalancedAcceptor", "now_ms"]
+
+logger = logging.getLogger("pyvia.server")
+
+#: The environment names under which a worker finds the table's descriptor and its slot.
+BALANCE_FD_ENV = "PYVIA_BALANCE_FD"
+BALANCE_SLOT_ENV = "PYVIA_BALANCE_SLOT"
+
+#: A peer whose heartbeat is older than this (ms) is not waited for: its loop is stuck.
+STALE_MS = 1000
+#: Seconds between heartbeats (also written at each accept).
+_HEARTBEAT = 0.25
+#: Seconds a busier worker leaves the socket to its peers before it looks again.
+_DEFER = 0.001
+#: Connections one wake may accept while this worker stays the least loaded.
+_BATCH = 16
+#: Seconds without accepting after the process or system ran out of descriptors (asyncio's delay).
+_OUT_OF_FILES = 1.0
+
+_WORDS = 2  # per slot: open connections, heartbeat (CLOCK_MONOTONIC ms; 0 = no live worker)
+_COUNT, _BEAT = 0, 1
+
+
+def now_ms() -> int:
+    """CLOCK_MONOTONIC in ms: one clock for every process of the machine (Linux)."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1_000_000
+
+
+class BalanceTable:
+    """Open connections and heartbeats of the workers, in memory shared by their processes."""
+
+    __slots__ = ("_map", "_words", "fd", "slots")
+
+    def __init__(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        if size < 8 * _WORDS or size % (8 * _WORDS):
+            raise ValueError(f"fd {fd} is not a balance table ({size} bytes)")
+        self.fd = fd
+        self.slots = size // (8 * _WORDS)
+        self._map = mmap.mmap(fd, size)
+        self._words = memoryview(self._map).cast("q")
+
+    @classmethod
+    def create(cls, slots: int) -> BalanceTable:
+        """A zeroed table of ``slots`` slots (the supervisor's; workers inherit ``fd``)."""
+        fd = os.memfd_create("pyvia-balance")
+        try:
+            os.ftruncate(fd, slots * 8 * _WORDS)
+            return cls(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        self._words.release()
+        self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def clear(self, slot: int) -> None:
+        """No live worker in ``slot`` (its process exited, or it stopped accepting)."""
+        self._words[slot * _WORDS + _BEAT] = 0
+        self._words[slot * _WORDS + _COUNT] = 0
+
+    def set_count(self, slot: int, count: int) -> None:
+        self._words[slot * _WORDS + _COUNT] = count
+
+    def beat(self, slot: int, now: int) -> None:
+        self._words[slot * _WORDS + _BEAT] = now
+
+    def count(self, slot: int) -> int:
+        return self._words[slot * _WORDS + _COUNT]
+
+    def live(self, now: int) -> dict[int, int]:
+        """Slot -> open connections, for the workers whose heartbeat is fresh."""
+        words = self._words
+        return {slot: words[slot * _WORDS + _COUNT] for slot in range(self.slots)
+                if now - words[slot * _WORDS + _BEAT] <= STALE_MS and words[slot * _WORDS + _BEAT]}
+
+    def busier(self, slot: int, now: int) -> bool:
+        """Whether ``slot`` holds more connections than the least loaded live peer (so it waits)."""
+        words = self._words
+        own = words[slot * _WORDS + _COUNT]
+        for peer in range(self.slots):
+            if peer == slot:
+                continue
+            beat = words[peer * _WORDS + _BEAT]
+            if beat and now - beat <= STALE_MS and words[peer * _WORDS + _COUNT] < own:
+                return True
+        return False
+
+
+class BalancedAcceptor:
+    """Accepts on a shared listening socket when this worker is the least loaded (module doc).
+
+    Stands in for the ``asyncio.Server`` of ``loop.create_server`` in the runner's stop:
+    :meth:`close` stops accepting (and clears the slot, so no peer waits for this worker),
+    :meth:`wait_closed` waits for the connections still in their TLS handshake. Every accepted
+    connection goes to uvloop through ``connect_accepted_socket`` with the same protocol, so
+    admission, backlog shedding and TLS are those of ``create_server``.
+    """
+
+    __slots__ = ("_beat_handle", "_closed", "_factory", "_loop", "_pending", "_reading", "_retry", "_sock",
+                 "_ssl", "_ssl_timeout", "_table", "connections", "slot")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        factory: Callable[[], asyncio.Protocol],
+        table: BalanceTable,
+        slot: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        ssl_handshake_timeout: float | None = None,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._factory = factory
+        self._table = table
+        self.slot = slot
+        self._ssl = ssl_context
+        self._ssl_timeout = ssl_handshake_timeout if ssl_context is not None else None
+        #: Open connections, as the registry counts them (:meth:`counted`).
+        self.connections = 0
+        self._pending: set[asyncio.Task[object]] = set()  # accepted, not yet handed over (TLS handshake)
+        self._reading = False
+        self._closed = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._beat_handle: asyncio.TimerHandle | None = None
+
+    def start(self, backlog: int) -> None:
+        self._sock.listen(backlog)
+        self._sock.setblocking(False)
+        self._publish()
+        self._heartbeat()
+        self._resume()
+
+    def counted(self, connections: int) -> None:
+        """The registry's count changed (a connection opened or closed)."""
+        self.connections = connections
+        if not self._closed:
+            self._publish()
+
+    def _publish(self) -> None:
+        self._table.set_count(self.slot, self.connections + len(self._pending))
+
+    def _heartbeat(self) -> None:
+        self._table.beat(self.slot, now_ms())
+        self._beat_handle = self._loop.call_later(_HEARTBEAT, self._heartbeat)
+
+    def _resume(self) -> None:
+        self._retry = None
+        if not self._closed and not self._reading:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+            self._reading = True
+
+    def _pause(self, delay: float) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._sock.fileno())
+            self._reading = False
+        if self._retry is None:
+            self._retry = self._loop.call_later(delay, self._resume)
+
+    def _on_readable(self) -> None:
+        table, slot = self._table, self.slot
+        for _ in range(_BATCH):
+            now = now_ms()
+            if table.busier(slot, now):
+                self._pause(_DEFER)
+                return
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # a peer took it, or the client left while queued
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    logger.error("accept: %s; not accepting for %.0f s", exc, _OUT_OF_FILES)
+                    self._pause(_OUT_OF_FILES)
+                    return
+                raise
+            table.beat(slot, now)
+            task: asyncio.Task[object] = self._loop.create_task(self._loop.connect_accepted_socket(  # type: ignore[arg-type]  # a coroutine
+                self._factory, conn, ssl=self._ssl, ssl_handshake_timeout=self._ssl_timeout))
+            self._pending.add(task)
+            task.add_done_callback(self._handed_over)
+            self._publish()
+
+    def _handed_over(self, task: asyncio.Task[object]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, (OSError, ssl.SSLError, TimeoutError)):
+                logger.error("error handing over an accepted connection", exc_info=exc)
+        if not self._closed:
+            self._publish()
+
+    def close(self) -> None:
+        """Stop accepting and leave the table: no peer waits for this worker any more."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reading:
+            self._loop.remove_reader(self._sock.fileno())
+            self._reading = False
+        for handle in (self._retry, self._beat_handle):
+            if handle is not None:
+                handle.cancel()
+        self._retry = self._beat_handle = None
+        self._table.clear(self.slot)
+        self._sock.close()
+
+    def is_serving(self) -> bool:
+        return not self._closed
+
+    async def wait_closed(self) -> None:
+        """Until the connections accepted before :meth:`close` are handed over (TLS handshakes)."""
+        if self._pending:
+            await asyncio.wait(list(self._pending))
