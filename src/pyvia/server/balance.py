@@ -142,7 +142,7 @@ class BalancedAcceptor:
     """
 
     __slots__ = ("_beat_handle", "_closed", "_factory", "_loop", "_pending", "_reading", "_retry", "_sock",
-                 "_ssl", "_ssl_timeout", "_table", "connections", "slot")
+                 "_ssl", "_ssl_timeout", "_table", "_unregistered", "connections", "slot")
 
     def __init__(
         self,
@@ -164,7 +164,8 @@ class BalancedAcceptor:
         self._ssl_timeout = ssl_handshake_timeout if ssl_context is not None else None
         #: Open connections, as the registry counts them (:meth:`counted`).
         self.connections = 0
-        self._pending: set[asyncio.Task[object]] = set()  # accepted, not yet handed over (TLS handshake)
+        self._pending: set[asyncio.Task[object]] = set()  # handing over (a TLS handshake, at most)
+        self._unregistered = 0  # accepted, not yet in the registry (counted, or peers would take too many)
         self._reading = False
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
@@ -178,13 +179,15 @@ class BalancedAcceptor:
         self._resume()
 
     def counted(self, connections: int) -> None:
-        """The registry's count changed (a connection opened or closed)."""
+        """The registry's count changed: a connection opened (one this acceptor handed over) or closed."""
+        if connections > self.connections:
+            self._unregistered = max(0, self._unregistered - (connections - self.connections))
         self.connections = connections
         if not self._closed:
             self._publish()
 
     def _publish(self) -> None:
-        self._table.set_count(self.slot, self.connections + len(self._pending))
+        self._table.set_count(self.slot, self.connections + self._unregistered)
 
     def _heartbeat(self) -> None:
         self._table.beat(self.slot, now_ms())
@@ -225,16 +228,19 @@ class BalancedAcceptor:
                 self._factory, conn, ssl=self._ssl, ssl_handshake_timeout=self._ssl_timeout))
             self._pending.add(task)
             task.add_done_callback(self._handed_over)
+            self._unregistered += 1
             self._publish()
 
     def _handed_over(self, task: asyncio.Task[object]) -> None:
         self._pending.discard(task)
-        if not task.cancelled():
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, (OSError, ssl.SSLError, TimeoutError)):
+        if task.cancelled() or task.exception() is not None:
+            # never reached the registry: a failed TLS handshake, a peer gone meanwhile
+            self._unregistered = max(0, self._unregistered - 1)
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None and not isinstance(exc, OSError):
                 logger.error("error handing over an accepted connection", exc_info=exc)
-        if not self._closed:
-            self._publish()
+            if not self._closed:
+                self._publish()
 
     def close(self) -> None:
         """Stop accepting and leave the table: no peer waits for this worker any more."""
