@@ -52,6 +52,7 @@ class Node:
     """One ``pyvia run`` (its supervisor and workers when ``workers`` > 1) on its own port."""
 
     def __init__(self, workers: int, env: dict[str, str], engine: str | None = None) -> None:
+        self.workers = workers
         self.port = free_port()
         command = [sys.executable, "-m", "pyvia", "run", APP, "--host", HOST, "--port", str(self.port)]
         if workers > 1:
@@ -72,7 +73,10 @@ class Node:
                 conn = await Connection.open(HOST, self.port)
                 response = await conn.request(build_request("GET", "/_ready", HOST))
                 conn.close()
-                if response.status == 200:
+                # every worker accepting (the supervisor's line), not just the first: tabs opened
+                # while one is still starting all land on the others
+                if response.status == 200 and (self.workers == 1 or
+                                               f"with {self.workers} workers" in Path(self.log.name).read_text()):
                     return
             except OSError:
                 pass
