@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from bench.client import Connection, boot_signals, build_request, stream_target
-from bench.proc import cpu_seconds_precise
+from bench.proc import cpu_seconds_precise, tree_pids
 from bench.provenance import print_provenance, provenance
 from bench.report import Recorder
 from bench.server import free_port
@@ -85,6 +85,32 @@ class Node:
 
     def cpu(self) -> float:
         return cpu_seconds_precise(self.proc.pid)
+
+    def worker_pids(self) -> list[int]:
+        """The processes that serve: the workers under a supervisor (``pyvia run`` has one for one worker too)."""
+        return sorted(pid for pid in tree_pids(self.proc.pid)
+                      if b"pyvia.server.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+    def connections_by_worker(self) -> list[int]:
+        """Established connections each worker holds on the node's port (/proc/net/tcp), in worker order."""
+        owner: dict[str, int] = {}
+        pids = self.worker_pids()
+        for index, pid in enumerate(pids):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    owner[target[8:-1]] = index
+        counts = [0] * len(pids)
+        port = f"{self.port:04X}"
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[1].rsplit(":", 1)[1] == port and fields[3] == "01" and fields[9] in owner:
+                    counts[owner[fields[9]]] += 1
+        return counts
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -166,11 +192,16 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
         tabs = list(await asyncio.gather(*(open_tab(node.port) for _ in range(args.tabs))))
         await asyncio.sleep(0.5)  # the streams' first events are written
         tab_cpu = node.cpu() - cpu_before_tabs
+        streams = node.connections_by_worker()  # where the tabs live, so where their actions run
         drainer = asyncio.ensure_future(drain(tabs, time.monotonic() + args.seconds + 30))
         await closed_loop(node.port, tabs, action, args.connections, 1.0)  # warm-up
+        pids = node.worker_pids()
+        worker_cpu0 = [_process_cpu(pid) for pid in pids]
         cpu0, t0 = node.cpu(), time.monotonic()
         done, statuses = await closed_loop(node.port, tabs, action, args.connections, args.seconds)
         elapsed, cpu = time.monotonic() - t0, node.cpu() - cpu0
+        busy = [round((_process_cpu(pid) - before) / elapsed, 2)
+                for pid, before in zip(pids, worker_cpu0, strict=True)]
         drainer.cancel()
         for tab in tabs:
             tab.stream.close()
@@ -178,6 +209,7 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
                 "per_second": round(done / elapsed, 1), "server_cpu_s": round(cpu, 3),
                 "cpu_us_per_action": round(cpu / done * 1e6, 1), "statuses": statuses,
                 "cpu_us_per_tab_opened": round(tab_cpu / args.tabs * 1e6, 1),
+                "streams_by_worker": streams, "worker_cores": busy,
                 "clean": set(statuses) == {200}}
     finally:
         node.stop()
@@ -192,7 +224,8 @@ async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
             recorder.write({"rep": rep, **row})
         print(f"rep {rep}: 1 worker {one['per_second']:.0f}/s, {args.workers} workers {many['per_second']:.0f}/s "
               f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us; "
-              f"cpu/tab opened {one['cpu_us_per_tab_opened']} vs {many['cpu_us_per_tab_opened']} us)"
+              f"cpu/tab opened {one['cpu_us_per_tab_opened']} vs {many['cpu_us_per_tab_opened']} us; "
+              f"streams by worker {many['streams_by_worker']}, cores busy {many['worker_cores']})"
               f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}")
         recorder.write({"rep": rep, "ratio": round(ratio, 3)})
 
@@ -371,6 +404,14 @@ async def request(args: argparse.Namespace, recorder: Recorder) -> None:
         await asker.close()
         await server.close()
         nats.stop()
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of one process (its CPU-time clock, as :func:`bench.proc.cpu_seconds_precise`)."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        return 0.0
 
 
 def _read_counts(procs: list[subprocess.Popen[str]]) -> list[int]:
