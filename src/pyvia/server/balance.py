@@ -7,22 +7,26 @@ opened at once were measured landing 46/18 and 64/0 on two workers. A tab lives 
 its stream connected to and its actions run there, so that split capped 2 workers at 0.99-1.73x
 the throughput of one (bench/RESULTS-2.md, section 7a).
 
-So with several workers each one accepts by itself (:class:`BalancedAcceptor`), like nginx's
-``accept_disabled``: a worker holding more connections than the least loaded live peer leaves the
-socket alone for a millisecond, and that peer takes the connection. The counts live in a small
-table shared by the workers of one supervisor (:class:`BalanceTable`, an anonymous ``memfd``
-mapped by each): one slot per worker *process* (during a reload the old and the new worker of one
-id both live), holding its open connections and a heartbeat. The supervisor hands out a free slot
-when it starts a worker and clears it when the process exits. A peer whose heartbeat is older
-than :data:`STALE_MS` (a stuck loop) or whose slot is cleared (dead, or stopping) makes nobody
-wait, so a killed worker never stalls the others.
+So with several workers each one accepts by itself (:class:`BalancedAcceptor`), one connection
+at a time (libuv's ``UV_TCP_SINGLE_ACCEPT`` idea), like nginx's ``accept_disabled``: a worker
+holding more connections than the least loaded live peer (by more than :data:`SLACK`) leaves the
+socket alone, and that peer takes the connection. The counts live in a small table shared by the
+workers of one supervisor (:class:`BalanceTable`, an anonymous ``memfd`` mapped by each): one slot
+per worker *process* (during a reload the old and the new worker of one id both live), holding
+its open connections, a heartbeat and whether it is waiting. A worker that waits listens on its
+slot's doorbell (an ``eventfd``): a peer that finds the queue non-empty while the only less
+loaded workers are waiting rings them instead of waiting too, so the queue is never left alone
+(and after :data:`_DEFER` a waiting worker looks again anyway). The supervisor hands out a free
+slot when it starts a worker and clears it when the process exits. A peer whose heartbeat is
+older than :data:`STALE_MS` (a stuck loop) or whose slot is cleared (dead, or stopping) makes
+nobody wait, so a killed worker never stalls the others.
 
 Why not ``SO_REUSEPORT`` (one socket per worker, the kernel hashing connections over them): a
 hash splits 64 tabs 32 ± 4, which alone keeps the ratio under 1.8x in a third of runs, and the
 connections queued on a worker's own socket are lost when it exits, where the one shared socket
 keeps them for the others through a reload.
 
-Each slot is two aligned 64-bit words written only by the process that owns it (the supervisor
+Each slot is three aligned 64-bit words written only by the process that owns it (the supervisor
 writes a slot only while no live worker has it), so readers never see half a value.
 """
 
@@ -39,7 +43,7 @@ import ssl
 import time
 from collections.abc import Callable
 
-__all__ = ["BALANCE_FD_ENV", "BALANCE_SLOT_ENV", "STALE_MS", "BalanceTable", "BalancedAcceptor", "now_ms"]
+__all__ = ["BALANCE_FD_ENV", "BALANCE_SLOT_ENV", "SLACK", "STALE_MS", "BalanceTable", "BalancedAcceptor", "now_ms"]
 
 logger = logging.getLogger("pyvia.server")
 
@@ -51,15 +55,20 @@ BALANCE_SLOT_ENV = "PYVIA_BALANCE_SLOT"
 STALE_MS = 1000
 #: Seconds between heartbeats (also written at each accept).
 _HEARTBEAT = 0.25
-#: Seconds a busier worker leaves the socket to its peers before it looks again.
-_DEFER = 0.001
+#: Seconds a busier worker leaves the socket to its peers before it looks again, unless a peer
+#: wakes it sooner (its doorbell): the peer it waited for grew busier, or died.
+_DEFER = 0.01
+#: Connections a worker may hold above the least loaded peer and still accept. With none, two
+#: workers hand every new connection over by doorbell, which cost ~50 us of CPU per connection
+#: and halved the rate of short connections; with one, 64 tabs still split 32/32 or 31/33.
+SLACK = 1
 #: Connections one wake may accept while this worker stays the least loaded.
 _BATCH = 16
 #: Seconds without accepting after the process or system ran out of descriptors (asyncio's delay).
 _OUT_OF_FILES = 1.0
 
-_WORDS = 2  # per slot: open connections, heartbeat (CLOCK_MONOTONIC ms; 0 = no live worker)
-_COUNT, _BEAT = 0, 1
+_WORDS = 3  # per slot: open connections, heartbeat (CLOCK_MONOTONIC ms; 0 = no live worker), paused
+_COUNT, _BEAT, _PAUSED = 0, 1, 2
 
 
 def now_ms() -> int:
@@ -68,40 +77,63 @@ def now_ms() -> int:
 
 
 class BalanceTable:
-    """Open connections and heartbeats of the workers, in memory shared by their processes."""
+    """Open connections and heartbeats of the workers, in memory shared by their processes, and
+    a doorbell (an eventfd) per slot to wake a worker that is leaving the socket alone."""
 
-    __slots__ = ("_map", "_words", "fd", "slots")
+    __slots__ = ("_map", "_words", "bells", "fd", "slots")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, bells: list[int]) -> None:
         size = os.fstat(fd).st_size
-        if size < 8 * _WORDS or size % (8 * _WORDS):
-            raise ValueError(f"fd {fd} is not a balance table ({size} bytes)")
+        if size != 8 * _WORDS * len(bells) or not bells:
+            raise ValueError(f"fd {fd} is not a balance table of {len(bells)} slots ({size} bytes)")
         self.fd = fd
-        self.slots = size // (8 * _WORDS)
+        self.bells = bells
+        self.slots = len(bells)
         self._map = mmap.mmap(fd, size)
         self._words = memoryview(self._map).cast("q")
 
     @classmethod
     def create(cls, slots: int) -> BalanceTable:
-        """A zeroed table of ``slots`` slots (the supervisor's; workers inherit ``fd``)."""
-        fd = os.memfd_create("pyvia-balance")
+        """A zeroed table of ``slots`` slots (the supervisor's; workers inherit :meth:`fds`)."""
+        fds = [os.memfd_create("pyvia-balance")]
         try:
-            os.ftruncate(fd, slots * 8 * _WORDS)
-            return cls(fd)
+            os.ftruncate(fds[0], slots * 8 * _WORDS)
+            fds += [os.eventfd(0, os.EFD_NONBLOCK) for _ in range(slots)]
+            return cls(fds[0], fds[1:])
         except BaseException:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
             raise
+
+    @classmethod
+    def from_env(cls, text: str) -> BalanceTable:
+        """The table named by :meth:`describe` (a worker's ``PYVIA_BALANCE_FD``)."""
+        fds = [int(part) for part in text.split(",")]
+        return cls(fds[0], fds[1:])
+
+    def describe(self) -> str:
+        return ",".join(str(fd) for fd in self.fds())
+
+    def fds(self) -> list[int]:
+        """The descriptors a worker inherits: the table's, then each slot's doorbell."""
+        return [self.fd, *self.bells]
 
     def close(self) -> None:
         self._words.release()
         self._map.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        for fd in self.fds():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def clear(self, slot: int) -> None:
         """No live worker in ``slot`` (its process exited, or it stopped accepting)."""
         self._words[slot * _WORDS + _BEAT] = 0
         self._words[slot * _WORDS + _COUNT] = 0
+        self._words[slot * _WORDS + _PAUSED] = 0
+
+    def set_paused(self, slot: int, paused: bool) -> None:
+        """Whether the worker in ``slot`` is leaving the socket alone for now (not to be waited for)."""
+        self._words[slot * _WORDS + _PAUSED] = paused
 
     def set_count(self, slot: int, count: int) -> None:
         self._words[slot * _WORDS + _COUNT] = count
@@ -118,17 +150,31 @@ class BalanceTable:
         return {slot: words[slot * _WORDS + _COUNT] for slot in range(self.slots)
                 if now - words[slot * _WORDS + _BEAT] <= STALE_MS and words[slot * _WORDS + _BEAT]}
 
-    def busier(self, slot: int, now: int) -> bool:
-        """Whether ``slot`` holds more connections than the least loaded live peer (so it waits)."""
+    def wait_for(self, slot: int, now: int) -> list[int] | None:
+        """Whether ``slot`` leaves the next connection to a peer: None when it holds at most
+        :data:`SLACK` more connections than every live peer (it accepts). Else it waits, and the
+        list names the peers to wake first: the paused ones among the less loaded, when none of
+        those is accepting (two workers each waiting for the other would leave the queue unserved)."""
         words = self._words
         own = words[slot * _WORDS + _COUNT]
+        paused: list[int] | None = None
         for peer in range(self.slots):
             if peer == slot:
                 continue
-            beat = words[peer * _WORDS + _BEAT]
-            if beat and now - beat <= STALE_MS and words[peer * _WORDS + _COUNT] < own:
-                return True
-        return False
+            base = peer * _WORDS
+            beat = words[base + _BEAT]
+            if beat and now - beat <= STALE_MS and words[base + _COUNT] < own - SLACK:
+                if not words[base + _PAUSED]:
+                    return []
+                if paused is None:
+                    paused = []
+                paused.append(peer)
+        return paused
+
+    def ring(self, slot: int) -> None:
+        """Wake the worker of ``slot``: it looks at the socket again."""
+        with contextlib.suppress(BlockingIOError):  # already rung
+            os.eventfd_write(self.bells[slot], 1)
 
 
 class BalancedAcceptor:
@@ -141,8 +187,8 @@ class BalancedAcceptor:
     admission, backlog shedding and TLS are those of ``create_server``.
     """
 
-    __slots__ = ("_beat_handle", "_closed", "_factory", "_loop", "_pending", "_reading", "_retry", "_sock",
-                 "_ssl", "_ssl_timeout", "_table", "_unregistered", "connections", "slot")
+    __slots__ = ("_beat_handle", "_closed", "_factory", "_listening", "_loop", "_pending", "_reading", "_retry",
+                 "_sock", "_ssl", "_ssl_timeout", "_table", "_unregistered", "connections", "slot")
 
     def __init__(
         self,
@@ -167,6 +213,7 @@ class BalancedAcceptor:
         self._pending: set[asyncio.Task[object]] = set()  # handing over (a TLS handshake, at most)
         self._unregistered = 0  # accepted, not yet in the registry (counted, or peers would take too many)
         self._reading = False
+        self._listening = False  # paused, and waiting for the doorbell
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
         self._beat_handle: asyncio.TimerHandle | None = None
@@ -194,23 +241,42 @@ class BalancedAcceptor:
         self._beat_handle = self._loop.call_later(_HEARTBEAT, self._heartbeat)
 
     def _resume(self) -> None:
-        self._retry = None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._listening:
+            self._loop.remove_reader(self._table.bells[self.slot])
+            self._listening = False
         if not self._closed and not self._reading:
             self._loop.add_reader(self._sock.fileno(), self._on_readable)
             self._reading = True
+            self._table.set_paused(self.slot, False)
 
-    def _pause(self, delay: float) -> None:
+    def _pause(self, delay: float, *, bell: bool = True) -> None:
+        """Leave the socket alone for ``delay`` seconds, or (``bell``) until a peer rings."""
         if self._reading:
             self._loop.remove_reader(self._sock.fileno())
             self._reading = False
+            self._table.set_paused(self.slot, True)
+        if bell and not self._listening:
+            self._loop.add_reader(self._table.bells[self.slot], self._on_bell)
+            self._listening = True
         if self._retry is None:
             self._retry = self._loop.call_later(delay, self._resume)
+
+    def _on_bell(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._table.bells[self.slot])
+        self._resume()
 
     def _on_readable(self) -> None:
         table, slot = self._table, self.slot
         for _ in range(_BATCH):
             now = now_ms()
-            if table.busier(slot, now):
+            wake = table.wait_for(slot, now)
+            if wake is not None:
+                for peer in wake:
+                    table.ring(peer)
                 self._pause(_DEFER)
                 return
             try:
@@ -220,7 +286,7 @@ class BalancedAcceptor:
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     logger.error("accept: %s; not accepting for %.0f s", exc, _OUT_OF_FILES)
-                    self._pause(_OUT_OF_FILES)
+                    self._pause(_OUT_OF_FILES, bell=False)
                     return
                 raise
             table.beat(slot, now)
@@ -250,6 +316,9 @@ class BalancedAcceptor:
         if self._reading:
             self._loop.remove_reader(self._sock.fileno())
             self._reading = False
+        if self._listening:
+            self._loop.remove_reader(self._table.bells[self.slot])
+            self._listening = False
         for handle in (self._retry, self._beat_handle):
             if handle is not None:
                 handle.cancel()

@@ -24,7 +24,8 @@ Each worker gets these descriptors besides the socket, named in its environment:
 * ``PYVIA_GO_FD`` (a held worker only, below) — the worker imports the app, reports ``L``, then
   waits for a byte on this pipe before it starts the app and accepts;
 * ``PYVIA_BALANCE_FD`` and ``PYVIA_BALANCE_SLOT`` (several workers) — the shared table of open
-  connections and this process's slot in it, cleared here when the process exits.
+  connections with a doorbell per slot (descriptors, comma-separated), and this process's slot
+  in it, cleared here when the process exits.
 
 and ``PYVIA_ENGINE_URL`` (with N > 1 and no ``--engine``, a ``nats-server`` started here),
 ``PYVIA_SECRET`` (one secret for all, so a context id made by one worker verifies on another),
@@ -386,8 +387,8 @@ class Supervisor:
         if balance_slot is not None:
             assert self.balance is not None
             self.balance.clear(balance_slot)
-            pass_fds.append(self.balance.fd)
-            env[BALANCE_FD_ENV] = str(self.balance.fd)
+            pass_fds += self.balance.fds()
+            env[BALANCE_FD_ENV] = self.balance.describe()
             env[BALANCE_SLOT_ENV] = str(balance_slot)
         go_r = go_w = None
         if held:
@@ -742,7 +743,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         go_fd = int(os.environ[GO_FD_ENV]) if os.environ.get(GO_FD_ENV) else None
         balance = None
         if os.environ.get(BALANCE_FD_ENV):
-            balance = (BalanceTable(int(os.environ[BALANCE_FD_ENV])), int(os.environ[BALANCE_SLOT_ENV]))
+            balance = (BalanceTable.from_env(os.environ[BALANCE_FD_ENV]), int(os.environ[BALANCE_SLOT_ENV]))
     except (KeyError, ValueError, OSError):
         print("this is a pyvia worker: start it with pyvia run", file=sys.stderr)
         return 2
