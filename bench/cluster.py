@@ -12,6 +12,8 @@
   proxy's connection (forwarded to A over the direct channel); sent to B on a browser's keep-alive
   connection (passed to A with the first action, A's own after that); and one new connection per
   action, to A and to B (each connection passed), to price the move itself.
+* ``opening --workers N``: server CPU per tab opened in batches opened at once, and per short
+  connection (what spreading connections over the workers costs).
 * ``request``: the CPU of one request/reply through a local NATS, both ends in this process.
 * ``hotkey --engine nats|redis``: ``increment()`` and ``mutate()`` on one key from ``--writers``
   processes for ``--seconds``, through a real engine: operations/s and exactness.
@@ -228,6 +230,56 @@ async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
               f"streams by worker {many['streams_by_worker']}, cores busy {many['worker_cores']})"
               f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}")
         recorder.write({"rep": rep, "ratio": round(ratio, 3)})
+
+
+async def opening(args: argparse.Namespace, recorder: Recorder) -> None:
+    """Server CPU per tab opened (``--batch`` at once, page then stream) and per short connection
+    (``GET /_ready`` on a fresh connection from 16 clients), on ``--workers``; the split of the
+    last batch's streams."""
+    import statistics
+
+    node = Node(args.workers, {"PYVIA_SECRET": "bench-cluster"})
+    try:
+        await node.ready()
+        per_tab: list[float] = []
+        split: list[int] = []
+        for batch in range(args.batches + 1):  # the first warms up
+            cpu0 = node.cpu()
+            tabs = list(await asyncio.gather(*(open_tab(node.port) for _ in range(args.batch))))
+            await asyncio.sleep(0.05)
+            cpu = node.cpu() - cpu0
+            split = node.connections_by_worker()
+            if batch:
+                per_tab.append(cpu / args.batch * 1e6)
+            for tab in tabs:
+                tab.stream.close()
+            await asyncio.sleep(0.5)
+        ready = build_request("GET", "/_ready", HOST)
+
+        async def client(count: int) -> None:
+            for _ in range(count):
+                conn = await Connection.open(HOST, node.port)
+                assert (await conn.request(ready)).status == 200
+                conn.close()
+
+        per_connection: list[float] = []
+        rates: list[float] = []
+        for rep in range(args.reps + 1):
+            cpu0, t0 = node.cpu(), time.monotonic()
+            await asyncio.gather(*(client(args.connections // 16) for _ in range(16)))
+            elapsed, cpu = time.monotonic() - t0, node.cpu() - cpu0
+            if rep:
+                per_connection.append(cpu / args.connections * 1e6)
+                rates.append(args.connections / elapsed)
+        row = {"workers": args.workers, "cpu_us_per_tab": [round(x) for x in per_tab],
+               "cpu_us_per_connection": [round(x, 1) for x in per_connection],
+               "connections_per_second": [round(x) for x in rates], "last_split": split}
+        recorder.write(row)
+        print(f"{args.workers} worker(s): server CPU per tab median {statistics.median(per_tab):.0f} us "
+              f"(of {len(per_tab)} batches of {args.batch}; streams of the last {split}); per short connection "
+              f"median {statistics.median(per_connection):.1f} us, {statistics.median(rates):.0f} connections/s")
+    finally:
+        node.stop()
 
 
 #: ``forward``'s paths: (name, node the requests go to, through a proxy, a new connection per action).
@@ -453,6 +505,12 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("request")
     r.add_argument("--count", type=int, default=5000)
     r.add_argument("--reps", type=int, default=3)
+    o = sub.add_parser("opening")
+    o.add_argument("--workers", type=int, default=2)
+    o.add_argument("--batch", type=int, default=64, help="tabs opened at once")
+    o.add_argument("--batches", type=int, default=20)
+    o.add_argument("--connections", type=int, default=2000, help="short connections per repetition")
+    o.add_argument("--reps", type=int, default=3)
     h = sub.add_parser("hotkey")
     h.add_argument("--engine", choices=("nats", "redis"), default="nats")
     h.add_argument("--writers", type=int, default=4)
@@ -465,7 +523,8 @@ def main(argv: list[str] | None = None) -> None:
     recorder.write({"provenance": record})
     from bench.client import run
 
-    commands = {"throughput": throughput, "forward": forward, "hotkey": hotkey, "request": request}
+    commands = {"throughput": throughput, "forward": forward, "hotkey": hotkey, "request": request,
+                "opening": opening}
     run(commands[args.command](args, recorder))
     print(f"# raw results: {recorder.path}")
 
