@@ -226,10 +226,23 @@ class BalancedAcceptor:
         self._resume()
 
     def counted(self, connections: int) -> None:
-        """The registry's count changed: a connection opened (one this acceptor handed over) or closed."""
+        """The registry's count changed: a connection opened (one handed over here, or passed by
+        another worker: :meth:`incoming`) or closed."""
         if connections > self.connections:
             self._unregistered = max(0, self._unregistered - (connections - self.connections))
         self.connections = connections
+        if not self._closed:
+            self._publish()
+
+    def incoming(self) -> None:
+        """A connection another worker passed is being handed to uvloop: count it already."""
+        self._unregistered += 1
+        if not self._closed:
+            self._publish()
+
+    def incoming_failed(self) -> None:
+        """That connection never reached the registry."""
+        self._unregistered = max(0, self._unregistered - 1)
         if not self._closed:
             self._publish()
 

@@ -157,13 +157,18 @@ async def serve(
     watch = getattr(getattr(app, "metrics", None), "watch_server", None)
     if watch is not None:
         watch(registry.stats)
+    handshake_timeout = limits.header_timeout if ssl_context is not None else None
+    acceptor = None
+    if balance is not None:  # one of several workers: accept when the least loaded (pyvia.server.balance)
+        acceptor = BalancedAcceptor(loop, sock, lambda: HttpProtocol(app, registry, limits, scheme), *balance,
+                                    ssl_context=ssl_context, ssl_handshake_timeout=handshake_timeout)
+        registry.on_count = acceptor.counted
     adopting = ssl_context is None and hasattr(app, "adopt_connection")
     if adopting:  # other workers of this machine may pass it connections (pyvia.cluster.passing)
-        app.adopt_connection = _adopter(app, registry, limits)  # type: ignore[attr-defined]  # checked above
+        app.adopt_connection = _adopter(app, registry, limits, acceptor)  # type: ignore[attr-defined]  # checked above
     try:
         await app.startup()
-        handshake_timeout = limits.header_timeout if ssl_context is not None else None
-        if balance is None:
+        if acceptor is None:
             server = await loop.create_server(
                 lambda: HttpProtocol(app, registry, limits, scheme),
                 sock=sock,
@@ -171,10 +176,7 @@ async def serve(
                 ssl=ssl_context,
                 ssl_handshake_timeout=handshake_timeout,
             )
-        else:  # one of several workers: accept when the least loaded (pyvia.server.balance)
-            acceptor = BalancedAcceptor(loop, sock, lambda: HttpProtocol(app, registry, limits, scheme), *balance,
-                                        ssl_context=ssl_context, ssl_handshake_timeout=handshake_timeout)
-            registry.on_count = acceptor.counted
+        else:
             acceptor.start(backlog)
             server = acceptor
         registry.start()
@@ -207,14 +209,17 @@ async def serve(
             sock.close()
 
 
-def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits
-             ) -> Callable[[socket.socket, bytes], None]:
-    """Serve a connection another worker passed, starting with the request it read (``preface``)."""
+def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits,
+             acceptor: BalancedAcceptor | None = None) -> Callable[[socket.socket, bytes], None]:
+    """Serve a connection another worker passed, starting with the request it read (``preface``);
+    counted by the balanced ``acceptor`` from now on, like one it accepted."""
     loop = asyncio.get_running_loop()
     starting: set[asyncio.Task[object]] = set()
 
     def adopt(sock: socket.socket, preface: bytes) -> None:
         sock.setblocking(False)
+        if acceptor is not None:
+            acceptor.incoming()
         task = loop.create_task(loop.connect_accepted_socket(
             lambda: HttpProtocol(app, registry, limits, "http", preface), sock))
         starting.add(task)
@@ -224,6 +229,8 @@ def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits
             if not task.cancelled() and task.exception() is not None:
                 logger.warning("could not serve a connection passed by another worker: %s", task.exception())
                 sock.close()
+                if acceptor is not None:
+                    acceptor.incoming_failed()
 
         task.add_done_callback(started)
 
