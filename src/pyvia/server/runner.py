@@ -137,7 +137,7 @@ async def serve(
     queued, not refused. ``ready`` is set, or called with the bound (host, port), once connections
     are accepted. ``plan`` shapes the graceful stop (see :class:`StopPlan`); its ``spread`` is
     added to ``graceful_timeout``. ``balance`` is the table and slot of one of several workers
-    sharing ``sock``: it then accepts only while it holds the fewest connections
+    sharing ``sock``: it then accepts only while it holds at most one connection more than the others
     (:mod:`pyvia.server.balance`).
     """
     if keyfile is not None and certfile is None:
