@@ -1291,11 +1291,12 @@ class App:
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
                          signals: dict[str, Any]) -> Any:
         """A stream for a tab another worker holds: pass it the connection when it is a worker of
-        this machine, else take the tab over (with its tab state); revive it here when that
-        worker is gone."""
+        this machine no busier than this one, else take the tab over (with its tab state); revive
+        it here when that worker is gone. (The stream is the tab's long-lived connection, which
+        the balanced accept spread: where it landed is a fine home for the tab too.)"""
         assert self.link is not None
         if request.transfer is not None and "_passed" not in request.state and await self.link.pass_connection(
-                ctx_id, request, cached=False):
+                ctx_id, request, cached=False, balanced=True):
             request.kind = "passed"  # the stream opens there
             return PASSED
         owner = await self.link.owner(ctx_id, cached=False)

@@ -135,6 +135,38 @@ def test_many_offers_at_once_are_all_answered(tmp_path: Path) -> None:
     run(scenario())
 
 
+def test_a_busier_receiver_refuses_a_balanced_offer(tmp_path: Path) -> None:
+    """A stream is offered balanced: a receiver holding more connections than the sender (by more
+    than one) refuses it, and the sender takes the tab over instead."""
+    async def scenario() -> None:
+        adopted: list[socket.socket] = []
+        loads = {"receiver": 10, "sender": 5}
+        receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(sock),
+                                  lambda: loads["receiver"])
+        sender = ConnectionPost(str(tmp_path / "b.pass"), None, lambda: loads["sender"])
+        receiver.start()
+        sender.start()
+        listener = socket.create_server((HOST, 0))
+        pairs = [_connected_pair(listener) for _ in range(3)]
+
+        async def offer(fd: int, balanced: bool) -> bool:
+            answer = sender.send(receiver.path, fd, b"x", balanced=balanced)
+            assert answer is not None
+            return await asyncio.wait_for(answer, 5)
+
+        assert await offer(pairs[0][1].fileno(), True) is False  # 10 > 5 + 1
+        assert await offer(pairs[1][1].fileno(), False) is True  # an action's connection: taken anyway
+        loads["sender"] = 9
+        assert await offer(pairs[2][1].fileno(), True) is True  # 10 <= 9 + 1
+        assert len(adopted) == 2
+        receiver.stop()
+        sender.stop()
+        for sock in [*adopted, *(s for pair in pairs for s in pair), listener]:
+            sock.close()
+
+    run(scenario())
+
+
 def test_a_stopping_receiver_refuses_what_is_still_queued(tmp_path: Path) -> None:
     async def scenario() -> None:
         adopted: list[bytes] = []

@@ -227,7 +227,8 @@ class ClusterLink:
             self._direct = server
             self.address = f"{self.node} {path}"
             # adopt_connection: set when served by the native server over plain HTTP
-            post = ConnectionPost(inbox_path(path), self.app.adopt_connection)
+            adopt = self.app.adopt_connection
+            post = ConnectionPost(inbox_path(path), adopt, getattr(adopt, "load", None))
             try:
                 post.start()
             except OSError as exc:
@@ -758,9 +759,12 @@ class ClusterLink:
             self._owners.popitem(last=False)
         return node
 
-    async def pass_connection(self, ctx_id: str, request: Request, *, cached: bool = True) -> bool:
+    async def pass_connection(self, ctx_id: str, request: Request, *, cached: bool = True,
+                              balanced: bool = False) -> bool:
         """Pass the request's connection to the worker of this machine holding ``ctx_id``
-        (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward."""
+        (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward.
+        ``balanced``: only if that worker is not busier than this one (a stream, which may as
+        well take the tab over)."""
         post = self._post
         if post is None or request.transfer is None or _through_proxy(request):
             return False
@@ -772,7 +776,7 @@ class ClusterLink:
         if preface is None:
             return False
         path = inbox_path(direct.path)
-        return await request.transfer(lambda fd: post.send(path, fd, preface))
+        return await request.transfer(lambda fd: post.send(path, fd, preface, balanced=balanced))
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it

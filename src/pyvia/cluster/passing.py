@@ -49,8 +49,14 @@ log = logging.getLogger("pyvia.cluster")
 #: the socket's send buffer, 208 KB by default on Linux).
 MAX_PREFACE = 64 * 1024
 
-#: A message: its kind (``P`` a connection passed, ``A`` adopted, ``N`` refused) and its number.
-_MESSAGE = struct.Struct("!cQ")
+#: A message: its kind (``P`` a connection passed, ``A`` adopted, ``N`` refused), its number, and
+#: in an offer the sender's open connections (-1: take it whatever your load).
+_MESSAGE = struct.Struct("!cQq")
+
+#: Connections a receiver may hold above the sender's and still take a balanced offer (a stream):
+#: a busier one refuses, and the sender takes the tab over instead, as the balanced accept would
+#: have it (pyvia.server.balance).
+LOAD_SLACK = 1
 
 #: Seconds a sender waits for an answer before it keeps the connection (a receiver that died
 #: is noticed at once, by its channel closing; this only bounds the unforeseen).
@@ -100,12 +106,15 @@ class ConnectionPost:
     """This worker's end: passes connections to the other workers and receives theirs.
 
     ``adopt(sock, preface)`` serves a connection passed here; None refuses them (a worker not
-    served by the native server over plain HTTP, or one that is stopping).
+    served by the native server over plain HTTP, or one that is stopping). ``load()``, when given,
+    is this worker's open connections, told with balanced offers and compared with theirs.
     """
 
-    def __init__(self, path: str, adopt: Callable[[socket.socket, bytes], object] | None) -> None:
+    def __init__(self, path: str, adopt: Callable[[socket.socket, bytes], object] | None,
+                 load: Callable[[], int] | None = None) -> None:
         self.path = path
         self.adopt = adopt
+        self.load = load
         self._listener: socket.socket | None = None
         self._out: dict[str, _Channel] = {}  # receiver's path -> the channel offers go on
         self._in: set[_Channel] = set()  # channels other workers offer on
@@ -130,12 +139,14 @@ class ConnectionPost:
 
     # --- offering ---------------------------------------------------------------------------------
 
-    def send(self, path: str, fd: int, preface: bytes) -> asyncio.Future[bool] | None:
+    def send(self, path: str, fd: int, preface: bytes, *, balanced: bool = False) -> asyncio.Future[bool] | None:
         """Offer the connection ``fd`` with its request to the worker at ``path``.
 
         None when it could not be sent (the receiver is gone, or its queue is full); else a
         future that says whether the receiver took it. Until it is done the caller must neither
         read nor write the connection; once it is True, the caller closes its descriptor.
+        ``balanced``: the receiver refuses it when it holds more connections than this worker
+        (by more than :data:`LOAD_SLACK`).
         """
         if self._listener is None:
             return None
@@ -145,7 +156,8 @@ class ConnectionPost:
         self._next += 1
         number = self._next
         try:
-            channel.sock.sendmsg([_MESSAGE.pack(b"P", number), preface],
+            load = self.load() if balanced and self.load is not None else -1
+            channel.sock.sendmsg([_MESSAGE.pack(b"P", number, load), preface],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         except OSError as exc:
             log.debug("could not pass a connection to %s: %s", path, exc)
@@ -187,7 +199,7 @@ class ConnectionPost:
                 if len(data) != _MESSAGE.size:  # closed: the receiver is gone, or stopped
                     self._close_out(channel)
                     break
-                kind, number = _MESSAGE.unpack(data)
+                kind, number, _ = _MESSAGE.unpack(data)
                 self._settle(number, kind == b"A")
         if self._waiting and self._listener is not None:
             self._reading = asyncio.get_running_loop().call_later(ANSWER_READ_DELAY, self._read_answers)
@@ -208,7 +220,7 @@ class ConnectionPost:
         channel, answer, timer = waiting
         timer.cancel()
         if not taken:
-            log.info("the worker at %s did not take a connection: it is answered here", channel.path)
+            log.debug("the worker at %s did not take a connection: it is answered here", channel.path)
         if not answer.done():
             answer.set_result(taken)
 
@@ -248,12 +260,14 @@ class ConnectionPost:
                 os.close(fd)
             self._close_in(channel)  # not from a sender of this module
             return
-        kind, number = _MESSAGE.unpack_from(data)
+        kind, number, their_load = _MESSAGE.unpack_from(data)
         conn = socket.socket(fileno=fds[0])
         adopt = self.adopt
         taken = kind == b"P" and adopt is not None
+        if taken and their_load >= 0 and self.load is not None and self.load() > their_load + LOAD_SLACK:
+            taken = False  # busier than the sender: the tab is better off there
         try:  # the answer goes first: from it on, the connection is ours alone
-            channel.sock.send(_MESSAGE.pack(b"A" if taken else b"N", number))
+            channel.sock.send(_MESSAGE.pack(b"A" if taken else b"N", number, 0))
         except OSError as exc:
             # Unanswered, the sender keeps it: closing the channel tells it so.
             log.debug("could not answer a passed connection: %s", exc)

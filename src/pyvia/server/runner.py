@@ -165,7 +165,7 @@ async def serve(
         registry.on_count = acceptor.counted
     adopting = ssl_context is None and hasattr(app, "adopt_connection")
     if adopting:  # other workers of this machine may pass it connections (pyvia.cluster.passing)
-        app.adopt_connection = _adopter(app, registry, limits, acceptor)  # type: ignore[attr-defined]  # checked above
+        app.adopt_connection = ConnectionAdopter(app, registry, limits, acceptor)  # type: ignore[attr-defined]  # checked above
     try:
         await app.startup()
         if acceptor is None:
@@ -209,23 +209,38 @@ async def serve(
             sock.close()
 
 
-def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits,
-             acceptor: BalancedAcceptor | None = None) -> Callable[[socket.socket, bytes], None]:
-    """Serve a connection another worker passed, starting with the request it read (``preface``);
-    counted by the balanced ``acceptor`` from now on, like one it accepted."""
-    loop = asyncio.get_running_loop()
-    starting: set[asyncio.Task[object]] = set()
+class ConnectionAdopter:
+    """Serves the connections other workers of this machine pass (:mod:`pyvia.cluster.passing`)."""
 
-    def adopt(sock: socket.socket, preface: bytes) -> None:
+    __slots__ = ("_acceptor", "_app", "_limits", "_loop", "_registry", "_starting")
+
+    def __init__(self, app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits,
+                 acceptor: BalancedAcceptor | None = None) -> None:
+        self._app = app
+        self._registry = registry
+        self._limits = limits
+        self._acceptor = acceptor
+        self._loop = asyncio.get_running_loop()
+        self._starting: set[asyncio.Task[object]] = set()
+
+    def load(self) -> int:
+        """Open connections: a worker holding more than the one offering a stream refuses it."""
+        return len(self._registry)
+
+    def __call__(self, sock: socket.socket, preface: bytes) -> None:
+        """Serve ``sock``, starting with the request the other worker read (``preface``); the
+        balanced acceptor counts it from now on, like one it accepted."""
         sock.setblocking(False)
+        acceptor = self._acceptor
         if acceptor is not None:
             acceptor.incoming()
-        task = loop.create_task(loop.connect_accepted_socket(
+        app, registry, limits = self._app, self._registry, self._limits
+        task = self._loop.create_task(self._loop.connect_accepted_socket(
             lambda: HttpProtocol(app, registry, limits, "http", preface), sock))
-        starting.add(task)
+        self._starting.add(task)
 
         def started(task: asyncio.Task[object]) -> None:
-            starting.discard(task)
+            self._starting.discard(task)
             if not task.cancelled() and task.exception() is not None:
                 logger.warning("could not serve a connection passed by another worker: %s", task.exception())
                 sock.close()
@@ -233,8 +248,6 @@ def _adopter(app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits,
                     acceptor.incoming_failed()
 
         task.add_done_callback(started)
-
-    return adopt
 
 
 def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> list[int]:
