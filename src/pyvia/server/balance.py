@@ -246,8 +246,12 @@ class BalancedAcceptor:
         if not self._closed:
             self._publish()
 
+    def load(self) -> int:
+        """Open connections, with those accepted or passed here and not yet in the registry."""
+        return self.connections + self._unregistered
+
     def _publish(self) -> None:
-        self._table.set_count(self.slot, self.connections + self._unregistered)
+        self._table.set_count(self.slot, self.load())
 
     def _heartbeat(self) -> None:
         self._table.beat(self.slot, now_ms())

@@ -225,7 +225,7 @@ class ConnectionAdopter:
 
     def load(self) -> int:
         """Open connections: a worker holding more than the one offering a stream refuses it."""
-        return len(self._registry)
+        return self._acceptor.load() if self._acceptor is not None else len(self._registry)
 
     def __call__(self, sock: socket.socket, preface: bytes) -> None:
         """Serve ``sock``, starting with the request the other worker read (``preface``); the
