@@ -836,9 +836,13 @@ class ClusterLink:
     async def take_over(self, owner: str, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Ask ``owner`` to let the tab go; its tab state, or None when the owner is gone or refused."""
         payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash, "to": self.address})
+        direct = self._peers.get(owner)
         try:
-            raw = await self.engine.request(f"fwd.{owner}", payload, 5.0)
-        except EngineError as exc:
+            if direct is not None:  # a worker of this machine: over its unix socket, not the broker
+                raw = await direct.request(payload, 5.0)
+            else:
+                raw = await self.engine.request(f"fwd.{owner}", payload, 5.0)
+        except (EngineError, ConnectionError, TimeoutError, RuntimeError) as exc:
             log.info("takeover of a tab from node %s failed (%s): reviving it here", owner, type(exc).__name__)
             return None
         reply = orjson.loads(raw)
