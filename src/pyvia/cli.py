@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", metavar="URL", default=None,
                      help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
                           "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)")
+    run.add_argument("--worker-ports", type=int, default=None, metavar="PORT",
+                     help="each worker also serves its own port, PORT + its id (0, 1, ...), for a proxy that keeps "
+                          "a browser on one worker, such as Caddy's lb_policy cookie (docs/deployment.md)")
     run.add_argument("--graceful-timeout", type=float, default=None, metavar="SECONDS",
                      help="how long a stop waits for streams and requests to end (default: 3)")
     run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
@@ -243,6 +246,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.reload_spread < 0:
         print("pyvia run: error: --reload-spread must be 0 or more seconds", file=sys.stderr)
         return 2
+    if args.worker_ports is not None and not 0 < args.worker_ports <= 65536 - workers:
+        print(f"pyvia run: error: --worker-ports {args.worker_ports} leaves no room for {workers} ports "
+              f"(1-{65536 - workers})", file=sys.stderr)
+        return 2
     try:
         load_app(args.app)  # a wrong MODULE:ATTR is one line now, not three failed workers later
     except AppNotFound as exc:
@@ -306,7 +313,7 @@ def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: st
         certfile=args.certfile, keyfile=args.keyfile, worker_source=source,
         graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
         settings=tuple(args.settings),
-        reload_spread=args.reload_spread, pid_file=args.pid_file, dev=args.dev,
+        reload_spread=args.reload_spread, pid_file=args.pid_file, dev=args.dev, worker_ports=args.worker_ports,
         watch=(watched_folder(args.app),) if args.dev else (),
     )
     try:

@@ -17,18 +17,27 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tests.cluster.test_worker_ports import free_ports
+from tests.helpers import RawClient, get
 from tests.processes import ROOT, ServerProcess, free_port, wait_for_port
 
 
-def start_caddy(app: str, tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
+def start_caddy(app: str, tmp_path: Path, worker_ports: int | None = None) -> Iterator[tuple[int, ServerProcess]]:
+    """Caddy in front of ``pyvia run --workers 2``: through the shared port, or through each
+    worker's own port (``--worker-ports``), a browser kept on one by Caddy's cookie."""
     if shutil.which("caddy") is None:
         pytest.fail("caddy is missing: scripts/install test installs Debian's caddy")
-    server = ServerProcess(app, free_port(), extra=("--workers", "2"))
+    extra: tuple[str, ...] = ("--workers", "2")
+    if worker_ports is not None:
+        extra += ("--worker-ports", str(worker_ports))
+    server = ServerProcess(app, free_port(), extra=extra)
     server.start()
     port = free_port()
+    upstream = (f"127.0.0.1:{worker_ports} 127.0.0.1:{worker_ports + 1}" if worker_ports is not None
+                else f"127.0.0.1:{server.port}")
     env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYVIA_SITE": f"https://127.0.0.1:{port}",
-           "PYVIA_UPSTREAM": f"127.0.0.1:{server.port}"}
+           "PYVIA_UPSTREAM": upstream}
     proc = subprocess.Popen(["caddy", "run", "--config", str(ROOT / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -54,6 +63,22 @@ def caddy(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
 @pytest.fixture
 def caddy_shared(tmp_path: Path) -> Iterator[tuple[int, ServerProcess]]:
     yield from start_caddy("examples.shared_counter:app", tmp_path)
+
+
+@pytest.fixture
+def caddy_sticky(tmp_path: Path) -> Iterator[tuple[int, int]]:
+    base = free_ports(2)
+    for port, _ in start_caddy("examples.counter:app", tmp_path, worker_ports=base):
+        yield port, base
+
+
+def _metric(port: int, name: str) -> float:
+    """A metric of the worker behind ``port`` (its own port), summed over its labels."""
+    with RawClient("127.0.0.1", port) as client:
+        client.send(get("/metrics"))
+        text = client.read_response().body.decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name)] in " {,")
 
 
 def test_ten_tabs_stay_live_over_http2(browser: Browser, caddy: tuple[int, ServerProcess]) -> None:
@@ -100,5 +125,32 @@ def test_a_shared_counter_on_two_workers_behind_caddy(
         for page in pages:  # every click counted once, on every tab, whichever worker holds it
             expect(page.locator("#count")).to_have_text("10")
         assert errors == []
+    finally:
+        context.close()
+
+
+def test_caddy_keeps_a_browser_on_one_worker_through_their_own_ports(
+    browser: Browser, caddy_sticky: tuple[int, int]
+) -> None:
+    port, base = caddy_sticky
+    context = browser.new_context(ignore_https_errors=True)
+    try:
+        pages = []
+        for _ in range(4):
+            page = context.new_page()
+            page.goto(f"https://127.0.0.1:{port}/")
+            expect(page.locator("#count")).to_have_text("0")
+            pages.append(page)
+        for page in pages:
+            page.bring_to_front()
+            page.click("#inc")
+            page.click("#inc")
+        for page in pages:
+            expect(page.locator("#count")).to_have_text("2")
+        streams = sorted([_metric(base, "pyvia_streams_open"), _metric(base + 1, "pyvia_streams_open")])
+        assert streams == [0, 4], "the browser's four tabs live on one worker"
+        actions = sorted([_metric(base, 'pyvia_requests_total{kind="action"'),
+                          _metric(base + 1, 'pyvia_requests_total{kind="action"')])
+        assert actions == [0, 8], "and every action reached that worker directly (none forwarded, none passed)"
     finally:
         context.close()

@@ -128,6 +128,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     plan: StopPlan | None = None,
     balance: tuple[BalanceTable, int] | None = None,
+    worker_sock: socket.socket | None = None,
 ) -> None:
     """Serve ``app`` until SIGTERM/SIGINT (main thread only) or until ``stop`` is set.
 
@@ -138,7 +139,8 @@ async def serve(
     are accepted. ``plan`` shapes the graceful stop (see :class:`StopPlan`); its ``spread`` is
     added to ``graceful_timeout``. ``balance`` is the table and slot of one of several workers
     sharing ``sock``: it then accepts only while it holds at most one connection more than the others
-    (:mod:`pyvia.server.balance`).
+    (:mod:`pyvia.server.balance`). ``worker_sock`` is this worker's own listening socket besides
+    (``pyvia run --worker-ports``), for a proxy that keeps each browser on one worker.
     """
     if keyfile is not None and certfile is None:
         raise ValueError("keyfile given without certfile: pass both to serve over TLS")
@@ -179,6 +181,11 @@ async def serve(
         else:
             acceptor.start(backlog)
             server = acceptor
+        own_port = None
+        if worker_sock is not None:
+            own_port = await loop.create_server(
+                lambda: HttpProtocol(app, registry, limits, scheme), sock=worker_sock, backlog=backlog,
+                ssl=ssl_context, ssl_handshake_timeout=handshake_timeout)
         registry.start()
         stop_event = stop if stop is not None else asyncio.Event()
         signals = _install_signal_handlers(loop, stop_event)
@@ -198,6 +205,8 @@ async def serve(
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
+            if own_port is not None:
+                own_port.close()  # its socket stays open in the supervisor, for this worker's successor
             await _stop(app, server, registry, graceful_timeout, plan)
     finally:
         registry.stop()

@@ -82,6 +82,7 @@ __all__ = ["Supervisor", "SupervisorConfig", "read_pid_file", "resolve_workers",
 log = logging.getLogger("pyvia.supervisor")
 
 LISTEN_FD_ENV = "PYVIA_LISTEN_FD"
+OWN_FD_ENV = "PYVIA_OWN_FD"
 READY_FD_ENV = "PYVIA_READY_FD"
 LIFELINE_FD_ENV = "PYVIA_LIFELINE_FD"
 GO_FD_ENV = "PYVIA_GO_FD"
@@ -148,6 +149,10 @@ class SupervisorConfig:
     #: Dev mode: the workers run ``App(dev=True)`` defaults, and a change under ``watch`` reloads.
     dev: bool = False
     watch: tuple[str, ...] = ()
+    #: Each worker also serves its own port, ``worker_ports + worker id`` (on ``host``): a proxy
+    #: that keeps a browser on one of them (Caddy's ``lb_policy cookie``) never has its requests
+    #: forwarded between workers. None: only the shared port.
+    worker_ports: int | None = None
 
 
 class _Worker:
@@ -207,6 +212,7 @@ class Supervisor:
         self.config = config
         self.workers: list[_Worker] = []
         self.sock: socket.socket | None = None
+        self.own_socks: list[socket.socket] = []  # one per worker id (--worker-ports)
         self.balance: BalanceTable | None = None  # several workers: who holds how many connections
         self.nats: object | None = None  # LocalNats, imported only when needed
         self.engine_url = config.engine_url
@@ -261,6 +267,13 @@ class Supervisor:
         sock = bind_socket(cfg.host, cfg.port)
         sock.listen(4096)  # machine-limits.md: somaxconn is 4096 here; bursts of reconnecting tabs queue
         self.sock = sock
+        if cfg.worker_ports is not None:
+            # held here like the shared one: a worker's replacement serves the same port, and what
+            # queued while it restarted is served then
+            for slot in range(cfg.workers):
+                own = bind_socket(cfg.host, cfg.worker_ports + slot)
+                own.listen(4096)
+                self.own_socks.append(own)
         if cfg.workers > 1:
             # a slot per worker process: during a reload an old and a new one of each id may live,
             # and a slot is only reused once its process exited
@@ -274,6 +287,9 @@ class Supervisor:
         self._url = f"{scheme}://{shown}:{port}"
         log.info("pyvia supervisor (pid %d): %d worker(s) (%s) on %s, engine %s",
                  os.getpid(), cfg.workers, cfg.worker_source, self._url, self._engine_label())
+        if self.own_socks:
+            log.info("each worker also on its own port: %s",
+                     ", ".join(f"{i}: {own.getsockname()[1]}" for i, own in enumerate(self.own_socks)))
         for slot in range(cfg.workers):
             self._spawn(slot)
         if cfg.dev:
@@ -353,6 +369,9 @@ class Supervisor:
         self._remove_pid_file()
         if self.sock is not None:
             self.sock.close()
+        for own in self.own_socks:
+            own.close()
+        self.own_socks.clear()
         if self.balance is not None:
             self.balance.close()
             self.balance = None
@@ -381,6 +400,11 @@ class Supervisor:
             WORKERS_ENV: str(cfg.workers),
         })
         env.pop(GO_FD_ENV, None)
+        env.pop(OWN_FD_ENV, None)
+        if self.own_socks:
+            own = self.own_socks[slot]
+            pass_fds.append(own.fileno())
+            env[OWN_FD_ENV] = str(own.fileno())
         env.pop(BALANCE_FD_ENV, None)
         env.pop(BALANCE_SLOT_ENV, None)
         balance_slot = self._free_balance_slot()
@@ -741,6 +765,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         ready_fd = int(os.environ[READY_FD_ENV])
         life_fd = int(os.environ[LIFELINE_FD_ENV])
         go_fd = int(os.environ[GO_FD_ENV]) if os.environ.get(GO_FD_ENV) else None
+        own_fd = int(os.environ[OWN_FD_ENV]) if os.environ.get(OWN_FD_ENV) else None
         balance = None
         if os.environ.get(BALANCE_FD_ENV):
             balance = (BalanceTable.from_env(os.environ[BALANCE_FD_ENV]), int(os.environ[BALANCE_SLOT_ENV]))
@@ -765,6 +790,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         return _refused(exc)
     sock = socket.socket(fileno=listen_fd)
     sock.setblocking(False)
+    own_sock = socket.socket(fileno=own_fd) if own_fd is not None else None
     _report(ready_fd, b"L")
     if go_fd is not None:  # held: the worker this one replaces is saving its state
         go = os.read(go_fd, 1)
@@ -794,7 +820,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         loop.add_reader(life_fd, supervisor_gone)
         loop.add_signal_handler(signal.SIGUSR1, retire)
         await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, plan=plan, limits=limits,  # type: ignore[arg-type]  # App or BrokenApp
-                    balance=balance, certfile=args.certfile, keyfile=args.keyfile,
+                    balance=balance, worker_sock=own_sock, certfile=args.certfile, keyfile=args.keyfile,
                     graceful_timeout=args.graceful_timeout)
 
     try:
