@@ -47,6 +47,7 @@ class _Framer(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._out: list[bytes] = []  # frames to write at the end of this loop turn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport
@@ -72,8 +73,17 @@ class _Framer(asyncio.Protocol):
         raise NotImplementedError
 
     def send(self, rid: int, kind: int, body: bytes) -> None:
+        """Queue a frame; the frames of one loop turn go out in one write (a socket write and the
+        other worker's wake-up cost more than the frame itself)."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(_HEAD.pack(len(body), rid, kind))
+        self._out.append(body)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_HEAD.pack(len(body), rid, kind) + body)
+            self.transport.write(b"".join(out))
 
 
 class _Serving(_Framer):
