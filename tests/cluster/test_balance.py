@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import ssl
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -100,18 +99,6 @@ def test_a_dead_or_stuck_worker_does_not_stall_the_other(cluster: Cluster, how: 
                 os.kill(victim, signal.SIGCONT)
     finally:
         close(clients)
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost"],
-        check=True, capture_output=True,
-    )
-    return str(cert), str(key)
 
 
 def test_tls_connections_are_spread_too(certificate: tuple[str, str], tmp_path: Path) -> None:

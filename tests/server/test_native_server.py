@@ -470,18 +470,6 @@ def test_stream_over_http10_is_unframed_and_ends_with_the_connection(server: Any
     assert body == b"".join(EVENTS)
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost"],
-        check=True, capture_output=True,
-    )
-    return str(cert), str(key)
-
-
 def test_tls_serves_https_with_alpn_http11(app: EchoApp, certificate: tuple[str, str]) -> None:
     cert, key = certificate
     context = ssl.create_default_context()
