@@ -19,11 +19,12 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   renders older state than the sender. Signal writes need no message: their change marks the
   scope on every worker that holds it.
 * **Directory**: the bucket ``directory`` maps a context id to the node that holds it (and the
-  path of its unix socket, :mod:`pyvia.cluster.direct`). An action for a tab held elsewhere is
-  forwarded to its owner, over that socket when the owner is a worker of this machine, else by
-  request/reply on ``fwd.<node>``, and answered as if local; a stream arriving for such a tab
-  takes it over (the owner hands its tab state over and lets it go). When the owner is gone (no
-  responders) the tab is revived where the request landed.
+  path of its unix socket, :mod:`pyvia.cluster.direct`). A request for a tab held by another
+  worker of this machine hands the browser's connection to it (:mod:`pyvia.cluster.passing`);
+  otherwise an action is forwarded to its owner, over that socket when the owner is a worker of
+  this machine, else by request/reply on ``fwd.<node>``, and answered as if local, and a stream
+  takes the tab over (the owner hands its tab state over and lets it go). When the owner is gone
+  (no responders) the tab is revived where the request landed.
 * **Presence**: each worker tells the others its open tabs per scope when they change (checked
   every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
   the scope where it is shown.
