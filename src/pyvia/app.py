@@ -1295,11 +1295,10 @@ class App:
         it here when that worker is gone. (The stream is the tab's long-lived connection, which
         the balanced accept spread: where it landed is a fine home for the tab too.)"""
         assert self.link is not None
-        if request.transfer is not None and "_passed" not in request.state and await self.link.pass_connection(
-                ctx_id, request, cached=False, balanced=True):
+        owner = await self.link.owner(ctx_id, cached=False)
+        if owner is not None and await self.link.pass_connection(owner, request, balanced=True):
             request.kind = "passed"  # the stream opens there
             return PASSED
-        owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and session_id is not None:
             state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
             self._vouch(ctx_id, state or {})
@@ -1456,8 +1455,8 @@ class App:
         """An action for a tab held by another worker or node: its owner answers it; when the
         owner is gone the tab is revived here."""
         assert self.link is not None
-        if request.transfer is not None and "_passed" not in request.state and await self.link.pass_connection(
-                ctx_id, request):
+        owner = await self.link.owner(ctx_id)
+        if owner is not None and await self.link.pass_connection(owner, request):
             request.kind = "passed"  # answered by the owner, on the connection it now holds
             return PASSED
         response = await self.link.forward(ctx_id, request, self.config.action_timeout)

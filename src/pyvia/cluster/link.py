@@ -760,19 +760,14 @@ class ClusterLink:
             self._owners.popitem(last=False)
         return node
 
-    async def pass_connection(self, ctx_id: str, request: Request, *, cached: bool = True,
-                              balanced: bool = False) -> bool:
-        """Pass the request's connection to the worker of this machine holding ``ctx_id``
+    async def pass_connection(self, owner: str, request: Request, *, balanced: bool = False) -> bool:
+        """Pass the request's connection to ``owner`` when it is a worker of this machine
         (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward.
         ``balanced``: only if that worker is not busier than this one (a stream, which may as
-        well take the tab over)."""
-        post = self._post
-        if post is None or request.transfer is None or _through_proxy(request):
-            return False
-        owner = await self.owner(ctx_id, cached=cached)
-        direct = self._peers.get(owner) if owner is not None else None
-        if direct is None:
-            return False  # no owner, or one on another machine
+        well take the tab over). A connection passed here once has no ``transfer``: it moves once."""
+        post, direct = self._post, self._peers.get(owner)
+        if post is None or direct is None or request.transfer is None or _through_proxy(request):
+            return False  # another machine's worker, not a movable connection, or a proxy's
         preface = request_bytes(request)
         if preface is None:
             return False
