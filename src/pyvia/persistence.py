@@ -52,22 +52,29 @@ def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Itera
 
 def load_state(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]:
     """(global state, shared signal values by (scope, name), session data) saved at the last stop."""
+    if not Path(path).exists():
+        return {}, {}, {}
+    with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
+        db.execute(_SCHEMA)
+        return _decode_rows(db.execute("SELECT kind, key, value FROM state"), "\0")
+
+
+def _decode_rows(rows: Iterable[tuple[str, str, Any]], separator: str
+                 ) -> tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]:
+    """Saved rows back into (global state, signals by (scope, name), sessions); ``separator``
+    joins a signal's scope and name in its key."""
     global_state: dict[str, Any] = {}
     signals: dict[tuple[str, str], Any] = {}
     sessions: dict[str, dict[str, Any]] = {}
-    if not Path(path).exists():
-        return global_state, signals, sessions
-    with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
-        db.execute(_SCHEMA)
-        for kind, key, value in db.execute("SELECT kind, key, value FROM state"):
-            decoded = orjson.loads(value)
-            if kind == "global":
-                global_state[key] = decoded
-            elif kind == "signal":
-                scope, _, name = key.partition("\0")
-                signals[(scope, name)] = decoded
-            elif kind == "session" and isinstance(decoded, dict):
-                sessions[key] = decoded
+    for kind, key, value in rows:
+        decoded = orjson.loads(value)
+        if kind == "global":
+            global_state[key] = decoded
+        elif kind == "signal":
+            scope, _, name = key.partition(separator)
+            signals[(scope, name)] = decoded
+        elif kind == "session" and isinstance(decoded, dict):
+            sessions[key] = decoded
     return global_state, signals, sessions
 
 
@@ -93,17 +100,5 @@ async def save_state_to_db(db: Database, *, global_state: dict[str, Any], signal
 
 async def load_state_from_db(db: Database) -> State:
     """What :func:`save_state_to_db` wrote at the last graceful stop."""
-    global_state: dict[str, Any] = {}
-    signals: dict[tuple[str, str], Any] = {}
-    sessions: dict[str, dict[str, Any]] = {}
     await db.execute(_DB_SCHEMA)
-    for kind, key, value in await db.fetch("SELECT kind, key, value FROM pyvia_state"):
-        decoded = orjson.loads(value)
-        if kind == "global":
-            global_state[key] = decoded
-        elif kind == "signal":
-            scope, _, name = key.partition("\n")
-            signals[(scope, name)] = decoded
-        elif kind == "session" and isinstance(decoded, dict):
-            sessions[key] = decoded
-    return global_state, signals, sessions
+    return _decode_rows(await db.fetch("SELECT kind, key, value FROM pyvia_state"), "\n")
