@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.cluster.test_worker_ports import free_ports
 from tests.helpers import RawClient, get
@@ -81,18 +81,24 @@ def _metric(port: int, name: str) -> float:
                if line.startswith(name) and line[len(name)] in " {,")
 
 
+def open_tabs(context: BrowserContext, port: int, count: int, errors: list[str]) -> list[Page]:
+    """``count`` tabs of the counter page through Caddy, each showing its first count."""
+    pages = []
+    for _ in range(count):
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"https://127.0.0.1:{port}/")
+        expect(page.locator("#count")).to_have_text("0")
+        pages.append(page)
+    return pages
+
+
 def test_ten_tabs_stay_live_over_http2(browser: Browser, caddy: tuple[int, ServerProcess]) -> None:
     port, _ = caddy
     context = browser.new_context(ignore_https_errors=True)
     errors: list[str] = []
     try:
-        pages = []
-        for _ in range(10):
-            page = context.new_page()
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"https://127.0.0.1:{port}/")
-            expect(page.locator("#count")).to_have_text("0")
-            pages.append(page)
+        pages = open_tabs(context, port, 10, errors)
         assert pages[0].evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol") == "h2"
         for i, page in enumerate(pages):
             page.bring_to_front()  # Playwright waits for frames, which a background page draws late
@@ -112,13 +118,7 @@ def test_a_shared_counter_on_two_workers_behind_caddy(
     context = browser.new_context(ignore_https_errors=True)
     errors: list[str] = []
     try:
-        pages = []
-        for _ in range(10):
-            page = context.new_page()
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"https://127.0.0.1:{port}/")
-            expect(page.locator("#count")).to_have_text("0")
-            pages.append(page)
+        pages = open_tabs(context, port, 10, errors)
         for page in pages:
             page.bring_to_front()
             page.click("#inc")
@@ -134,13 +134,9 @@ def test_caddy_keeps_a_browser_on_one_worker_through_their_own_ports(
 ) -> None:
     port, base = caddy_sticky
     context = browser.new_context(ignore_https_errors=True)
+    errors: list[str] = []
     try:
-        pages = []
-        for _ in range(4):
-            page = context.new_page()
-            page.goto(f"https://127.0.0.1:{port}/")
-            expect(page.locator("#count")).to_have_text("0")
-            pages.append(page)
+        pages = open_tabs(context, port, 4, errors)
         for page in pages:
             page.bring_to_front()
             page.click("#inc")
