@@ -748,6 +748,24 @@ class App:
             result = self._dispatch(request)
         except BaseException as exc:  # every failure becomes an answer here
             result = self._error_response(exc, request)
+        return self._answer(result, request)
+
+    def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
+        """An action for tab ``ctx_id`` of this worker that another worker received and checked
+        (route, origin, rate limit, the tab's id): run it here without dispatching it again."""
+        request.kind = "action"
+        request.state["_forwarded"] = True
+        link, session_id = self.link, self._session_of(request)
+        if link is not None and session_id is not None and not link.has_session(session_id):
+            return self._handle_after(link.load_session(session_id), request)  # as handle() does
+        try:
+            result = self._run_action(request, self.contexts.get(ctx_id), request.path[len(ACTION_PREFIX):],
+                                      self._action_signals(request))
+        except BaseException as exc:
+            result = self._error_response(exc, request)
+        return self._answer(result, request)
+
+    def _answer(self, result: Any, request: Request) -> HandleResult:
         if isinstance(result, (Response, StreamResponse)):
             self.metrics.observe_request(request.kind or "other", result.status)
             return result
@@ -1433,11 +1451,7 @@ class App:
         if wait:
             raise RateLimited(f"action rate limit for {self.client_address(request)}",
                               headers=[("retry-after", str(max(1, math.ceil(wait))))])
-        form = parse_form(request) if request.content_type in (
-            "application/x-www-form-urlencoded", "multipart/form-data") else None
-        if form is not None:
-            request.state["_form"] = form
-        signals = request_signals(request, form)
+        signals = self._action_signals(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         if not isinstance(ctx_id, str) or not ctx_id:
             raise ContextNotFound("action without via_ctx")
@@ -1449,6 +1463,14 @@ class App:
             return _then(self._revive(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
+
+    @staticmethod
+    def _action_signals(request: Request) -> dict[str, Any]:
+        form = parse_form(request) if request.content_type in (
+            "application/x-www-form-urlencoded", "multipart/form-data") else None
+        if form is not None:
+            request.state["_form"] = form
+        return request_signals(request, form)
 
     async def _forward_action(self, request: Request, ctx_id: str, session_id: str | None,
                               signals: dict[str, Any], name: str) -> Any:

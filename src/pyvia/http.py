@@ -14,7 +14,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Protocol
@@ -54,6 +54,16 @@ class Headers:
         """
         headers = cls.__new__(cls)
         items = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in raw]
+        headers._items = items
+        headers._map = dict(items)
+        return headers
+
+    @classmethod
+    def from_lowered(cls, pairs: Iterable[Sequence[str]]) -> Headers:
+        """Build from (name, value) pairs whose names are lower-cased already (another worker's
+        :class:`Headers`, sent as JSON)."""
+        headers = cls.__new__(cls)
+        items = [(name, value) for name, value in pairs]
         headers._items = items
         headers._map = dict(items)
         return headers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,30 @@ def test_requests_are_answered_in_any_order_and_failures_come_back(tmp_path: Pat
         await asyncio.sleep(0.05)
         with pytest.raises(ConnectionError):
             await client.request(b"gone", 2)
+        client.close()
+
+    run(scenario())
+
+
+def test_a_request_left_unanswered_times_out_and_is_forgotten(tmp_path: Path) -> None:
+    waiting: list[asyncio.Future[bytes]] = []
+
+    def never(body: bytes) -> asyncio.Future[bytes]:
+        waiting.append(asyncio.get_running_loop().create_future())
+        return waiting[-1]
+
+    async def scenario() -> None:
+        server = DirectServer(str(tmp_path / "w.sock"), never)
+        await server.start()
+        client = DirectClient(server.path)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.request(b"first", 0.3)
+        assert 0.3 <= time.monotonic() - started < 2
+        with pytest.raises(TimeoutError):
+            await client.request(b"second", 0.3)
+        assert client.pending == {} and len(waiting) == 2
+        await server.stop()
         client.close()
 
     run(scenario())

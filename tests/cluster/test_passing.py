@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from pyvia.cluster.passing import MAX_PREFACE, ConnectionPost, request_bytes
 from pyvia.http import Headers, Request
 from tests.cluster.conftest import Backend, run
 from tests.cluster.test_shared_state import HOST, Tab, _hammer, get_text, pid_of, start_nodes
+from tests.cluster.test_supervisor import children
 from tests.helpers import RawClient
 from tests.processes import ServerProcess
 
@@ -188,16 +190,21 @@ def test_a_stopping_receiver_refuses_what_is_still_queued(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def two_local_nodes(server_backend: Backend) -> Iterator[tuple[int, int]]:
+def local_nodes(server_backend: Backend) -> Iterator[list[ServerProcess]]:
     """Two nodes of one machine: the direct channel between them is on, so connections can move."""
     env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
     nodes: list[ServerProcess] = start_nodes(env)
     try:
-        yield nodes[0].port, nodes[1].port
+        yield nodes
     finally:
         for node in nodes:
             if node.proc is not None and node.proc.poll() is None:
                 node.stop()
+
+
+@pytest.fixture
+def two_local_nodes(local_nodes: list[ServerProcess]) -> tuple[int, int]:
+    return local_nodes[0].port, local_nodes[1].port
 
 
 def _action(client: RawClient, port: int, tab: Tab, name: str, extra: str = "") -> int:
@@ -267,6 +274,33 @@ def test_a_proxy_connection_is_forwarded_not_passed(two_local_nodes) -> None:
         assert _action(client, b, tab, "note", "X-Forwarded-For: 203.0.113.9\r\n") == 200
         tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
         assert _pid(client) == pid_b
+    assert _passed(b) == 0
+    tab.close()
+
+
+def test_a_proxy_connection_follows_its_tabs_and_revives_one_whose_worker_died(local_nodes) -> None:
+    """The actions after a tab's first on a proxy's connection go to its known owner at once;
+    when that worker dies, the next one revives the tab where it landed."""
+    a, b = local_nodes[0].port, local_nodes[1].port
+    pid_a, pid_b = pid_of(a), pid_of(b)
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    proxied = "X-Forwarded-For: 203.0.113.9\r\n"
+    with RawClient(HOST, b) as client:
+        assert [_action(client, b, tab, "note", proxied) for _ in range(5)] == [200] * 5
+        tab.wait_for(rf'"pid":{pid_a},"notes":5\b')
+        supervisor = local_nodes[0].proc
+        assert supervisor is not None
+        for pid in children(supervisor.pid):  # the worker dies before its supervisor can stop it
+            os.kill(pid, signal.SIGKILL)
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait(10)
+        assert _action(client, b, tab, "note", proxied) == 200
+        assert _action(client, b, tab, "note", proxied) == 200  # held by b now
+        assert _pid(client) == pid_b
+    tab.connect(b)
+    tab.wait_for(rf'"pid":{pid_b},"notes":2\b')  # revived from the client's signals, without tab_state
     assert _passed(b) == 0
     tab.close()
 

@@ -96,6 +96,21 @@ _OWNER_CACHE = 65_536  # directory entries remembered by a worker that forwards
 _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its owner is alive
 
 
+def _forwarded(ctx_id: str, request: Request) -> bytes:
+    """A request for the owner of tab ``ctx_id`` (see :meth:`ClusterLink._serve_direct`)."""
+    return orjson.dumps({
+        "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
+        "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client, "s": request.scheme,
+    })
+
+
+def _response(reply: dict[str, Any]) -> Response | None:
+    """The response in an owner's reply (:func:`_reply`); None when it no longer holds the tab."""
+    if "moved" in reply:
+        return None
+    return Response(reply["status"], [tuple(h) for h in reply["headers"]], reply["body"].encode("latin-1"))
+
+
 def _reply(result: object) -> bytes:
     if not isinstance(result, Response):  # a stream: never for an action
         return orjson.dumps({"status": 500, "headers": [], "body": ""})
@@ -777,24 +792,20 @@ class ClusterLink:
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it
         (the caller revives the tab here)."""
-        payload = orjson.dumps({
-            "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
-            "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client,
-            "s": request.scheme,
-        })
+        payload = _forwarded(ctx_id, request)
         for cached in (True, False):
             owner = await self.owner(ctx_id, cached=cached)
             if owner is None:
                 return None
             reply = await self._ask(owner, payload, timeout)
-            if reply is not None and "moved" not in reply:
-                return Response(reply["status"], [tuple(h) for h in reply["headers"]],
-                                reply["body"].encode("latin-1"))
+            if reply is not None:
+                return reply
             self._owners.pop(ctx_id, None)  # gone, or the tab moved on: read the directory again
         return None
 
-    async def _ask(self, owner: str, payload: bytes, timeout: float) -> dict[str, Any] | None:
-        """The owner's reply to a forwarded request; None when the owner is gone."""
+    async def _ask(self, owner: str, payload: bytes, timeout: float) -> Response | None:
+        """The owner's answer to a forwarded request; None when the owner is gone or no longer
+        holds the tab."""
         direct = self._peers.get(owner)
         if direct is not None:  # the owner is a worker of this machine: straight to it
             try:
@@ -805,8 +816,7 @@ class ClusterLink:
                 raise RequestTimeout(f"no answer from worker {owner} within {timeout} s") from None
             except RuntimeError as exc:
                 raise RemoteError(str(exc)) from None
-            answer: dict[str, Any] = orjson.loads(raw)
-            return answer
+            return _response(orjson.loads(raw))
         task = asyncio.ensure_future(self.engine.request(f"fwd.{owner}", payload, timeout))
         try:
             # A request sent in the instant its owner died is lost without a "no responders"
@@ -815,10 +825,9 @@ class ClusterLink:
                 if not await self._answers(owner):
                     task.cancel()
                     return None
-            reply: dict[str, Any] = orjson.loads(task.result())
+            return _response(orjson.loads(task.result()))
         except NoResponders:
             return None
-        return reply
 
     async def _answers(self, owner: str) -> bool:
         try:
@@ -862,11 +871,10 @@ class ClusterLink:
             return b'{"moved":1}'  # the sender's directory entry was old
         request = Request(
             method=message["m"], path=message["p"], query_string=message["q"],
-            headers=Headers([(k, v) for k, v in message["h"]]), body=message["b"].encode("latin-1"),
+            headers=Headers.from_lowered(message["h"]), body=message["b"].encode("latin-1"),
             client=message["c"], scheme=message["s"],
         )
-        request.state["_forwarded"] = True
-        result = self.app.handle(request)
+        result = self.app.handle_forwarded(request, message["x"])
         if isinstance(result, Response):
             return _reply(result)
         return self._reply_later(result)
