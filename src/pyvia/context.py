@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from types import FunctionType
+from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pyvia import protocol
@@ -19,7 +19,8 @@ from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
 from pyvia.render import VIEW_ID, body_of, is_document
-from pyvia.scopes import GLOBAL, TAB, Scope, SharedSignal, resolve
+from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
+from pyvia.session import NEW_SESSION
 from pyvia.signals import Signal, check_name
 from pyvia.stream import Stream
 
@@ -82,9 +83,11 @@ def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
     Plain functions are read from their code object: an action is declared on every page view,
     and ``inspect.signature`` would cost more than the rest of the declaration.
     """
-    if type(fn) is FunctionType:
-        code = fn.__code__
-        required = code.co_argcount - len(fn.__defaults__ or ())
+    bound = type(fn) is MethodType  # a bound method (the app's own hooks are): self is given
+    plain = fn.__func__ if bound else fn  # type: ignore[attr-defined]  # checked just above
+    if type(plain) is FunctionType:
+        code = plain.__code__
+        required = code.co_argcount - len(plain.__defaults__ or ()) - bound
         return bool(code.co_flags & inspect.CO_COROUTINE), required
     try:
         params = inspect.signature(fn).parameters.values()
@@ -204,7 +207,8 @@ class Context:
         check_name("signal", name, f"page {self.route.pattern!r}")
         concrete = resolve(scope, self.route.pattern, self.session_id)
         state = self.app.scopes.state(concrete)
-        sig = state.signal(name, initial, client_writable=client_writable)
+        new = scope == SESSION and self.request is not None and NEW_SESSION in self.request.state
+        sig = state.signal(name, initial, client_writable=client_writable, new=new)
         if client_writable:
             sig.client_writable = True
         if self._signals.get(name) is not None or self._actions.get(name) is not None:

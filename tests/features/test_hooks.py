@@ -33,6 +33,37 @@ def test_presence_and_connect_hooks() -> None:
         assert a.is_connected
 
 
+def test_hooks_may_be_bound_methods_with_or_without_the_context() -> None:
+    app = App()
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def joined(self, c: Context) -> None:
+            self.lines.append(f"+{c.route.pattern}")
+
+        def left(self) -> None:
+            self.lines.append("-")
+
+        def noted(self, c: Context, note: str = "noted") -> None:
+            self.lines.append(note)
+
+    log = Log()
+    app.on_client_connect(log.joined)
+    app.on_client_connect(log.noted)
+    app.on_client_disconnect(log.left)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.on_connect(log.left)
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app) as client:
+        client.open("/").disconnect()
+        assert log.lines == ["-", "+/", "noted", "-"]
+
+
 def test_app_interval_drives_shared_state_and_survives_errors() -> None:
     app = App()
     errors: list[tuple[str, str]] = []
