@@ -74,6 +74,7 @@ from pyvia.scopes import (
 )
 from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.session import (
+    NEW_SESSION,
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
     SESSION_MAX_AGE,
@@ -742,13 +743,32 @@ class App:
         link = self.link
         if link is not None:  # several workers: the session's data comes from the engine first
             session_id = self._session_of(request)
-            if session_id is not None and not link.has_session(session_id):
+            if (session_id is not None and not link.has_session(session_id)
+                    and not self._for_a_tab_elsewhere(request)):
                 return self._handle_after(link.load_session(session_id), request)
         try:
             result = self._dispatch(request)
         except BaseException as exc:  # every failure becomes an answer here
             result = self._error_response(exc, request)
         return self._answer(result, request)
+
+    def _for_a_tab_elsewhere(self, request: Request) -> bool:
+        """A stream or an action for a tab this worker does not hold: most go to the tab's worker
+        (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
+        path = request.path
+        if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
+            return False
+        try:
+            ctx_id = request_signals(request, None).get(protocol.CONTEXT_SIGNAL)
+        except ClientError:
+            return False  # answered as a bad request by the dispatch
+        return isinstance(ctx_id, str) and ctx_id not in self.contexts
+
+    async def _follow(self, session_id: str | None) -> None:
+        """Read the session's data, if this worker does not follow it yet, before a tab of it comes here."""
+        link = self.link
+        if link is not None and session_id is not None and not link.has_session(session_id):
+            await link.load_session(session_id)
 
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
         """An action for tab ``ctx_id`` of this worker that another worker received and checked
@@ -948,7 +968,12 @@ class App:
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
-        session_id = self._session_of(request) or new_session_id()
+        session_id = self._session_of(request)
+        if session_id is None:
+            session_id = new_session_id()
+            if self.link is not None:
+                self.link.new_session(session_id)
+                request.state[NEW_SESSION] = True  # its session-scoped signals are new too
         params = request.path_params
         ctx = Context(self, self._ids.make(route.pattern, params, session_id), route, params, session_id, request)
         if self.link is not None:
@@ -1317,6 +1342,7 @@ class App:
         if owner is not None and await self.link.pass_connection(owner, request, balanced=True):
             request.kind = "passed"  # the stream opens there
             return PASSED
+        await self._follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
             state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
             self._vouch(ctx_id, state or {})
@@ -1484,6 +1510,7 @@ class App:
         response = await self.link.forward(ctx_id, request, self.config.action_timeout)
         if response is not None:
             return response
+        await self._follow(session_id)  # the tab revives here
         if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
             self._vouch(ctx_id, {})

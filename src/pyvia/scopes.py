@@ -199,7 +199,10 @@ class ScopeState:
         self.kept = False  # asked for outside a context: survives having no members
         self.last_flush = 0.0
 
-    def signal(self, name: str, initial: T, *, client_writable: bool = False) -> SharedSignal[T]:
+    def signal(self, name: str, initial: T, *, client_writable: bool = False, new: bool = False) -> SharedSignal[T]:
+        """The scope's signal ``name``, declared now with ``initial`` unless it exists. ``new``: the
+        scope was made by the request declaring it (a session just made), so no other worker
+        can hold a value yet."""
         existing = self.signals.get(name)
         if existing is not None:
             return existing
@@ -210,7 +213,7 @@ class ScopeState:
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
         if self.registry.link is not None:
-            self.registry.link.track(sig)  # other workers may hold a value already
+            self.registry.link.track(sig, new=new)  # other workers may hold a value already
         return sig
 
     def touch(self, sig: SharedSignal[Any]) -> None:

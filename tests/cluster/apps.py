@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 
-from pyvia import App, Context, Response
+from pyvia import App, Context, Response, Scope
 from pyvia.cluster import Engine, engine_from_env
 
 app = App(title="Cluster test")
@@ -55,3 +55,15 @@ async def hit(request: object) -> Response:
 @app.page("/")
 def home(c: Context) -> None:
     c.view(lambda: f"<main id='home'>worker {os.getpid()}</main>")
+
+
+#: A page with a session-scoped and a route-scoped signal and no timers: what a tab alone costs
+#: the engine (``test_engine_traffic``).
+visits = App(title="Visits")
+
+
+@visits.page("/")
+def visit(c: Context) -> None:
+    cart = c.signal(0, "cart", scope=Scope.SESSION)
+    seen = c.signal(0, "seen", scope=Scope.ROUTE)
+    c.view(lambda: f"<main id='visit'>{cart.value} {seen.value}</main>")

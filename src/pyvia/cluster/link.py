@@ -139,6 +139,7 @@ class ClusterLink:
 
     __slots__ = (
         "_busy",
+        "_claims",
         "_direct",
         "_loads",
         "_outgoing",
@@ -194,6 +195,7 @@ class ClusterLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
+        self._claims: dict[str, int] = {}  # ctx id of a tab held here -> revision of its directory entry
         self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
         self._presence_dirty = True
         self._direct: DirectServer | None = None
@@ -394,11 +396,31 @@ class ClusterLink:
             return SESSION_SCOPES, self.session_scope_replica
         return SCOPES, self.replica
 
-    def track(self, sig: SharedSignal[Any]) -> None:
-        """A scoped signal was declared here: read its shared value (creating it with ours if new)."""
+    def track(self, sig: SharedSignal[Any], *, new: bool = False) -> None:
+        """A scoped signal was declared here: read its shared value (creating it with ours if new).
+        ``new``: its scope was just made here (a new session), so it is created without a read
+        and without the page waiting for it."""
         key = signal_key(sig.scope.name, sig.name)
         self.signals[key] = sig
-        self._read(key, sig)
+        if not new:
+            self._read(key, sig)
+            return
+        bucket, replica = self._where(key)
+        replica.expect(key)
+        self._write(bucket, key, lambda: self._create(key, sig))
+
+    async def _create(self, key: str, sig: SharedSignal[Any]) -> None:
+        bucket, replica = self._where(key)
+        data = _encode(sig._value)
+        try:
+            revision = await self.engine.cas(bucket, key, data, 0)
+        except EngineError as exc:
+            log.warning("cannot create shared signal %s in the engine (the local value is used): %s", key, exc)
+            return
+        if revision is None:  # it exists after all: read it as any declaration does
+            await self._load(key, sig)
+        else:
+            replica.remember(key, data, revision, notify=False)
 
     def _read(self, key: str, sig: SharedSignal[Any]) -> None:
         """Read (or create) the key in line with this worker's writes to it, so a write made
@@ -529,6 +551,11 @@ class ClusterLink:
         data = self.app.sessions.peek(session_id)
         key = data.key if data is not None else self.session_key(session_id)
         return self.session_replica.peek(key) is not None
+
+    def new_session(self, session_id: str) -> None:
+        """A session id just made here: the engine holds nothing for it, so nothing is read."""
+        self.session_replica.remember(self.session_key(session_id), None, 0, notify=False)
+        self.app.sessions.get(session_id)  # followed here, forgotten with the other sessions
 
     async def load_session(self, session_id: str) -> None:
         """Read a session's data before a request of that session is handled here."""
@@ -725,29 +752,33 @@ class ClusterLink:
         """This worker holds the tab now (a page view, a revival or a takeover). With ``wait``
         the page waits for the entry (see :attr:`loading`), so an action sent anywhere right
         after the page arrives finds the tab."""
-        task = self._spawn(self._quietly(self.engine.put(DIRECTORY, ctx_id, self.address.encode())))
+        task = self._spawn(self._claim(ctx_id))
         if wait:
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
 
-    def release(self, ctx_id: str) -> None:
-        """The tab is destroyed here: drop its directory entry unless another worker took it."""
-        self._spawn(self._release(ctx_id))
-
-    async def _release(self, ctx_id: str) -> None:
+    async def _claim(self, ctx_id: str) -> None:
         try:
-            value, revision = await self.engine.get(DIRECTORY, ctx_id)
-            if value == self.address.encode():
-                await self.engine.delete(DIRECTORY, ctx_id, revision)
-        except EngineError:
-            pass
-
-    @staticmethod
-    async def _quietly(op: Awaitable[Any]) -> None:
-        try:
-            await op
+            self._claims[ctx_id] = await self.engine.put(DIRECTORY, ctx_id, self.address.encode())
         except EngineError as exc:
             log.debug("directory write failed: %s", exc)
+
+    def release(self, ctx_id: str) -> None:
+        """The tab is destroyed here: drop its directory entry unless another worker took it."""
+        self._spawn(self._release(ctx_id, self._claims.pop(ctx_id, None)))
+
+    async def _release(self, ctx_id: str, revision: int | None) -> None:
+        """Delete the entry at the revision this worker wrote (no read needed): a worker that
+        took the tab since wrote a newer one, which stays."""
+        try:
+            if revision is None:  # released before its claim was written: read what is there
+                value, revision = await self.engine.get(DIRECTORY, ctx_id)
+                self._claims.pop(ctx_id, None)  # the claim's answer came first (one connection, in order)
+                if value != self.address.encode():
+                    return
+            await self.engine.delete(DIRECTORY, ctx_id, revision)
+        except EngineError:
+            pass
 
     async def owner(self, ctx_id: str, *, cached: bool = True) -> str | None:
         """The node holding ``ctx_id`` when it is another one, else None.
