@@ -7,9 +7,10 @@ by the user's own module while it is imported keeps its traceback, since that is
 ``pyvia run APP [--workers N|auto] [--engine URL]``: a supervisor (:mod:`pyvia.server.supervisor`)
 binds the socket and starts the workers (one by default), which serve; with several they share
 state and broadcasts through ``--engine`` (``nats://…``, ``redis://…``) or through a
-``nats-server`` the supervisor starts when none is given. ``pyvia reload`` (or SIGHUP to the
-supervisor) replaces the workers one by one with new ones running the code on disk;
-``pyvia run --dev`` does so on each change of the app's files.
+``nats-server`` the supervisor starts when none is given; with ``--cluster-address HOST[:PORT]``
+they also serve the direct channel to nodes on other machines there (:mod:`pyvia.cluster.direct`).
+``pyvia reload`` (or SIGHUP to the supervisor) replaces the workers one by one with new ones
+running the code on disk; ``pyvia run --dev`` does so on each change of the app's files.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", metavar="URL", default=None,
                      help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
                           "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)")
+    run.add_argument("--cluster-address", metavar="HOST[:PORT]", default=None,
+                     help="nodes on other machines forward actions to this node's workers over TCP at HOST (this "
+                          "machine's private address), port PORT + worker id or any free one; needs --engine, the "
+                          "same secret on every node, and a private network: not encrypted (docs/deployment.md)")
     run.add_argument("--worker-ports", type=int, default=None, metavar="PORT",
                      help="each worker also serves its own port, PORT + its id (0, 1, ...), for a proxy that keeps "
                           "a browser on one worker, such as Caddy's lb_policy cookie (docs/deployment.md)")
@@ -239,6 +244,18 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
+    if args.cluster_address is not None:
+        from pyvia.config import cluster_host_port
+
+        try:
+            cluster_host_port(args.cluster_address)
+        except ConfigError as exc:
+            print(f"pyvia run: error: --cluster-address: {exc}", file=sys.stderr)
+            return 2
+        if engine is None:
+            print("pyvia run: error: --cluster-address links nodes on several machines, which share an engine: "
+                  "give --engine nats://... or redis://...", file=sys.stderr)
+            return 2
     if args.dev and importlib.util.find_spec("watchfiles") is None:
         print("pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
               file=sys.stderr)
@@ -314,6 +331,7 @@ def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: st
         graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
         settings=tuple(args.settings),
         reload_spread=args.reload_spread, pid_file=args.pid_file, dev=args.dev, worker_ports=args.worker_ports,
+        cluster_address=args.cluster_address,
         watch=(watched_folder(args.app),) if args.dev else (),
     )
     try:

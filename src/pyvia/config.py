@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,12 @@ class Config:
     #: Workers of one machine forward actions to each other over a unix socket rather than through
     #: the engine (several times cheaper: bench/RESULTS-2.md); workers on other machines use the engine.
     cluster_direct: bool = True
+    #: ``HOST[:PORT]``: each worker also serves that direct channel on TCP, so nodes on other
+    #: machines forward to it without the engine (``PORT`` + the worker's index, or any free port
+    #: without ``PORT``). ``HOST`` must be an address they reach; the channel checks the app secret
+    #: but is not encrypted: a private network only (docs/deployment.md). Default: off, or
+    #: ``PYVIA_CLUSTER_ADDRESS`` (``pyvia run --cluster-address``).
+    cluster_address: str | None = None
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
@@ -144,10 +151,10 @@ class Config:
             raise ConfigError("persist_in_db and persist_path both keep the shared state: choose one")
         if not isinstance(self.engine_prefix, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.engine_prefix):
             raise ConfigError(f"engine_prefix={self.engine_prefix!r}: must match [A-Za-z0-9_-]{{1,32}}, like 'shop'")
+        if self.cluster_address is not None:
+            cluster_host_port(self.cluster_address)
         if not self.base_path.endswith("/"):
             object.__setattr__(self, "base_path", self.base_path + "/")
-        import ipaddress
-
         for proxy in self.trusted_proxies:
             try:
                 ipaddress.ip_network(proxy, strict=False)
@@ -168,3 +175,29 @@ class Config:
         if unknown:
             raise ConfigError(f"unknown App option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**options)
+
+
+def cluster_host_port(text: str) -> tuple[str, int]:
+    """``(host, port)`` from a ``cluster_address``: ``HOST``, ``HOST:PORT``, ``[IPv6]:PORT``; port 0
+    when not given. Raises ConfigError for anything else, or a host no other machine can reach."""
+    shape = f"cluster_address={text!r}: expected HOST or HOST:PORT, like '10.0.0.5' or '10.0.0.5:7700'"
+    if not isinstance(text, str):
+        raise ConfigError(shape)
+    host, port = text, "0"
+    if text.startswith("["):
+        host, _, port = text[1:].partition("]")
+        port = port.removeprefix(":") if port else "0"
+    elif text.count(":") == 1:  # more colons: a bare IPv6 address
+        host, port = text.split(":")
+    if not port.isdigit() or int(port) > 65535 or not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
+        raise ConfigError(shape)
+    try:
+        unspecified = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        if ":" in host:
+            raise ConfigError(shape) from None
+        unspecified = False
+    if unspecified:
+        raise ConfigError(f"cluster_address={text!r}: the other machines connect to this address, "
+                          "so it must be this machine's own (such as its private network address), not 0.0.0.0 or ::")
+    return host, int(port)

@@ -121,9 +121,13 @@ def engine_env(backend: Backend) -> dict[str, str]:
 
 
 def start_nodes(env: dict[str, str]) -> list[ServerProcess]:
-    """Two nodes, each serving (its worker started and linked to the engine) before the test goes on:
+    """Two nodes, each serving before the test goes on (:func:`serve`)."""
+    return serve([ServerProcess(APP, free_port(), env=env) for _ in range(2)])
+
+
+def serve(nodes: list[ServerProcess]) -> list[ServerProcess]:
+    """Start the nodes and wait until each serves (its worker started and linked to the engine):
     the port opens before that, and a message sent to a node not yet subscribed is lost."""
-    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
     for node in nodes:
         node.start()
     for node in nodes:

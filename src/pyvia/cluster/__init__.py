@@ -28,6 +28,7 @@ from pyvia.cluster.memory import MemoryEngine, MemoryHub
 from pyvia.cluster.replica import Replica
 
 __all__ = [
+    "CLUSTER_ADDRESS_ENV",
     "ENGINE_URL_ENV",
     "Engine",
     "EngineError",
@@ -50,6 +51,9 @@ __all__ = [
 
 #: The environment variable through which the supervisor tells each worker where the engine is.
 ENGINE_URL_ENV = "PYVIA_ENGINE_URL"
+#: ``HOST[:PORT]`` where each worker serves the direct channel to other machines, when the App's
+#: ``cluster_address`` is not set (``pyvia run --cluster-address`` sets it for its workers).
+CLUSTER_ADDRESS_ENV = "PYVIA_CLUSTER_ADDRESS"
 
 _NATS = ("nats", "tls")
 _REDIS = ("redis", "rediss", "unix")

@@ -18,13 +18,16 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   seen those revisions waits for them (at most a second) before it marks the scope, so it never
   renders older state than the sender. Signal writes need no message: their change marks the
   scope on every worker that holds it.
-* **Directory**: the bucket ``directory`` maps a context id to the node that holds it (and the
-  path of its unix socket, :mod:`pyvia.cluster.direct`). A request for a tab held by another
-  worker of this machine hands the browser's connection to it (:mod:`pyvia.cluster.passing`);
-  otherwise an action is forwarded to its owner, over that socket when the owner is a worker of
-  this machine, else by request/reply on ``fwd.<node>``, and answered as if local, and a stream
-  takes the tab over (the owner hands its tab state over and lets it go). When the owner is gone
-  (no responders) the tab is revived where the request landed.
+* **Directory**: the bucket ``directory`` maps a context id to where its node's direct channels
+  are (:mod:`pyvia.cluster.direct`): ``"<node> <host:port or -> <unix socket path or ->"``, the
+  TCP address served with ``cluster_address`` and the socket of this machine's workers (last: a
+  path may hold spaces). A request for a tab held by another worker of this machine hands the
+  browser's connection to it (:mod:`pyvia.cluster.passing`); otherwise an action is forwarded to
+  its owner, over that socket when the owner is a worker of this machine, else over its TCP
+  channel when it serves one, else (or when that channel fails) by request/reply on
+  ``fwd.<node>``, and answered as if local, and a stream takes the tab over (the owner hands its
+  tab state over and lets it go). When the owner is gone (no responders) the tab is revived
+  where the request landed.
 * **Presence**: each worker tells the others its open tabs per scope when they change (checked
   every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
   the scope where it is shown.
@@ -49,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from pyvia.cluster import CLUSTER_ADDRESS_ENV
 from pyvia.cluster.base import (
     Engine,
     EngineError,
@@ -58,9 +62,10 @@ from pyvia.cluster.base import (
     Subscription,
     valid_wire_scope,
 )
-from pyvia.cluster.direct import DirectClient, DirectServer, socket_path
+from pyvia.cluster.direct import DirectClient, DirectServer, Unreachable, channel_key, socket_path
 from pyvia.cluster.passing import ConnectionPost, inbox_path, request_bytes
 from pyvia.cluster.replica import Replica
+from pyvia.config import cluster_host_port
 from pyvia.http import Headers, Request, Response
 from pyvia.lifecycle import State
 from pyvia.scopes import Scope
@@ -141,6 +146,7 @@ class ClusterLink:
         "_busy",
         "_claims",
         "_direct",
+        "_key",
         "_loads",
         "_outgoing",
         "_owners",
@@ -155,6 +161,7 @@ class ClusterLink:
         "_subs",
         "_tails",
         "_tasks",
+        "_tcp",
         "address",
         "app",
         "engine",
@@ -198,10 +205,12 @@ class ClusterLink:
         self._claims: dict[str, int] = {}  # ctx id of a tab held here -> revision of its directory entry
         self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
         self._presence_dirty = True
-        self._direct: DirectServer | None = None
-        self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: another machine)
+        self._direct: DirectServer | None = None  # on a unix socket, for the workers of this machine
+        self._tcp: DirectServer | None = None  # on TCP, for the other machines (``cluster_address``)
+        self._key = b""  # what a TCP channel's handshake proves (channel_key)
+        self._peers: dict[str, DirectClient | None] = {}  # node -> its direct channel (None: the engine)
         self._post: ConnectionPost | None = None  # passes connections to the other workers, takes theirs
-        #: What the directory says for a tab held here: the node id, and the direct channel's path.
+        #: What the directory says for a tab held here: the node id and its channels (module docstring).
         self.address = self.node
         self._publish_scheduled = False
         self._subs: list[Subscription] = []
@@ -231,29 +240,58 @@ class ClusterLink:
         self.app._limiter.spent = {}
         self._spawn(self._tell_rate())
         self._subs.append(await engine.serve(f"fwd.{self.node}", self._serve))
+        self._key = channel_key(self.app._secret, self.app.config.engine_prefix)
+        path = await self._serve_unix() if self.app.config.cluster_direct else None
+        tcp = await self._serve_tcp()
+        self.address = f"{self.node} {tcp or '-'} {path or '-'}"
+        self._spawn(self._hold_timer_lease())
+
+    async def _serve_unix(self) -> str | None:
+        """Serve the direct channel to this machine's workers, and take the connections they pass."""
         try:
-            if not self.app.config.cluster_direct:
-                raise OSError("cluster_direct is off")
             path = socket_path(self.app.config.engine_prefix, self.node)
             server = DirectServer(path, self._serve_direct)
             await server.start()
         except OSError as exc:
-            if self.app.config.cluster_direct:
-                log.warning("no direct channel between this machine's workers (actions go through the engine): %s",
-                            exc)
+            log.warning("no direct channel between this machine's workers (actions go through the engine): %s", exc)
+            return None
+        self._direct = server
+        # adopt_connection: set when served by the native server over plain HTTP
+        adopt = self.app.adopt_connection
+        post = ConnectionPost(inbox_path(path), adopt, getattr(adopt, "load", None))
+        try:
+            post.start()
+        except OSError as exc:
+            log.warning("this worker cannot pass connections to the others (it forwards): %s", exc)
         else:
-            self._direct = server
-            self.address = f"{self.node} {path}"
-            # adopt_connection: set when served by the native server over plain HTTP
-            adopt = self.app.adopt_connection
-            post = ConnectionPost(inbox_path(path), adopt, getattr(adopt, "load", None))
+            self._post = post
+        return path
+
+    async def _serve_tcp(self) -> str | None:
+        """Serve the direct channel to other machines at ``cluster_address``: ``host:port`` to
+        advertise, or None. With a port, worker ``i`` of ``n`` takes ``port + i``, else (its
+        predecessor still drains in a reload) ``port + n + i``; without, any free port."""
+        from pyvia.server.supervisor import WORKER_ID_ENV, WORKERS_ENV
+
+        setting = self.app.config.cluster_address or os.environ.get(CLUSTER_ADDRESS_ENV)
+        if not setting:
+            return None
+        host, port = cluster_host_port(setting)
+        index, count = int(os.environ.get(WORKER_ID_ENV, 0)), int(os.environ.get(WORKERS_ENV, 1))
+        error: Exception | None = None
+        for candidate in (port + index, port + count + index) if port else (0,):
+            server = DirectServer((host, candidate), self._serve_direct, self._key)
             try:
-                post.start()
-            except OSError as exc:
-                log.warning("this worker cannot pass connections to the others (it forwards): %s", exc)
-            else:
-                self._post = post
-        self._spawn(self._hold_timer_lease())
+                await server.start()
+            except (OSError, OverflowError) as exc:
+                error = exc
+                continue
+            self._tcp = server
+            bound = server.address[1]
+            return f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        log.warning("no direct channel to other machines on %s (actions from them go through the engine): %s",
+                    setting, error)
+        return None
 
     async def stop(self) -> None:
         """Let writes in flight finish (1 s at most), give up the lease and close the engine."""
@@ -276,9 +314,10 @@ class ClusterLink:
         if self._post is not None:
             self._post.stop()
             self._post = None
-        if self._direct is not None:
-            await self._direct.stop()
-            self._direct = None
+        for server in (self._direct, self._tcp):
+            if server is not None:
+                await server.stop()
+        self._direct = self._tcp = None
         for client in self._peers.values():
             if client is not None:
                 client.close()
@@ -796,9 +835,9 @@ class ClusterLink:
             return None
         if value is None:
             return None
-        node, _, path = value.decode(errors="replace").partition(" ")
+        node, _, channels = value.decode(errors="replace").partition(" ")
         if node not in self._peers:
-            self._peers[node] = DirectClient(path) if path and os.path.exists(path) else None
+            self._peers[node] = self._peer(channels)
         if node == self.node:
             return None
         self._owners[ctx_id] = node
@@ -806,18 +845,28 @@ class ClusterLink:
             self._owners.popitem(last=False)
         return node
 
+    def _peer(self, channels: str) -> DirectClient | None:
+        """The direct channel to a node, from its directory entry (module docstring): its unix
+        socket when it is a worker of this machine, else its TCP address, else None (the engine)."""
+        tcp, _, path = channels.partition(" ")
+        if path not in ("", "-") and os.path.exists(path):
+            return DirectClient(path)
+        host, _, port = tcp.rpartition(":")
+        return DirectClient((host.strip("[]"), int(port)), self._key) if host and port.isdigit() else None
+
     async def pass_connection(self, owner: str, request: Request, *, balanced: bool = False) -> bool:
         """Pass the request's connection to ``owner`` when it is a worker of this machine
         (:mod:`pyvia.cluster.passing`): True once it has it and answers; False to forward.
         ``balanced``: only if that worker is not busier than this one (a stream, which may as
         well take the tab over). A connection passed here once has no ``transfer``: it moves once."""
         post, direct = self._post, self._peers.get(owner)
-        if post is None or direct is None or request.transfer is None or _through_proxy(request):
+        if (post is None or direct is None or not isinstance(direct.address, str) or request.transfer is None
+                or _through_proxy(request)):
             return False  # another machine's worker, not a movable connection, or a proxy's
         preface = request_bytes(request)
         if preface is None:
             return False
-        path = inbox_path(direct.path)
+        path = inbox_path(direct.address)
         return await request.transfer(lambda fd: post.send(path, fd, preface, balanced=balanced))
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
@@ -838,16 +887,19 @@ class ClusterLink:
         """The owner's answer to a forwarded request; None when the owner is gone or no longer
         holds the tab."""
         direct = self._peers.get(owner)
-        if direct is not None:  # the owner is a worker of this machine: straight to it
+        if direct is not None:  # a worker of this machine, or a node serving TCP: straight to it
             try:
                 raw = await direct.request(payload, timeout)
+            except Unreachable:
+                pass  # its TCP channel fails (nothing was sent): through the engine
             except ConnectionError:
                 return None  # it is gone (a killed worker leaves its socket file behind)
             except TimeoutError:
                 raise RequestTimeout(f"no answer from worker {owner} within {timeout} s") from None
             except RuntimeError as exc:
                 raise RemoteError(str(exc)) from None
-            return _response(orjson.loads(raw))
+            else:
+                return _response(orjson.loads(raw))
         task = asyncio.ensure_future(self.engine.request(f"fwd.{owner}", payload, timeout))
         try:
             # A request sent in the instant its owner died is lost without a "no responders"
@@ -874,9 +926,11 @@ class ClusterLink:
         payload = orjson.dumps({"op": "handover", "id": ctx_id, "session": session_hash, "to": self.address})
         direct = self._peers.get(owner)
         try:
-            if direct is not None:  # a worker of this machine: over its unix socket, not the broker
-                raw = await direct.request(payload, 5.0)
-            else:
+            raw = None
+            if direct is not None:  # a worker of this machine or a node serving TCP: not the broker
+                with contextlib.suppress(Unreachable):
+                    raw = await direct.request(payload, 5.0)
+            if raw is None:
                 raw = await self.engine.request(f"fwd.{owner}", payload, 5.0)
         except (EngineError, ConnectionError, TimeoutError, RuntimeError) as exc:
             log.info("takeover of a tab from node %s failed (%s): reviving it here", owner, type(exc).__name__)

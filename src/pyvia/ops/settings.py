@@ -63,7 +63,7 @@ ENV_PREFIX = "PYVIA_"
 REDACTED = "<redacted>"
 
 #: Variables the core reads itself when the option is not given (shown by ``describe``).
-_CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS"}
+_CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS", "cluster_address": "PYVIA_CLUSTER_ADDRESS"}
 #: Keys whose relative paths in the file are taken relative to the file's folder.
 _PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key", "pid_file"})
 #: Keys whose values are byte counts: an integer, or a string such as "512MiB".

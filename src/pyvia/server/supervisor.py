@@ -29,7 +29,7 @@ Each worker gets these descriptors besides the socket, named in its environment:
 
 and ``PYVIA_ENGINE_URL`` (with N > 1 and no ``--engine``, a ``nats-server`` started here),
 ``PYVIA_SECRET`` (one secret for all, so a context id made by one worker verifies on another),
-``PYVIA_WORKER_ID`` and ``PYVIA_WORKERS``.
+``PYVIA_CLUSTER_ADDRESS`` (``--cluster-address``), ``PYVIA_WORKER_ID`` and ``PYVIA_WORKERS``.
 
 Signals: SIGTERM or SIGINT stop everything (SIGTERM to each worker, SIGKILL by PID to those still
 running after the graceful budget; a second signal kills at once). SIGHUP is a rolling reload:
@@ -153,6 +153,8 @@ class SupervisorConfig:
     #: that keeps a browser on one of them (Caddy's ``lb_policy cookie``) never has its requests
     #: forwarded between workers. None: only the shared port.
     worker_ports: int | None = None
+    #: ``HOST[:PORT]`` where the workers serve the direct channel to other machines (``PYVIA_CLUSTER_ADDRESS``).
+    cluster_address: str | None = None
 
 
 class _Worker:
@@ -423,6 +425,8 @@ class Supervisor:
             env["PYVIA_APP__DEV"] = "true"  # App's default; a keyword in the code still wins
         if self.engine_url is not None:
             env["PYVIA_ENGINE_URL"] = self.engine_url
+        if cfg.cluster_address is not None:
+            env["PYVIA_CLUSTER_ADDRESS"] = cfg.cluster_address
         if not env.get("PYVIA_SECRET"):
             from pyvia.session import load_secret
 
