@@ -11,7 +11,9 @@
   NATS server's CPU added), on each path of ``FORWARD_PATHS``: sent to A (local); sent to B on a
   proxy's connection (forwarded to A over the direct channel); sent to B on a browser's keep-alive
   connection (passed to A with the first action, A's own after that); and one new connection per
-  action, to A and to B (each connection passed), to price the move itself.
+  action, to A and to B (each connection passed), to price the move itself. ``--channel tcp`` or
+  ``engine``: the nodes stand for two machines (their unix sockets off), and only the first two
+  paths apply: B forwards over the TCP channel (both run with ``--cluster-address``) or through NATS.
 * ``opening --workers N``: server CPU per tab opened in batches opened at once, and per short
   connection (what spreading connections over the workers costs).
 * ``request``: the CPU of one request/reply through a local NATS, both ends in this process.
@@ -53,10 +55,11 @@ HOST = "127.0.0.1"
 class Node:
     """One ``pyvia run`` (its supervisor and workers when ``workers`` > 1) on its own port."""
 
-    def __init__(self, workers: int, env: dict[str, str], engine: str | None = None) -> None:
+    def __init__(self, workers: int, env: dict[str, str], engine: str | None = None, extra: tuple[str, ...] = ()
+                 ) -> None:
         self.workers = workers
         self.port = free_port()
-        command = [sys.executable, "-m", "pyvia", "run", APP, "--host", HOST, "--port", str(self.port)]
+        command = [sys.executable, "-m", "pyvia", "run", APP, "--host", HOST, "--port", str(self.port), *extra]
         if workers > 1:
             command += ["--workers", str(workers)]
         if engine:
@@ -305,7 +308,12 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
     nats = LocalNats()
     url = nats.start()
     env = {"PYVIA_SECRET": "bench-cluster"}
-    nodes = [Node(1, env, engine=url) for _ in range(2)]
+    paths = FORWARD_PATHS
+    if args.channel != "unix":  # two machines: neither sees the other's socket, no connection moves
+        env["PYVIA_APP__CLUSTER_DIRECT"] = "false"
+        paths = FORWARD_PATHS[:2]
+    extra = ("--cluster-address", HOST) if args.channel == "tcp" else ()
+    nodes = [Node(1, env, engine=url, extra=extra) for _ in range(2)]
     try:
         for node in nodes:
             await node.ready()
@@ -314,7 +322,7 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
         drainer = asyncio.ensure_future(drain([tab], time.monotonic() + 3600))
         for rep in range(args.reps):
             row: dict[str, Any] = {"rep": rep}
-            for name, where, proxied, fresh in FORWARD_PATHS:
+            for name, where, proxied, fresh in paths:
                 node = a if where == "a" else b
                 extra = [("X-Forwarded-For", "203.0.113.7")] if proxied else None
                 request = action_request(node.port, tab, "tap", extra)
@@ -349,8 +357,15 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
                              "cpu_with_nats_us": round((cpu + broker) / count * 1e6, 1),
                              "latency_us": round(elapsed / count * 1e6 * args.connections, 1),
                              "statuses": dict(statuses)}
-            local, fresh = row["local"]["cpu_us"], row["local, new connection"]["cpu_us"]
+            local = row["local"]["cpu_us"]
             row["ratio_forwarded"] = round(row["forwarded"]["cpu_us"] / local, 3)
+            if args.channel != "unix":
+                recorder.write(row)
+                print(f"rep {rep}: local {local} us; forwarded over {args.channel} {row['forwarded']['cpu_us']} us = "
+                      f"{row['ratio_forwarded']}x (with the NATS server's CPU: local "
+                      f"{row['local']['cpu_with_nats_us']} us, forwarded {row['forwarded']['cpu_with_nats_us']} us)")
+                continue
+            fresh = row["local, new connection"]["cpu_us"]
             row["ratio_passed"] = round(row["passed"]["cpu_us"] / local, 3)
             row["ratio_passed_new_connection"] = round(row["passed, new connection"]["cpu_us"] / fresh, 3)
             recorder.write(row)
@@ -508,6 +523,8 @@ def main(argv: list[str] | None = None) -> None:
     f = sub.add_parser("forward")
     f.add_argument("--actions", type=int, default=3000)
     f.add_argument("--connections", type=int, default=1, help="concurrent connections (1: one request at a time)")
+    f.add_argument("--channel", choices=("unix", "tcp", "engine"), default="unix",
+                   help="how B reaches A: unix (one machine), tcp or engine (two machines: --cluster-address, or NATS)")
     f.add_argument("--reps", type=int, default=3)
     r = sub.add_parser("request")
     r.add_argument("--count", type=int, default=5000)
