@@ -234,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
         print("pyvia run: error: --cert and --key go together", file=sys.stderr)
         return 2
     from pyvia.cluster import ENGINE_URL_ENV, check_engine_url
+    from pyvia.config import cluster_host_port
     from pyvia.server.supervisor import resolve_workers
 
     try:
@@ -241,21 +242,14 @@ def _run(args: argparse.Namespace) -> int:
         engine = args.engine or os.environ.get(ENGINE_URL_ENV) or None
         if engine is not None:
             check_engine_url(engine, workers=workers)
+        if args.cluster_address is not None:
+            cluster_host_port(args.cluster_address)  # a ConfigError, a ValueError
+            if engine is None:
+                raise ValueError("--cluster-address links nodes on several machines, which share an engine: "
+                                 "give --engine nats://... or redis://...")
     except ValueError as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
-    if args.cluster_address is not None:
-        from pyvia.config import cluster_host_port
-
-        try:
-            cluster_host_port(args.cluster_address)
-        except ConfigError as exc:
-            print(f"pyvia run: error: --cluster-address: {exc}", file=sys.stderr)
-            return 2
-        if engine is None:
-            print("pyvia run: error: --cluster-address links nodes on several machines, which share an engine: "
-                  "give --engine nats://... or redis://...", file=sys.stderr)
-            return 2
     if args.dev and importlib.util.find_spec("watchfiles") is None:
         print("pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
               file=sys.stderr)

@@ -10,7 +10,6 @@ the forwarding subjects counts every request sent to a node through the engine.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import secrets
 import signal
@@ -24,8 +23,7 @@ import pytest
 from pyvia.cluster import ENGINE_URL_ENV, create_engine
 from pyvia.cluster.direct import DirectClient, Unreachable, channel_key
 from pyvia.cluster.link import DIRECTORY
-from tests.cluster.test_shared_state import APP, Tab, pid_of, serve
-from tests.cluster.test_supervisor import children
+from tests.cluster.test_shared_state import APP, Tab, kill, pid_of, serve
 from tests.cluster.test_worker_ports import free_ports
 from tests.processes import ServerProcess, free_port
 
@@ -73,6 +71,13 @@ class Machines:
         self.a, self.b = (node.port for node in nodes)
         self.watch = watch
 
+    def tab_on_a(self) -> Tab:
+        """A tab whose page and stream are node A's."""
+        tab = Tab(self.a)
+        tab.connect(self.a)
+        tab.wait_for(r'"_disconnected":false')
+        return tab
+
 
 @pytest.fixture
 def machines(nats_url: str) -> Iterator[Machines]:
@@ -93,9 +98,7 @@ def machines(nats_url: str) -> Iterator[Machines]:
 
 def test_an_action_sent_to_another_machine_goes_over_tcp_and_updates_the_tab(machines: Machines) -> None:
     a, b = machines.a, machines.b
-    tab = Tab(a)
-    tab.connect(a)
-    tab.wait_for(r'"_disconnected":false')
+    tab = machines.tab_on_a()
     _, tcp, path = machines.watch.entry(tab.ctx).split(" ", 2)
     assert re.fullmatch(r"127\.0\.0\.1:\d+", tcp) and path == "-"
     for i in range(1, 4):
@@ -107,8 +110,7 @@ def test_an_action_sent_to_another_machine_goes_over_tcp_and_updates_the_tab(mac
 
 def test_a_stream_moving_to_another_machine_takes_its_tab_over_tcp(machines: Machines) -> None:
     a, b = machines.a, machines.b
-    tab = Tab(a)
-    tab.connect(a)
+    tab = machines.tab_on_a()
     assert tab.act(a, "note") == 200 and tab.act(a, "note") == 200
     tab.wait_for(r'"notes":2')
     tab.connect(b)  # b takes the tab and its tab state from a
@@ -140,9 +142,7 @@ def test_only_a_peer_that_knows_the_secret_is_served(machines: Machines) -> None
 
 def test_an_action_whose_tcp_channel_is_refused_goes_through_the_engine(machines: Machines) -> None:
     a, b = machines.a, machines.b
-    tab = Tab(a)
-    tab.connect(a)
-    tab.wait_for(r'"_disconnected":false')
+    tab = machines.tab_on_a()
     # as if a firewall refused b: a's entry names a port where nothing listens
     node, _, path = machines.watch.entry(tab.ctx).split(" ", 2)
     refused = f"{node} 127.0.0.1:{free_port()} {path}"
@@ -157,19 +157,13 @@ def test_an_action_whose_tcp_channel_is_refused_goes_through_the_engine(machines
 
 
 def test_a_tab_whose_machine_died_is_revived_where_its_action_lands(machines: Machines) -> None:
-    a, b = machines.a, machines.b
-    tab = Tab(a)
-    tab.connect(a)
+    b = machines.b
+    tab = machines.tab_on_a()
     assert tab.act(b, "note") == 200  # b's channel to a is open now
     tab.wait_for(r'"notes":1\b')
     tab.close()
     machines.watch.close()  # a listener on fwd.* is interest: NATS would not say "no responders" for a
-    supervisor = machines.nodes[0].proc
-    assert supervisor is not None
-    for pid in children(supervisor.pid):  # the worker dies first, before its supervisor can stop it
-        os.kill(pid, signal.SIGKILL)
-    supervisor.send_signal(signal.SIGKILL)
-    supervisor.wait(10)
+    kill(machines.nodes[0])
     assert tab.act(b, "note") == 200
     tab.connect(b)
     tab.wait_for(rf'"pid":{pid_of(b)}')

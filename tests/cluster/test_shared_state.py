@@ -138,6 +138,15 @@ def serve(nodes: list[ServerProcess]) -> list[ServerProcess]:
     return nodes
 
 
+def kill(node: ServerProcess) -> None:
+    """Kill a node as a crash would: its worker first, before its supervisor can stop it."""
+    assert node.proc is not None
+    for pid in children(node.proc.pid):
+        os.kill(pid, signal.SIGKILL)
+    node.proc.send_signal(signal.SIGKILL)
+    node.proc.wait(10)
+
+
 @pytest.fixture
 def two_nodes(server_backend: Backend) -> Iterator[tuple[int, int, list[ServerProcess]]]:
     nodes = start_nodes(engine_env(server_backend))
@@ -228,11 +237,7 @@ def test_a_tab_whose_node_died_is_revived_where_its_action_lands(two_nodes) -> N
     tab.connect(a)
     assert tab.act(a, "bump") == 200
     tab.close()
-    supervisor = nodes[0].proc
-    for pid in children(supervisor.pid):  # the worker dies first, before its supervisor can stop it
-        os.kill(pid, signal.SIGKILL)
-    supervisor.send_signal(signal.SIGKILL)
-    supervisor.wait(10)
+    kill(nodes[0])
     assert tab.act(b, "note") == 200
     tab.connect(b)
     tab.wait_for(rf'"pid":{pid_of(b)}')
