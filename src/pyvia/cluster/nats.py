@@ -63,21 +63,16 @@ log = logging.getLogger("pyvia.cluster")
 
 _ERROR_HEADER = "Pyvia-Error"
 _KV_OP = "KV-Operation"
-_PLAIN_KEY = re.compile(r"[-/_A-Za-z0-9]")
+_PLAIN_KEY = re.compile(r"[-/_A-Za-z0-9]*\Z")
+_UNSAFE = re.compile(r"[^-/_A-Za-z0-9]")
 _ESCAPE = re.compile(r"=([0-9A-F]{2})")
 
 
 def encode_key(key: str) -> str:
     """A key in NATS's alphabet: every byte outside ``[-/_A-Za-z0-9]`` becomes ``=XX`` (reversible)."""
-    if all(_PLAIN_KEY.match(ch) for ch in key):
+    if _PLAIN_KEY.match(key):  # the usual case (context ids, hashes): one regex, not one per character
         return key
-    out = []
-    for ch in key:
-        if _PLAIN_KEY.match(ch):
-            out.append(ch)
-        else:
-            out.extend(f"={b:02X}" for b in ch.encode())
-    return "".join(out)
+    return _UNSAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group().encode()), key)
 
 
 def decode_key(wire: str) -> str:
