@@ -942,28 +942,36 @@ class App:
         """
         old = ctx.session_id
         new = new_session_id()
-        now = self._now()
-        self._rotated[old] = (new, now + _ROTATION_OVERLAP)
-        self._rotated_from[new] = self._rotated_from.pop(old, old)  # ids signed for the first session
-        while len(self._rotated) > _GRAVEYARD_CAP:
-            self._rotated.popitem(last=False)
-        while len(self._rotated_from) > _GRAVEYARD_CAP:
-            self._rotated_from.popitem(last=False)
+        first = self._rotated_from.get(old, old)
         data = self.sessions.peek(old)
         if data is not None:
             saved = dict(data)
             self.sessions.clear(old)
             self.sessions.get(new).update(saved)
+        self._rotate_session(old, new, first)
+        if self.link is not None:
+            self.link.session_rotated(old, new, first)  # the session's tabs on other workers move too
+        ctx._cookies_out.append(self._session_cookie_header(new))
+        return new
+
+    def _rotate_session(self, old: str, new: str, first: str) -> None:
+        """Session ``old`` is ``new`` from now on (``regenerate_session`` here or on another
+        worker): its tabs here move, and the old cookie is honoured for a moment. ``first``: the
+        session their ids were signed for."""
+        self._rotated[old] = (new, self._now() + _ROTATION_OVERLAP)
+        self._rotated_from.pop(old, None)
+        self._rotated_from[new] = first
+        while len(self._rotated) > _GRAVEYARD_CAP:
+            self._rotated.popitem(last=False)
+        while len(self._rotated_from) > _GRAVEYARD_CAP:
+            self._rotated_from.popitem(last=False)
         old_scope, new_scope = Scope.session(old), Scope.session(new)
         for tab in [c for c in self.contexts.values() if c.session_id == old]:
             tab.session_id = new
             if old_scope in tab._scopes:
                 tab._scopes.discard(old_scope)
-                self.scopes.leave(tab, old_scope)
                 tab._scopes.add(new_scope)
-                self.scopes.join(tab, new_scope)
-        ctx._cookies_out.append(self._session_cookie_header(new))
-        return new
+        self.scopes.rename(old_scope, new_scope)
 
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:

@@ -279,6 +279,25 @@ class ScopeRegistry:
                 for sig in state.signals.values():
                     self.link.untrack(sig)
 
+    def rename(self, old: str, new: str) -> None:
+        """A session got a new id (``regenerate_session``): its scope goes on under the new name,
+        with its members and the very signals its tabs declared (their values included)."""
+        state = self._scopes.pop(old, None)
+        if state is None:
+            return
+        link = self.link
+        if link is not None:
+            for sig in state.signals.values():
+                link.untrack(sig)
+        state.name = new
+        joined = self._scopes.get(new)  # tabs of the new id that joined before the news came
+        if joined is not None:
+            state.members.update(joined.members)
+        self._scopes[new] = state
+        if link is not None:
+            for sig in state.signals.values():
+                link.track(sig)  # the value under the new name (created with this one if none yet)
+
     def matching(self, pattern: str) -> Iterator[ScopeState]:
         """Scopes named ``pattern``, or matching it where it holds ``*`` wildcards."""
         if "*" not in pattern:

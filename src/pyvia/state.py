@@ -157,6 +157,12 @@ class SessionStore:
         if data is not None and self.link is not None:
             self.link.forget_session(data, delete=True)  # the engine's copy goes too (a rotation)
 
+    def forget(self, session_id: str) -> None:
+        """Stop following a session here (the engine keeps what it holds)."""
+        data = self._sessions.pop(session_id, None)
+        if data is not None and self.link is not None:
+            self.link.forget_session(data)
+
     def drop_all(self) -> None:
         """Forget every session here (the engine holds them; they are read again when used)."""
         self._sessions.clear()

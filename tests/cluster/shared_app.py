@@ -68,6 +68,11 @@ def home(c: Context) -> None:
         ran_here()
 
     @c.action
+    def rotate() -> None:
+        app.regenerate_session(c)  # at a login: the session's tabs on every worker follow
+        ran_here()
+
+    @c.action
     def announce() -> None:
         app.broadcast(Scope.route("/"))  # no signal changed: the view reads global state
         ran_here()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from pyvia import App, Context
+from pyvia import App, Context, Scope
 from pyvia.http import Headers, Request
 from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.testing import TestClient
@@ -150,6 +150,33 @@ def test_regenerate_session_rotates_the_cookie_and_keeps_the_tabs() -> None:
         assert tab.action("inc").status == 200  # in-flight grace
         client.clock.advance(3)
         assert tab.action("inc").status == 403  # the old cookie no longer owns the tab
+
+
+def test_session_scoped_signals_go_on_under_the_new_session_id() -> None:
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        cart = c.signal(0, "cart", scope=Scope.SESSION)
+
+        @c.action
+        def buy() -> None:
+            cart.increment()
+
+        @c.action
+        def login() -> None:
+            c.regenerate_session()
+
+        c.view(lambda: f"<p>{cart.value}</p>")
+
+    with TestClient(app) as client:
+        tab, other_tab = client.open("/"), client.open("/")
+        tab.action("buy")
+        tab.action("login")
+        other_tab.action("buy")  # a tab declared before the new id: its signal is the session's still
+        client.clock.advance(1)
+        assert tab.signals["session__cart"] == other_tab.signals["session__cart"] == 2
+        assert client.open("/").signals["session__cart"] == 2  # a tab opened with the new cookie
 
 
 def test_hung_async_action_times_out_with_504() -> None:

@@ -69,7 +69,7 @@ from pyvia.config import cluster_host_port
 from pyvia.http import Headers, Request, Response
 from pyvia.lifecycle import State
 from pyvia.scopes import Scope
-from pyvia.session import SESSION_MAX_AGE
+from pyvia.session import SESSION_MAX_AGE, is_session_id
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -89,6 +89,7 @@ LEASES = "leases"
 _BROADCAST_SUBJECT = "bcast"
 _RATE_SUBJECT = "rate"
 _PRESENCE_SUBJECT = "presence"
+_ROTATED_SUBJECT = "rotated"
 _PRESENCE_PERIOD = 0.25  # counts are sent when they changed, checked this often
 _PRESENCE_HEARTBEAT = 2.0  # and at least this often, so a silent worker's counts expire
 _PRESENCE_EXPIRY = 6.0
@@ -234,6 +235,7 @@ class ClusterLink:
         self._subs.append(await engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
         self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
         self._subs.append(await engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
+        self._subs.append(await engine.subscribe(_ROTATED_SUBJECT, self._on_rotated))
         self.app._on_connect.append(self._presence_changed)
         self.app._on_disconnect.append(self._presence_changed)
         self._spawn(self._tell_presence())
@@ -638,6 +640,30 @@ class ClusterLink:
             return
         if isinstance(value, dict):
             data._data = value
+
+    def session_rotated(self, old: str, new: str, first: str) -> None:
+        """``regenerate_session`` made ``new`` of ``old`` here: the other workers move their tabs
+        of it and honour the old cookie for a moment too. (The ids travel as cookies do in
+        forwarded requests: the engine is inside the app's trust boundary.)"""
+        payload = orjson.dumps({"n": self.node, "o": old, "w": new, "f": first})
+        self._spawn(self._publish_quietly(_ROTATED_SUBJECT, payload))
+
+    async def _publish_quietly(self, subject: str, payload: bytes) -> None:
+        try:
+            await self.engine.publish(subject, payload)
+        except EngineError as exc:
+            log.warning("could not tell the other workers (%s): %s", subject, exc)
+
+    def _on_rotated(self, subject: str, payload: bytes) -> None:
+        try:
+            message = orjson.loads(payload)
+            node, ids = message["n"], (message["o"], message["w"], message["f"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+        if node == self.node or not all(is_session_id(value) for value in ids) or self.app.clock is None:
+            return
+        self.app.sessions.forget(ids[0])  # its data moved to the new session in the engine
+        self.app._rotate_session(*ids)
 
     def _resync_sessions(self) -> None:
         """The copy was dropped: sessions are read again on their next request."""
