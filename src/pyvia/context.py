@@ -463,9 +463,11 @@ class Context:
     def changed_signals(self, *, all_signals: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for sig in self._signals.values():
-            if all_signals or sig._changed:
-                out[sig.id] = sig._value
+            if all_signals:  # a page or a new stream: every value whole
+                out[sig.id] = sig._sent = sig._value
                 sig._changed = False
+            elif sig._changed:
+                out[sig.id] = sig.take_patch()
         return out
 
     # --- sending ---------------------------------------------------------------------------------

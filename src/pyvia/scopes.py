@@ -225,8 +225,7 @@ class ScopeState:
         out: dict[str, Any] = {}
         for sig in self.signals.values():
             if sig._changed:
-                out[sig.id] = sig._value
-                sig._changed = False
+                out[sig.id] = sig.take_patch()
         return out
 
     def restore_changes(self, changes: dict[str, Any]) -> None:

@@ -43,12 +43,13 @@ class Signal(Generic[T]):
     neither stored nor echoed.
     """
 
-    __slots__ = ("_changed", "_value", "client_writable", "id", "name")
+    __slots__ = ("_changed", "_sent", "_value", "client_writable", "id", "name")
 
     def __init__(self, name: str, initial: T, *, client_writable: bool = True) -> None:
         self.name = name
         self.id = name
         self._value: T = initial
+        self._sent: Any = initial  # what the browser holds, as far as this process knows
         self._changed = True
         self.client_writable = client_writable
 
@@ -71,6 +72,17 @@ class Signal(Generic[T]):
 
     def mark_synced(self) -> None:
         self._changed = False
+
+    def take_patch(self) -> Any:
+        """The value to send, now marked as sent. A dict that replaced a dict carries ``None`` for
+        the keys it no longer has: Datastar merges a patch into what the browser holds (RFC 7396),
+        so a key left out would stay there. (A dict changed in place cannot show what it lost.)"""
+        value, sent = self._value, self._sent
+        self._changed = False
+        self._sent = value
+        if type(value) is dict and type(sent) is dict and value is not sent:
+            return merge_patch(sent, value)
+        return value
 
     # typed reads ------------------------------------------------------------------------------
     def as_int(self, default: int = 0) -> int:
@@ -119,11 +131,25 @@ class Signal(Generic[T]):
         coerced = _coerce(current, value)
         if coerced is _REFUSED:
             return False
-        self._value = coerced
+        self._value = self._sent = coerced  # the browser holds it already
         return True
 
 
 _REFUSED = object()
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` as a JSON merge patch over ``old``: the keys it lost (at any depth) set to None."""
+    gone = [key for key in old if key not in new]
+    nested = [key for key, value in new.items() if type(value) is dict and type(old.get(key)) is dict]
+    if not gone and not nested:
+        return new
+    patch = dict(new)
+    for key in gone:
+        patch[key] = None
+    for key in nested:
+        patch[key] = merge_patch(old[key], new[key])
+    return patch
 
 
 def _coerce(current: Any, value: Any) -> Any:

@@ -332,3 +332,28 @@ def test_global_state_and_session_data() -> None:
                 other.get("/")
         assert app.sessions.evictions >= 1
         assert len(app.sessions) == 2
+
+
+def test_keys_removed_from_dict_signals_leave_the_browser_too() -> None:
+    """Datastar merges a signal patch into what the browser holds: a key that a tab or scoped
+    dict signal lost is sent as null, or the tab would keep showing it."""
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        errors = c.signal({"email": "taken", "name": "short"}, "errors")
+        board = c.signal({"ann": 3, "bob": 1}, "board", scope=Scope.ROUTE)
+
+        @c.action
+        def fix() -> None:
+            errors.value = {"name": "short"}
+            board.value = {"ann": 4}
+
+        c.view(lambda: "<p></p>")
+
+    with TestClient(app) as client:
+        tab, other = client.open("/"), client.open("/")
+        tab.action("fix")
+        client.clock.advance(1)
+        assert tab.signals["errors"] == {"name": "short"}
+        assert tab.signals["route__board"] == other.signals["route__board"] == {"ann": 4}

@@ -300,3 +300,18 @@ def test_type_check_follows_the_declared_initial_not_the_current_value() -> None
     assert sig.accept_client_value("10")
     assert not sig.accept_client_value("ten")
     assert sig.value == 10
+
+
+# --- what is sent: a dict that lost keys -----------------------------------------------------------
+
+
+def test_a_dict_that_replaced_a_dict_is_sent_with_its_lost_keys_as_none() -> None:
+    sig = Signal("errors", {"email": "taken", "name": "short", "form": {"a": 1, "b": 2}})
+    assert sig.take_patch() == {"email": "taken", "name": "short", "form": {"a": 1, "b": 2}}  # as declared
+    sig.value = {"name": "short", "form": {"a": 1}}
+    assert sig.take_patch() == {"name": "short", "email": None, "form": {"a": 1, "b": None}}
+    sig.value = {"name": "short", "form": {"a": 1}}
+    assert sig.take_patch() == {"name": "short", "form": {"a": 1}}  # nothing lost since
+    sig.value = 3
+    assert sig.take_patch() == 3
+    assert sig.accept_client_value(4) and (sig.value, sig.has_changed) == (4, False)
