@@ -646,13 +646,16 @@ class ClusterLink:
         of it and honour the old cookie for a moment too. (The ids travel as cookies do in
         forwarded requests: the engine is inside the app's trust boundary.)"""
         payload = orjson.dumps({"n": self.node, "o": old, "w": new, "f": first})
-        self._spawn(self._publish_quietly(_ROTATED_SUBJECT, payload))
+        self._spawn(self._tell_rotation(payload))
 
-    async def _publish_quietly(self, subject: str, payload: bytes) -> None:
+    async def _tell_rotation(self, payload: bytes) -> None:
+        # Once the session's signals are written under the new name (ScopeRegistry.rename): a
+        # worker told earlier could increment a key that does not hold their values yet.
+        await self.loaded()
         try:
-            await self.engine.publish(subject, payload)
+            await self.engine.publish(_ROTATED_SUBJECT, payload)
         except EngineError as exc:
-            log.warning("could not tell the other workers (%s): %s", subject, exc)
+            log.warning("could not tell the other workers of a new session id: %s", exc)
 
     def _on_rotated(self, subject: str, payload: bytes) -> None:
         try:
