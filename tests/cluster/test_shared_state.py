@@ -273,6 +273,19 @@ def test_the_action_rate_limit_holds_for_the_app_not_for_each_node(server_backen
             node.stop()
 
 
+def test_a_worker_reads_its_own_session_writes_at_once(two_nodes) -> None:
+    """Once an action that wrote session data is answered, its worker reads the new value: when
+    its writes settle it keeps what it wrote, not the older value its copy of the engine still had
+    (seen under load before: 4 reads in 12 gave the old value)."""
+    a, _, _ = two_nodes
+    tab = Tab(a)
+    tab.connect(a)
+    for n in range(30):
+        assert post_action(HOST, a, "login", {"via_ctx": tab.ctx, "item": f"user{n}"}, tab.cookie).status == 200
+        assert get(a, "/whoami", tab.cookie).body == f"user{n}".encode()
+    tab.close()
+
+
 def test_a_new_session_id_reaches_the_sessions_tabs_on_the_other_node(two_nodes) -> None:
     """regenerate_session on node A: the session's tab on node B moves to the new id, so its
     next action, with the new cookie, is allowed (it was refused, 403, before)."""

@@ -506,8 +506,15 @@ class ClusterLink:
 
     def put_signal(self, sig: SharedSignal[Any]) -> None:
         key = signal_key(sig.scope.name, sig.name)
-        bucket, data = self._where(key)[0], _encode(sig._value)
-        self._write(bucket, key, lambda: self.engine.put(bucket, key, data))
+        bucket, replica = self._where(key)
+        data = _encode(sig._value)
+        self._write(bucket, key, lambda: self._put(bucket, key, data, replica))
+
+    async def _put(self, bucket: str, key: str, data: bytes, replica: Replica) -> None:
+        """Write ``data`` and hold it as the key's value here: when this worker's writes to the key
+        settle, it keeps what it wrote (or newer), not an older value its copy had not replaced yet."""
+        revision = await self.engine.put(bucket, key, data)
+        replica.remember(key, data, revision, notify=False)
 
     def increment_signal(self, sig: SharedSignal[Any], by: int) -> None:
         key = signal_key(sig.scope.name, sig.name)
@@ -550,7 +557,7 @@ class ClusterLink:
 
     def put_global(self, key: str, value: Any) -> None:
         data = _encode(value)
-        self._write(GLOBAL_BUCKET, key, lambda: self.engine.put(GLOBAL_BUCKET, key, data))
+        self._write(GLOBAL_BUCKET, key, lambda: self._put(GLOBAL_BUCKET, key, data, self.global_replica))
 
     def delete_global(self, key: str) -> None:
         self._write(GLOBAL_BUCKET, key, lambda: self.engine.delete(GLOBAL_BUCKET, key))
@@ -627,7 +634,7 @@ class ClusterLink:
 
     def put_session(self, data: SessionData) -> None:
         key, value = data.key, _encode(data._data)
-        self._write(SESSIONS, key, lambda: self.engine.put(SESSIONS, key, value))
+        self._write(SESSIONS, key, lambda: self._put(SESSIONS, key, value, self.session_replica))
 
     def _session_changed(self, key: str, raw: bytes | None) -> None:
         data = self.sessions.get(key)
