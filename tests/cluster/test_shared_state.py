@@ -168,6 +168,9 @@ def test_an_action_sent_to_node_b_updates_the_tab_streaming_from_node_a(two_node
     assert tab.act(a, "note") == 200
     tab.wait_for(r'"notes":2')
     tab.close()
+    # node b read the tab's owner from the engine, and timed it
+    count = re.search(r"^pyvia_engine_round_trip_seconds_count (\S+)$", get_text(b, "/metrics"), re.M)
+    assert count is not None and float(count.group(1)) >= 1
 
 
 def test_a_shared_counter_and_a_broadcast_reach_tabs_on_both_nodes(two_nodes) -> None:

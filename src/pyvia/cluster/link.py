@@ -379,7 +379,9 @@ class ClusterLink:
         try:
             if before is not None and not before.done():
                 await asyncio.wait([before])
+            started = time.perf_counter()
             await asyncio.wait_for(op(), _WRITE_TIMEOUT)
+            self.app.metrics.observe_engine(time.perf_counter() - started)
             written = True
             self.warned = False
         except TimeoutError:
@@ -609,8 +611,10 @@ class ClusterLink:
         """Read a session's data before a request of that session is handled here."""
         key = self.session_key(session_id)
         self.session_replica.expect(key)
+        started = time.perf_counter()
         try:
             value, revision = await self.engine.get(SESSIONS, key)
+            self.app.metrics.observe_engine(time.perf_counter() - started)
         except EngineError as exc:
             log.warning("cannot read session data from the engine (it starts empty here): %s", exc)
             return
@@ -865,10 +869,12 @@ class ClusterLink:
             node = self._owners.get(ctx_id)
             if node is not None:
                 return node
+        started = time.perf_counter()
         try:
             value, _ = await self.engine.get(DIRECTORY, ctx_id)
         except EngineError:
             return None
+        self.app.metrics.observe_engine(time.perf_counter() - started)
         if value is None:
             return None
         node, _, channels = value.decode(errors="replace").partition(" ")
