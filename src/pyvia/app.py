@@ -740,12 +740,10 @@ class App:
 
     def handle(self, request: Request) -> HandleResult:
         """Answer one request (see the module docstring)."""
-        link = self.link
-        if link is not None:  # several workers: the session's data comes from the engine first
+        if self.link is not None:  # several workers: the session's data comes from the engine first
             session_id = self._session_of(request)
-            if (session_id is not None and not link.has_session(session_id)
-                    and not self._for_a_tab_elsewhere(request)):
-                return self._handle_after(link.load_session(session_id), request)
+            if self._unfollowed(session_id) and not self._for_a_tab_elsewhere(request):
+                return self._handle_after(self._follow(session_id), request)
         try:
             result = self._dispatch(request)
         except BaseException as exc:  # every failure becomes an answer here
@@ -764,20 +762,25 @@ class App:
             return False  # answered as a bad request by the dispatch
         return isinstance(ctx_id, str) and ctx_id not in self.contexts
 
+    def _unfollowed(self, session_id: str | None) -> bool:
+        """Several workers, and this one has not read the session's data from the engine yet."""
+        link = self.link
+        return link is not None and session_id is not None and not link.has_session(session_id)
+
     async def _follow(self, session_id: str | None) -> None:
         """Read the session's data, if this worker does not follow it yet, before a tab of it comes here."""
-        link = self.link
-        if link is not None and session_id is not None and not link.has_session(session_id):
-            await link.load_session(session_id)
+        if self._unfollowed(session_id):
+            assert self.link is not None and session_id is not None  # checked by _unfollowed
+            await self.link.load_session(session_id)
 
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
         """An action for tab ``ctx_id`` of this worker that another worker received and checked
         (route, origin, rate limit, the tab's id): run it here without dispatching it again."""
         request.kind = "action"
         request.state["_forwarded"] = True
-        link, session_id = self.link, self._session_of(request)
-        if link is not None and session_id is not None and not link.has_session(session_id):
-            return self._handle_after(link.load_session(session_id), request)  # as handle() does
+        session_id = self._session_of(request)
+        if self._unfollowed(session_id):
+            return self._handle_after(self._follow(session_id), request)  # as handle() does
         try:
             result = self._run_action(request, self.contexts.get(ctx_id), request.path[len(ACTION_PREFIX):],
                                       self._action_signals(request))
