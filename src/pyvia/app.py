@@ -9,6 +9,7 @@ a bare 500, and the process keeps serving.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import heapq
@@ -22,7 +23,6 @@ import typing
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyvia import protocol
 from pyvia.assets import Bundle, load_bundle
@@ -201,6 +201,25 @@ def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
             return await value if inspect.isawaitable(value) else value
         return later()
     return fn(result)
+
+
+def _settle(answer: asyncio.Future[Any], result: Any) -> None:
+    """Give ``answer`` the value of ``result``, now or once it is done."""
+    if not inspect.isawaitable(result):
+        answer.set_result(result)
+        return
+
+    def done(task: asyncio.Future[Any]) -> None:
+        if answer.done():
+            return
+        if task.cancelled():
+            answer.cancel()
+        elif task.exception() is not None:
+            answer.set_exception(task.exception())  # type: ignore[arg-type]  # checked
+        else:
+            answer.set_result(task.result())
+
+    asyncio.ensure_future(result).add_done_callback(done)
 
 
 class RouteGroup:
@@ -564,7 +583,6 @@ class App:
 
     async def startup(self) -> None:
         """Called by the front end inside the running loop before it serves."""
-        import asyncio
         import gc
         import os
 
@@ -681,7 +699,6 @@ class App:
         self._bundle_asset = None
 
     async def _end_streams(self, spread: float) -> None:
-        import asyncio
         import random
 
         tabs = list(self._connected.values())
@@ -741,6 +758,10 @@ class App:
     def handle(self, request: Request) -> HandleResult:
         """Answer one request (see the module docstring)."""
         if self.link is not None:  # several workers: the session's data comes from the engine first
+            if request.path.startswith(ACTION_PREFIX):
+                relayed = self._relay_action(request)
+                if relayed is not None:
+                    return relayed
             session_id = self._session_of(request)
             if self._unfollowed(session_id) and not self._for_a_tab_elsewhere(request):
                 return self._handle_after(self._follow(session_id), request)
@@ -750,6 +771,38 @@ class App:
             result = self._error_response(exc, request)
         return self._answer(result, request)
 
+    def _relay_action(self, request: Request) -> asyncio.Future[Response] | None:
+        """An action for a tab another worker holds, when this one knows which: sent there without
+        a task, to be checked and run there (a proxy's connection carries the actions of many
+        browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
+        owner not known yet, a connection that moves there instead, a malformed request)."""
+        if request.method != "POST" or "_relayed" in request.state:
+            return None
+        try:
+            ctx_id = self._action_signals(request).get(protocol.CONTEXT_SIGNAL)
+        except ClientError:
+            return None
+        if not isinstance(ctx_id, str) or ctx_id in self.contexts:
+            return None
+        assert self.link is not None  # called by handle() with several workers
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def answered(result: Response | Exception | None) -> None:
+            if answer.done():
+                return  # the client left
+            if result is None:  # the tab moved, or its worker is gone: the long way
+                request.state["_relayed"] = True
+                _settle(answer, self.handle(request))
+                return
+            response = self._error_response(result, request) if isinstance(result, Exception) else result
+            self.metrics.observe_request("action", response.status)
+            answer.set_result(response)
+
+        if not self.link.relay(ctx_id, request, self.config.action_timeout, answered):
+            return None
+        request.kind = "action"
+        return answer
+
     def _for_a_tab_elsewhere(self, request: Request) -> bool:
         """A stream or an action for a tab this worker does not hold: most go to the tab's worker
         (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
@@ -757,9 +810,10 @@ class App:
         if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
             return False
         try:
-            ctx_id = request_signals(request, None).get(protocol.CONTEXT_SIGNAL)
+            signals = request_signals(request, None) if path == SSE_PATH else self._action_signals(request)
         except ClientError:
             return False  # answered as a bad request by the dispatch
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         return isinstance(ctx_id, str) and ctx_id not in self.contexts
 
     def _unfollowed(self, session_id: str | None) -> bool:
@@ -774,14 +828,14 @@ class App:
             await self.link.load_session(session_id)
 
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
-        """An action for tab ``ctx_id`` of this worker that another worker received and checked
-        (route, origin, rate limit, the tab's id): run it here without dispatching it again."""
+        """An action for tab ``ctx_id`` of this worker that another worker received: checked
+        (origin, rate limit) and run here without dispatching it again."""
         request.kind = "action"
-        request.state["_forwarded"] = True
         session_id = self._session_of(request)
         if self._unfollowed(session_id):
             return self._handle_after(self._follow(session_id), request)  # as handle() does
         try:
+            self._check_action(request)
             result = self._run_action(request, self.contexts.get(ctx_id), request.path[len(ACTION_PREFIX):],
                                       self._action_signals(request))
         except BaseException as exc:
@@ -1141,8 +1195,6 @@ class App:
             self._report(exc, ctx, phase)
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
-        import asyncio
-
         async def guarded() -> None:
             try:
                 await awaitable
@@ -1471,7 +1523,7 @@ class App:
         if origin in self.config.trusted_origins:
             return
         host = request.headers.get("host")
-        if host is None or urlsplit(origin).netloc.lower() != host.lower():
+        if host is None or origin.partition("://")[2].lower() != host.lower():  # an Origin has no path
             raise Forbidden(f"untrusted origin {origin!r}")
 
     def client_address(self, request: Request) -> str:
@@ -1481,33 +1533,41 @@ class App:
     def _action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
-        self._check_origin(request)
-        forwarded = request.state.get("_forwarded", False)
-        counted = forwarded or "_passed" in request.state  # counted where it landed
-        wait = 0.0 if counted else self._limiter.check(self.client_address(request), self._now())
-        if wait:
-            raise RateLimited(f"action rate limit for {self.client_address(request)}",
-                              headers=[("retry-after", str(max(1, math.ceil(wait))))])
         signals = self._action_signals(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        session_id = self._session_of(request)
+        ctx = self.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
+        if ctx is None and ctx_id and isinstance(ctx_id, str) and self.link is not None:
+            return self._forward_action(request, ctx_id, session_id, signals, name)  # checked where it runs
+        self._check_action(request)
         if not isinstance(ctx_id, str) or not ctx_id:
             raise ContextNotFound("action without via_ctx")
-        session_id = self._session_of(request)
-        ctx = self.contexts.get(ctx_id)
         if ctx is None:
-            if self.link is not None and not forwarded:
-                return self._forward_action(request, ctx_id, session_id, signals, name)
             return _then(self._revive(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
 
+    def _check_action(self, request: Request) -> None:
+        """The Origin check and the rate limit, on the worker that runs the action (one that
+        passes or forwards it does not count it)."""
+        self._check_origin(request)
+        limiter = self._limiter
+        wait = limiter.check(self.client_address(request), self._now()) if limiter.rate > 0 else 0.0
+        if wait:
+            raise RateLimited(f"action rate limit for {self.client_address(request)}",
+                              headers=[("retry-after", str(max(1, math.ceil(wait))))])
+
     @staticmethod
     def _action_signals(request: Request) -> dict[str, Any]:
-        form = parse_form(request) if request.content_type in (
-            "application/x-www-form-urlencoded", "multipart/form-data") else None
-        if form is not None:
-            request.state["_form"] = form
-        return request_signals(request, form)
+        """The signals an action carries, parsed once per request (kept in ``request.state``)."""
+        signals = request.state.get("_signals")
+        if signals is None:
+            form = parse_form(request) if request.content_type in (
+                "application/x-www-form-urlencoded", "multipart/form-data") else None
+            if form is not None:
+                request.state["_form"] = form
+            signals = request.state["_signals"] = request_signals(request, form)
+        return signals  # type: ignore[return-value]  # set here
 
     async def _forward_action(self, request: Request, ctx_id: str, session_id: str | None,
                               signals: dict[str, Any], name: str) -> Any:
@@ -1521,6 +1581,7 @@ class App:
         response = await self.link.forward(ctx_id, request, self.config.action_timeout)
         if response is not None:
             return response
+        self._check_action(request)  # it runs here
         await self._follow(session_id)  # the tab revives here
         if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
@@ -1567,8 +1628,6 @@ class App:
 
     async def _await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0
                             ) -> Response:
-        import asyncio
-
         try:
             await asyncio.wait_for(pending, self.config.action_timeout)
         except TimeoutError:

@@ -77,6 +77,11 @@ def home(c: Context) -> None:
         app.broadcast(Scope.route("/"))  # no signal changed: the view reads global state
         ran_here()
 
+    @c.action
+    def stall() -> None:
+        time.sleep(1.5)  # holds this worker's loop on purpose: what a stuck owner looks like
+        ran_here()
+
     c.view(lambda: f"<main id='m'>count {count.value} visits {app.global_state.get('visits', 0)}</main>")
 
 

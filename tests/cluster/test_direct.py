@@ -80,6 +80,48 @@ def test_a_request_left_unanswered_times_out_and_is_forgotten(tmp_path: Path) ->
     run(scenario())
 
 
+def test_requests_sent_without_a_task_time_out_each_at_its_own_deadline(tmp_path: Path) -> None:
+    """One timer serves all of a channel's requests: each still fails at its own deadline, and
+    an answer that comes before it is delivered once."""
+    waiting: list[asyncio.Future[bytes]] = []
+
+    def later(body: bytes) -> asyncio.Future[bytes]:
+        waiting.append(asyncio.get_running_loop().create_future())
+        return waiting[-1]
+
+    async def scenario() -> None:
+        server = DirectServer(str(tmp_path / "w.sock"), later)
+        await server.start()
+        client = DirectClient(server.address)
+        try:
+            with pytest.raises(TimeoutError):
+                await client.request(b"opens the connection", 0.05)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            got: dict[str, tuple[float, object]] = {}
+
+            def keep(name: str) -> direct.Reply:
+                return lambda result: got.setdefault(name, (loop.time() - started, result))
+
+            assert client.send(b"a", 0.2, keep("short")) and client.send(b"b", 0.6, keep("long"))
+            assert client.send(b"c", 0.6, keep("answered"))
+            while len(waiting) < 4:
+                await asyncio.sleep(0.01)
+            waiting[3].set_result(b"done")  # the server answers the third one
+            while len(got) < 3:
+                await asyncio.sleep(0.01)
+            assert got["answered"][1] == b"done" and got["answered"][0] < 0.2
+            short, long = got["short"], got["long"]
+            assert isinstance(short[1], TimeoutError) and isinstance(long[1], TimeoutError)
+            assert 0.19 <= short[0] < 0.45 and 0.59 <= long[0] < 0.85, (short[0], long[0])
+            assert client.pending == {}
+        finally:
+            await server.stop()
+            client.close()
+
+    run(scenario())
+
+
 def test_a_socket_file_left_by_a_killed_worker_reads_as_gone(tmp_path: Path) -> None:
     import socket
 

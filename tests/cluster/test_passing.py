@@ -190,9 +190,11 @@ def test_a_stopping_receiver_refuses_what_is_still_queued(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def local_nodes(server_backend: Backend) -> Iterator[list[ServerProcess]]:
-    """Two nodes of one machine: the direct channel between them is on, so connections can move."""
-    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6)}
+def local_nodes(server_backend: Backend, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
+    """Two nodes of one machine: the direct channel between them is on, so connections can move.
+    ``@pytest.mark.parametrize("local_nodes", [{...}], indirect=True)`` adds to their environment."""
+    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
+           **getattr(request, "param", {})}
     nodes: list[ServerProcess] = start_nodes(env)
     try:
         yield nodes
@@ -302,6 +304,51 @@ def test_a_proxy_connection_follows_its_tabs_and_revives_one_whose_worker_died(l
     tab.connect(b)
     tab.wait_for(rf'"pid":{pid_b},"notes":2\b')  # revived from the client's signals, without tab_state
     assert _passed(b) == 0
+    tab.close()
+
+
+@pytest.mark.parametrize("local_nodes", [{"PYVIA_APP__ACTION_RATE": "0.01", "PYVIA_APP__ACTION_BURST": "4"}],
+                         indirect=True)
+def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes) -> None:
+    """Behind a proxy, a tab's actions after its first go straight to its worker: the Origin check
+    and the rate limit happen there, and each action takes one token, not one on each worker."""
+    a, b = local_nodes[0].port, local_nodes[1].port
+    pid_a = pid_of(a)
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    proxied = "X-Forwarded-For: 203.0.113.9\r\n"
+    with RawClient(HOST, b) as client:
+        assert _action(client, b, tab, "note", proxied) == 200  # the owner is found: later ones are relayed
+        tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        foreign = proxied.replace("X-Forwarded-For", "Origin: https://evil.example\r\nX-Forwarded-For")
+        body = json.dumps({"via_ctx": tab.ctx}).encode()
+        client.send(f"POST /_action/note HTTP/1.1\r\nHost: {HOST}:{b}\r\nCookie: {tab.cookie}\r\n"
+                    f"Content-Type: application/json\r\n{foreign}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert client.read_response().status == 403
+        statuses = [_action(client, b, tab, "note", proxied) for _ in range(4)]
+        assert statuses == [200, 200, 200, 429], "4 tokens: the first action and 3 more"
+        assert _pid(client) == pid_of(b)
+    tab.wait_for(r'"notes":4\b')
+    assert '"notes":5' not in tab.received.decode(errors="replace")
+    tab.close()
+
+
+@pytest.mark.parametrize("local_nodes", [{"PYVIA_APP__ACTION_TIMEOUT": "0.5"}], indirect=True)
+def test_a_relayed_action_whose_worker_does_not_answer_in_time_is_answered_504(local_nodes) -> None:
+    a, b = local_nodes[0].port, local_nodes[1].port
+    tab = Tab(a)
+    tab.connect(a)
+    tab.wait_for(r'"_disconnected":false')
+    proxied = "X-Forwarded-For: 203.0.113.9\r\n"
+    with RawClient(HOST, b, timeout=10) as client:
+        assert _action(client, b, tab, "note", proxied) == 200
+        started = time.monotonic()
+        assert _action(client, b, tab, "stall", proxied) == 504  # a's loop is held for 1.5 s
+        assert 0.4 < time.monotonic() - started < 1.4
+        time.sleep(max(0.0, started + 1.7 - time.monotonic()))  # a serves again
+        assert _action(client, b, tab, "note", proxied) == 200  # the late answer was dropped: this is its own
+    tab.wait_for(r'"notes":2\b')
     tab.close()
 
 

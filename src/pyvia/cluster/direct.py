@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import inspect
@@ -37,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Address", "DirectClient", "DirectServer", "Unreachable", "channel_key", "socket_path"]
+__all__ = ["Address", "DirectClient", "DirectServer", "Reply", "Unreachable", "channel_key", "socket_path"]
 
 log = logging.getLogger("pyvia.cluster")
 
@@ -52,6 +53,7 @@ _MAGIC = b"pyvia-d1"
 _NONCE = 16
 _HELLO = len(_MAGIC) + _NONCE
 _PROOF = 32  # HMAC-SHA256
+_SWEEP = 1.0  # at most this late, a request's timeout
 
 
 class Unreachable(ConnectionError):
@@ -291,21 +293,27 @@ class _Calling(_Framer):
         self.client = client
 
     def on_frame(self, rid: int, kind: int, body: bytes) -> None:
-        fut = self.client.pending.pop(rid, None)
-        if fut is None or fut.done():
-            return
-        if kind == 0:
-            fut.set_result(body)
-        else:
-            fut.set_exception(RuntimeError(f"the owner failed: {body.decode(errors='replace')}"))
+        waiting = self.client.pending.pop(rid, None)
+        if waiting is None:
+            return  # timed out meanwhile
+        waiting[0](body if kind == 0 else RuntimeError(f"the owner failed: {body.decode(errors='replace')}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.lost(self)
 
 
-def _expire(fut: asyncio.Future[bytes]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError("no answer in time"))
+#: Called once with the owner's reply, or with why there is none (TimeoutError, ConnectionError,
+#: RuntimeError when the owner's handler failed).
+Reply = Callable[["bytes | Exception"], None]
+
+
+def _settle(fut: asyncio.Future[bytes], result: bytes | Exception) -> None:
+    if fut.done():
+        return  # the caller stopped waiting
+    if isinstance(result, Exception):
+        fut.set_exception(result)
+    else:
+        fut.set_result(result)
 
 
 class DirectClient:
@@ -319,7 +327,9 @@ class DirectClient:
     def __init__(self, address: Address, key: bytes | None = None) -> None:
         self.address = address
         self.key = key
-        self.pending: dict[int, asyncio.Future[bytes]] = {}
+        #: request id -> (where its reply goes, its deadline on the loop's clock)
+        self.pending: dict[int, tuple[Reply, float]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
         self._conn: _Calling | None = None
         self._connecting: asyncio.Future[_Calling] | None = None
         self._next = 0
@@ -355,21 +365,43 @@ class DirectClient:
     async def request(self, body: bytes, timeout: float) -> bytes:
         """The owner's reply; ConnectionError when the owner is not there (or went away meanwhile)."""
         try:
-            conn = await self._connection()
+            await self._connection()
         except OSError as exc:
             raise self._unreachable(exc) from exc
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.send(body, timeout, functools.partial(_settle, fut))
+        return await fut
+
+    def send(self, body: bytes, timeout: float, reply: Reply) -> bool:
+        """Send a request on the open connection; ``reply`` gets the answer, or why there is none.
+        No task nor future: a relayed action's hot path. False when no connection is open yet
+        (:meth:`request` opens one)."""
+        conn = self._conn
+        if conn is None:
+            return False
         self._next += 1
         rid = self._next
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bytes] = loop.create_future()
-        self.pending[rid] = fut
+        self.pending[rid] = (reply, loop.time() + timeout)
+        if self._sweep is None:
+            self._sweep = loop.call_later(min(timeout, _SWEEP), self._expire)
         conn.send(rid, 0, body)
-        timer = loop.call_later(timeout, _expire, fut)  # cheaper than wait_for on this hot path
-        try:
-            return await fut
-        finally:
-            timer.cancel()
-            self.pending.pop(rid, None)
+        return True
+
+    def _expire(self) -> None:
+        """Fail the requests past their deadline: one timer for all of them, checked at most
+        every ``_SWEEP`` s, since a timer per request costs more than the relay's own work."""
+        self._sweep = None
+        if not self.pending:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        late = [rid for rid, (_, deadline) in self.pending.items() if deadline <= now]
+        for rid in late:
+            self.pending.pop(rid)[0](TimeoutError("no answer in time"))
+        if self.pending:
+            soonest = min(deadline for _, deadline in self.pending.values())
+            self._sweep = loop.call_later(min(max(soonest - now, 0.0), _SWEEP), self._expire)
 
     def _unreachable(self, exc: OSError) -> ConnectionError:
         if isinstance(self.address, str):
@@ -385,11 +417,13 @@ class DirectClient:
         if self._conn is conn:
             self._conn = None
         pending, self.pending = self.pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionError("the owner closed the direct channel"))
+        for reply, _ in pending.values():
+            reply(ConnectionError("the owner closed the direct channel"))
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         conn = self._conn
         if conn is not None and conn.transport is not None:
             conn.transport.close()

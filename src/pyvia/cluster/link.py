@@ -27,7 +27,9 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   channel when it serves one, else (or when that channel fails) by request/reply on
   ``fwd.<node>``, and answered as if local, and a stream takes the tab over (the owner hands its
   tab state over and lets it go). When the owner is gone (no responders) the tab is revived
-  where the request landed.
+  where the request landed. Once a worker knows a tab's owner, it relays the tab's later actions
+  on an open channel straight from ``App.handle`` (:meth:`ClusterLink.relay`: no task, no
+  dispatch); the owner checks them (Origin, rate limit) as it does every action it runs.
 * **Presence**: each worker tells the others its open tabs per scope when they change (checked
   every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
   the scope where it is shown.
@@ -104,10 +106,13 @@ _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its o
 
 def _forwarded(ctx_id: str, request: Request) -> bytes:
     """A request for the owner of tab ``ctx_id`` (see :meth:`ClusterLink._serve_direct`)."""
-    return orjson.dumps({
+    message = {
         "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
         "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client, "s": request.scheme,
-    })
+    }
+    if "_signals" in request.state and "_form" not in request.state:
+        message["g"] = request.state["_signals"]  # parsed here already: not again there
+    return orjson.dumps(message)
 
 
 def _response(reply: dict[str, Any]) -> Response | None:
@@ -902,14 +907,48 @@ class ClusterLink:
         ``balanced``: only if that worker is not busier than this one (a stream, which may as
         well take the tab over). A connection passed here once has no ``transfer``: it moves once."""
         post, direct = self._post, self._peers.get(owner)
-        if (post is None or direct is None or not isinstance(direct.address, str) or request.transfer is None
-                or _through_proxy(request)):
-            return False  # another machine's worker, not a movable connection, or a proxy's
+        if post is None or direct is None or not self._movable(direct, request):
+            return False
         preface = request_bytes(request)
         if preface is None:
             return False
         path = inbox_path(direct.address)
         return await request.transfer(lambda fd: post.send(path, fd, preface, balanced=balanced))
+
+    def _movable(self, direct: DirectClient, request: Request) -> bool:
+        """Whether the request's connection can move to that worker: not if it is another
+        machine's, if the connection cannot move, or if it is a proxy's."""
+        return (self._post is not None and isinstance(direct.address, str) and request.transfer is not None
+                and not _through_proxy(request))
+
+    def relay(self, ctx_id: str, request: Request, timeout: float,
+              answer: Callable[[Response | Exception | None], None]) -> bool:
+        """Send an action for a tab another node holds straight to it, when this worker knows
+        which node, has its channel open, and the connection should not move there instead.
+        ``answer`` gets the response, None when that node no longer holds the tab or is gone
+        (the caller takes the long way: :meth:`forward`, or a revival), or the failure.
+        False when nothing was sent. No task nor coroutine: the hot path behind a proxy."""
+        owner = self._owners.get(ctx_id)
+        direct = self._peers.get(owner) if owner is not None else None
+        if direct is None or self._movable(direct, request):
+            return False
+
+        def replied(result: bytes | Exception) -> None:
+            if isinstance(result, bytes):
+                response = _response(orjson.loads(result))
+            elif isinstance(result, TimeoutError):
+                answer(RequestTimeout(f"no answer from worker {owner} within {timeout} s"))
+                return
+            elif isinstance(result, ConnectionError):
+                response = None  # it is gone
+            else:
+                answer(RemoteError(str(result)))
+                return
+            if response is None:
+                self._owners.pop(ctx_id, None)
+            answer(response)
+
+        return direct.send(_forwarded(ctx_id, request), timeout, replied)
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it
@@ -1001,6 +1040,8 @@ class ClusterLink:
             headers=Headers.from_lowered(message["h"]), body=message["b"].encode("latin-1"),
             client=message["c"], scheme=message["s"],
         )
+        if "g" in message:
+            request.state["_signals"] = message["g"]
         result = self.app.handle_forwarded(request, message["x"])
         if isinstance(result, Response):
             return _reply(result)
