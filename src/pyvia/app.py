@@ -305,6 +305,8 @@ class App:
         self._graveyard: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
+        #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._started_at = 0.0
         self._sweep_handle: TimerHandle | None = None
         self._next_keep_alive = 0.0
@@ -588,10 +590,11 @@ class App:
 
         from pyvia.cluster import ENGINE_URL_ENV, create_engine
 
+        self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
         if url and not url.startswith("memory:") and self.link is None:
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
-        self.start(LoopClock(asyncio.get_running_loop()))
+        self.start(LoopClock(self._loop))
         if self.persists_in_db:
             try:
                 await self.restore_from_db()
@@ -784,8 +787,8 @@ class App:
             return None
         if not isinstance(ctx_id, str) or ctx_id in self.contexts:
             return None
-        assert self.link is not None  # called by handle() with several workers
-        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        assert self.link is not None and self._loop is not None  # called by handle() with several workers
+        answer: asyncio.Future[Response] = self._loop.create_future()
 
         def answered(result: Response | Exception | None) -> None:
             if answer.done():

@@ -79,6 +79,7 @@ class _Framer(asyncio.Protocol):
     """Splits the byte stream into frames and hands each to ``on_frame``."""
 
     def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()  # kept: asking for it is a getpid() system call on 3.11
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._out: list[bytes] = []  # frames to write at the end of this loop turn
@@ -110,7 +111,7 @@ class _Framer(asyncio.Protocol):
         """Queue a frame; the frames of one loop turn go out in one write (a socket write and the
         other worker's wake-up cost more than the frame itself)."""
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self._out.append(_HEAD.pack(len(body), rid, kind))
         self._out.append(body)
 
@@ -381,7 +382,7 @@ class DirectClient:
             return False
         self._next += 1
         rid = self._next
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         self.pending[rid] = (reply, loop.time() + timeout)
         if self._sweep is None:
             self._sweep = loop.call_later(min(timeout, _SWEEP), self._expire)
