@@ -23,7 +23,7 @@ import pytest
 from pyvia.cluster import ENGINE_URL_ENV, create_engine
 from pyvia.cluster.direct import DirectClient, Unreachable, channel_key
 from pyvia.cluster.link import DIRECTORY
-from tests.cluster.test_shared_state import APP, Tab, kill, pid_of, serve
+from tests.cluster.test_shared_state import APP, Tab, forwarded_by, kill, pid_of, serve
 from tests.cluster.test_worker_ports import free_ports
 from tests.processes import ServerProcess, free_port
 
@@ -105,6 +105,7 @@ def test_an_action_sent_to_another_machine_goes_over_tcp_and_updates_the_tab(mac
         assert tab.act(b, "note") == 200
         tab.wait_for(rf'"pid":{pid_of(a)},"notes":{i}\b')
     assert machines.watch.forwarded == 0, "the actions went through the engine"
+    assert forwarded_by(b) == {"unix": 0, "tcp": 3, "engine": 0}
     tab.close()
 
 
@@ -153,6 +154,7 @@ def test_an_action_whose_tcp_channel_is_refused_goes_through_the_engine(machines
     assert tab.act(b, "note") == 200  # not tried again for a while: straight to the engine
     tab.wait_for(r'"notes":2\b')
     assert machines.watch.forwarded == 2
+    assert forwarded_by(b) == {"unix": 0, "tcp": 0, "engine": 2}
     tab.close()
 
 

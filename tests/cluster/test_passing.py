@@ -23,7 +23,7 @@ from pyvia.cluster import ENGINE_URL_ENV
 from pyvia.cluster.passing import MAX_PREFACE, ConnectionPost, request_bytes
 from pyvia.http import Headers, Request
 from tests.cluster.conftest import Backend, run
-from tests.cluster.test_shared_state import HOST, Tab, _hammer, get_text, pid_of, start_nodes
+from tests.cluster.test_shared_state import HOST, Tab, _hammer, forwarded_by, get_text, pid_of, start_nodes
 from tests.cluster.test_supervisor import children
 from tests.helpers import RawClient
 from tests.processes import ServerProcess
@@ -329,6 +329,8 @@ def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes)
         statuses = [_action(client, b, tab, "note", proxied) for _ in range(4)]
         assert statuses == [200, 200, 200, 429], "4 tokens: the first action and 3 more"
         assert _pid(client) == pid_of(b)
+    assert forwarded_by(b) == {"unix": 6, "tcp": 0, "engine": 0}, "each action went on to a, refused or not"
+    assert forwarded_by(a) == {"unix": 0, "tcp": 0, "engine": 0}
     tab.wait_for(r'"notes":4\b')
     assert '"notes":5' not in tab.received.decode(errors="replace")
     tab.close()

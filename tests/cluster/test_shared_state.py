@@ -113,6 +113,12 @@ def get_json(port: int, path: str) -> object:
     return json.loads(get(port, path).body)
 
 
+def forwarded_by(port: int) -> dict[str, int]:
+    """What this node's ``pyvia_forwarded_total`` counts, by channel."""
+    found = re.findall(r'^pyvia_forwarded_total\{channel="(\w+)"\} (\S+)$', get_text(port, "/metrics"), re.M)
+    return {channel: int(float(count)) for channel, count in found}
+
+
 def engine_env(backend: Backend) -> dict[str, str]:
     """Each test its own namespace on the shared engine server. The nodes stand for two machines:
     no direct channel between them, everything goes through the engine."""

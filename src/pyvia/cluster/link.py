@@ -948,7 +948,13 @@ class ClusterLink:
                 self._owners.pop(ctx_id, None)
             answer(response)
 
-        return direct.send(_forwarded(ctx_id, request), timeout, replied)
+        if not direct.send(_forwarded(ctx_id, request), timeout, replied):
+            return False
+        self._count_sent(direct)
+        return True
+
+    def _count_sent(self, direct: DirectClient) -> None:
+        self.app.metrics.forwarded("unix" if isinstance(direct.address, str) else "tcp")
 
     async def forward(self, ctx_id: str, request: Request, timeout: float) -> Response | None:
         """Answer ``request`` on the node holding ``ctx_id``; None when no live node holds it
@@ -976,11 +982,15 @@ class ClusterLink:
             except ConnectionError:
                 return None  # it is gone (a killed worker leaves its socket file behind)
             except TimeoutError:
+                self._count_sent(direct)
                 raise RequestTimeout(f"no answer from worker {owner} within {timeout} s") from None
             except RuntimeError as exc:
+                self._count_sent(direct)
                 raise RemoteError(str(exc)) from None
             else:
+                self._count_sent(direct)
                 return _response(orjson.loads(raw))
+        self.app.metrics.forwarded("engine")
         task = asyncio.ensure_future(self.engine.request(f"fwd.{owner}", payload, timeout))
         try:
             # A request sent in the instant its owner died is lost without a "no responders"

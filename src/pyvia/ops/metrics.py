@@ -60,6 +60,8 @@ STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 _KINDS = frozenset(REQUEST_KINDS)
 #: Cluster engines, by their ``name`` (pyvia.ops.health.engine_name).
 ENGINES = ("memory", "nats", "redis")
+#: How an action reaches the worker holding its tab (``pyvia_forwarded_total``).
+FORWARD_CHANNELS = ("unix", "tcp", "engine")
 CODINGS = ("identity", "zstd", "br", "gzip")
 GC_GENERATIONS = ("0", "1", "2")
 #: An action's round trip, 0.5 ms to 10 s (ePHPm's HTTP buckets, with a finer low end).
@@ -453,6 +455,9 @@ class PyviaMetrics:
                                      "View frames held back (and superseded) because a tab's socket was full.")
         self.engine_seconds = r.histogram("pyvia_engine_round_trip_seconds",
                                           "Round trips to the cluster engine.", buckets=ENGINE_BUCKETS)
+        forwarded = r.counter("pyvia_forwarded_total", "Actions sent on to the worker holding their tab, "
+                              "by channel.", labels={"channel": FORWARD_CHANNELS})
+        self._forwarded = {channel: forwarded.labels(channel=channel) for channel in FORWARD_CHANNELS}
         self.loop_lag = r.histogram("pyvia_event_loop_lag_seconds",
                                     "How late a callback scheduled every 250 ms ran.", buckets=LAG_BUCKETS)
         self.loop_lag_last = r.gauge("pyvia_event_loop_lag_last_seconds", "The lag of the latest check.")
@@ -569,6 +574,10 @@ class PyviaMetrics:
 
     def observe_engine(self, seconds: float) -> None:
         self.engine_seconds.observe(seconds)
+
+    def forwarded(self, channel: str) -> None:
+        """One action sent on to its tab's worker over ``channel`` (one of :data:`FORWARD_CHANNELS`)."""
+        self._forwarded[channel].value += 1
 
     # --- monitors ------------------------------------------------------------------------------------
 
