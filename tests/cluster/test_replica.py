@@ -44,3 +44,29 @@ def test_a_resync_drops_the_copy(backend: Backend) -> None:
             await replica.stop()
 
     run(scenario())
+
+
+def test_what_an_increment_left_is_held_unless_a_change_came_meanwhile(backend: Backend) -> None:
+    """An increment tells its value, not its revision: held at the revision read before it, it
+    stands in for the older value until a change comes; it never replaces a change that came
+    while it ran (which may be newer)."""
+    async def scenario() -> None:
+        async with backend.open(2) as (mine, other):
+            replica = Replica(mine, "scopes")
+            await replica.start()
+            await other.put("scopes", "room:lobby", b"1")
+            assert await replica.get("room:lobby") == b"1"
+            since = replica.revision_of("room:lobby")
+            assert since is not None
+            replica.assume("room:lobby", b"2", since)  # as if the increment's answer came first
+            assert replica.peek("room:lobby") == (b"2", since)
+            await other.put("scopes", "room:lobby", b"7")
+            await eventually(lambda: replica.peek("room:lobby") == (b"7", replica.revision_of("room:lobby")) and
+                             replica.revision_of("room:lobby") != since, what="a newer change")
+            replica.assume("room:lobby", b"3", since)  # too late: a change came since
+            assert (replica.peek("room:lobby") or (b"", 0))[0] == b"7"
+            replica.assume("room:absent", b"9", None)  # a key not read here stays unread
+            assert replica.peek("room:absent") is None
+            await replica.stop()
+
+    run(scenario())

@@ -54,6 +54,9 @@ ENGINE_URL_ENV = "PYVIA_ENGINE_URL"
 #: ``HOST[:PORT]`` where each worker serves the direct channel to other machines, when the App's
 #: ``cluster_address`` is not set (``pyvia run --cluster-address`` sets it for its workers).
 CLUSTER_ADDRESS_ENV = "PYVIA_CLUSTER_ADDRESS"
+#: Which worker of its node a process is (0, 1, …), and how many the node runs: set by the supervisor.
+WORKER_ID_ENV = "PYVIA_WORKER_ID"
+WORKERS_ENV = "PYVIA_WORKERS"
 
 _NATS = ("nats", "tls")
 _REDIS = ("redis", "rediss", "unix")

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pyvia.cluster import CLUSTER_ADDRESS_ENV
+from pyvia.cluster import CLUSTER_ADDRESS_ENV, WORKER_ID_ENV, WORKERS_ENV
 from pyvia.cluster.base import (
     Engine,
     EngineError,
@@ -278,8 +278,6 @@ class ClusterLink:
         """Serve the direct channel to other machines at ``cluster_address``: ``host:port`` to
         advertise, or None. With a port, worker ``i`` of ``n`` takes ``port + i``, else (its
         predecessor still drains in a reload) ``port + n + i``; without, any free port."""
-        from pyvia.server.supervisor import WORKER_ID_ENV, WORKERS_ENV
-
         setting = self.app.config.cluster_address or os.environ.get(CLUSTER_ADDRESS_ENV)
         if not setting:
             return None
@@ -373,7 +371,11 @@ class ClusterLink:
         async def add() -> int:
             if self._queued.get(slot) is box:
                 del self._queued[slot]  # started: later increments wait for the next one
-            return await self.engine.increment(bucket, key, box[0])
+            replica = self._replica(bucket)
+            since = replica.revision_of(key)
+            total = await self.engine.increment(bucket, key, box[0])
+            replica.assume(key, _encode(total), since)  # what the key settles on
+            return total
 
         box[1] = self._write(bucket, key, add)
         self._queued[slot] = box
@@ -437,6 +439,12 @@ class ClusterLink:
             await asyncio.wait(waiting)
 
     # --- scoped signals --------------------------------------------------------------------------
+
+    def _replica(self, bucket: str) -> Replica:
+        """The read copy of a bucket this worker writes shared values to."""
+        if bucket == GLOBAL_BUCKET:
+            return self.global_replica
+        return self.session_scope_replica if bucket == SESSION_SCOPES else self.replica
 
     def _where(self, key: str) -> tuple[str, Replica]:
         """The bucket and read copy of a scoped signal's key."""
@@ -530,8 +538,12 @@ class ClusterLink:
     def mutate_signal(self, sig: SharedSignal[Any], fn: Callable[[Any], Any], before: Any) -> None:
         key = signal_key(sig.scope.name, sig.name)
         bucket, default = self._where(key)[0], _encode(before)
-        self._write(bucket, key, lambda: self.engine.mutate(bucket, key, lambda raw: _encode(fn(orjson.loads(raw))),
-                                                            default))
+        self._write(bucket, key, lambda: self._mutate(bucket, key, lambda raw: _encode(fn(orjson.loads(raw))), default))
+
+    async def _mutate(self, bucket: str, key: str, fn: Callable[[bytes], bytes], default: bytes) -> None:
+        replica = self._replica(bucket)
+        since = replica.revision_of(key)
+        replica.assume(key, await self.engine.mutate(bucket, key, fn, default), since)
 
     def _signal_changed(self, key: str, raw: bytes | None) -> None:
         sig = self.signals.get(key)
@@ -574,7 +586,7 @@ class ClusterLink:
 
     def mutate_global(self, key: str, fn: Callable[[Any], Any], default: Any) -> None:
         fallback = _encode(default)
-        self._write(GLOBAL_BUCKET, key, lambda: self.engine.mutate(
+        self._write(GLOBAL_BUCKET, key, lambda: self._mutate(
             GLOBAL_BUCKET, key, lambda raw: _encode(fn(orjson.loads(raw))), fallback))
 
     def _global_changed(self, key: str, raw: bytes | None) -> None:

@@ -80,6 +80,19 @@ class Replica:
             self.on_change(key, value)  # a deletion of nothing (NATS writes a marker) is no change
         return True
 
+    def revision_of(self, key: str) -> int | None:
+        """The held revision of ``key`` (None when not held): taken before a write, for :meth:`assume`."""
+        held = self._entries.get(key)
+        return None if held is None else held[1]
+
+    def assume(self, key: str, value: bytes, since: int | None) -> None:
+        """Hold ``value``, what a write of this worker left in the engine (an increment or a mutate,
+        which tell no revision), if no change came since revision ``since`` (held when the write
+        started): the write is newer. A later change still applies; the write's own comes after."""
+        held = self._entries.get(key)
+        if held is not None and held[1] == since:
+            self._entries[key] = (value, since)
+
     def expect(self, key: str) -> None:
         """Start holding ``key`` before reading it, so a change arriving during the read is kept."""
         self._entries.setdefault(key, (None, 0))

@@ -75,6 +75,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from pyvia.cluster import CLUSTER_ADDRESS_ENV, ENGINE_URL_ENV, WORKER_ID_ENV, WORKERS_ENV
 from pyvia.server.balance import BALANCE_FD_ENV, BALANCE_SLOT_ENV, BalanceTable
 
 __all__ = ["Supervisor", "SupervisorConfig", "read_pid_file", "resolve_workers", "worker_main"]
@@ -86,8 +87,6 @@ OWN_FD_ENV = "PYVIA_OWN_FD"
 READY_FD_ENV = "PYVIA_READY_FD"
 LIFELINE_FD_ENV = "PYVIA_LIFELINE_FD"
 GO_FD_ENV = "PYVIA_GO_FD"
-WORKER_ID_ENV = "PYVIA_WORKER_ID"
-WORKERS_ENV = "PYVIA_WORKERS"
 
 _RESTART_FIRST = 0.5
 _RESTART_CAP = 10.0
@@ -424,9 +423,9 @@ class Supervisor:
         if cfg.dev:
             env["PYVIA_APP__DEV"] = "true"  # App's default; a keyword in the code still wins
         if self.engine_url is not None:
-            env["PYVIA_ENGINE_URL"] = self.engine_url
+            env[ENGINE_URL_ENV] = self.engine_url
         if cfg.cluster_address is not None:
-            env["PYVIA_CLUSTER_ADDRESS"] = cfg.cluster_address
+            env[CLUSTER_ADDRESS_ENV] = cfg.cluster_address
         if not env.get("PYVIA_SECRET"):
             from pyvia.session import load_secret
 
