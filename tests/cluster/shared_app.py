@@ -79,7 +79,7 @@ def home(c: Context) -> None:
 
     @c.action
     def stall() -> None:
-        time.sleep(1.5)  # holds this worker's loop on purpose: what a stuck owner looks like
+        time.sleep(3.0)  # holds this worker's loop on purpose: what a stuck owner looks like
         ran_here()
 
     c.view(lambda: f"<main id='m'>count {count.value} visits {app.global_state.get('visits', 0)}</main>")
