@@ -23,6 +23,7 @@ import pytest
 from pyvia.cluster import ENGINE_URL_ENV, create_engine
 from pyvia.cluster.direct import DirectClient, Unreachable, channel_key
 from pyvia.cluster.link import DIRECTORY
+from tests.cluster.conftest import Backend
 from tests.cluster.test_shared_state import APP, Tab, forwarded_by, kill, pid_of, serve
 from tests.cluster.test_worker_ports import free_ports
 from tests.processes import ServerProcess, free_port
@@ -32,10 +33,10 @@ SECRET = "browser-test-secret"  # ServerProcess's
 
 
 class EngineWatch:
-    """A client of the nodes' NATS in a thread of its own: counts the requests on ``fwd.*`` (the
-    forwarding subjects) and reads or writes the directory."""
+    """A client of the nodes' engine in a thread of its own: counts the requests on ``fwd.*`` (the
+    forwarding subjects; not with ``forwards=False``) and reads or writes the directory."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, forwards: bool = True) -> None:
         self.prefix = prefix
         self.forwarded = 0
         self.loop = asyncio.new_event_loop()
@@ -43,7 +44,8 @@ class EngineWatch:
         self.thread.start()
         self.engine = create_engine(url, prefix=prefix)
         self.call(self.engine.connect())
-        self.call(self.engine.subscribe("fwd.*", self._seen))
+        if forwards:  # interest on NATS: a request to a gone worker then gets no "no responders"
+            self.call(self.engine.subscribe("fwd.*", self._seen))
 
     def _seen(self, subject: str, payload: bytes) -> None:
         self.forwarded += 1
@@ -52,9 +54,13 @@ class EngineWatch:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
 
     def entry(self, ctx: str) -> str:
-        value, _ = self.call(self.engine.get(DIRECTORY, ctx))
+        value = self.value(ctx)
         assert value is not None
-        return value.decode()
+        return value
+
+    def value(self, ctx: str) -> str | None:
+        value, _ = self.call(self.engine.get(DIRECTORY, ctx))
+        return None if value is None else value.decode()
 
     def close(self) -> None:
         if self.loop.is_closed():
@@ -170,6 +176,36 @@ def test_a_tab_whose_machine_died_is_revived_where_its_action_lands(machines: Ma
     tab.connect(b)
     tab.wait_for(rf'"pid":{pid_of(b)}')
     tab.close()
+
+
+def test_a_killed_workers_directory_entries_are_swept_once_its_revival_window_is_over(server_backend: Backend,
+                                                                                    ) -> None:
+    prefix = "t" + secrets.token_hex(6)
+    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": prefix,
+           "PYVIA_APP__CLUSTER_DIRECT": "false", "PYVIA_APP__REVIVAL_WINDOW": "2"}
+    nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
+    reader = EngineWatch(server_backend.url, prefix, forwards=False)
+    try:
+        serve(nodes)
+        a, b = nodes[0].port, nodes[1].port
+        on_a, on_b = Tab(a), Tab(b)
+        on_a.connect(a)
+        on_b.connect(b)
+        on_b.wait_for(r'"_disconnected":false')
+        assert reader.value(on_a.ctx) is not None and reader.value(on_b.ctx) is not None
+        kill(nodes[0])
+        killed = time.monotonic()
+        while reader.value(on_a.ctx) is not None:
+            assert time.monotonic() - killed < 40, "the killed worker's entry stayed"
+            time.sleep(0.2)
+        assert time.monotonic() - killed >= 2, "swept within the revival window"
+        assert reader.value(on_b.ctx) is not None, "a live worker's entry is kept"
+        on_b.close()
+    finally:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.stop()
+        reader.close()
 
 
 def _ping(port: int, prefix: str) -> bool:

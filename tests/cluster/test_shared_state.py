@@ -23,7 +23,8 @@ from urllib.parse import quote
 
 import pytest
 
-from pyvia.cluster import ENGINE_URL_ENV
+from pyvia.cluster import ENGINE_URL_ENV, create_engine
+from pyvia.cluster.link import DIRECTORY
 from tests.cluster.conftest import Backend
 from tests.cluster.test_supervisor import Cluster, children
 from tests.helpers import RawClient, RawResponse
@@ -485,6 +486,19 @@ def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url:
             time.sleep(0.1)
         assert tab.act(port, "bump") == 200
         tab.wait_for(r'"route__count":3\b')
+
+        async def directory_entry() -> bytes | None:
+            engine = create_engine(url, prefix="outage")
+            await engine.connect()
+            try:
+                return (await engine.get(DIRECTORY, tab.ctx))[0]
+            finally:
+                await engine.close()
+
+        deadline = time.monotonic() + 10
+        while asyncio.run(directory_entry()) is None:  # other workers find the tab again
+            assert time.monotonic() < deadline, "the tab's directory entry was not written back"
+            time.sleep(0.1)
         tab.close()
     finally:
         node.stop()

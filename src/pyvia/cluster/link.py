@@ -98,6 +98,7 @@ _PRESENCE_EXPIRY = 6.0
 _RATE_PERIOD = 0.25
 _LEASE_TTL = 5.0
 _LEASE_RENEW = 1.0
+_SWEEP_LOOK = 60.0  # how often, at most, the timer leader looks for workers gone from presence
 _WRITE_TIMEOUT = 10.0  # an engine that does not answer must not hold an action (or the writes after it)
 _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
 _OWNER_CACHE = 65_536  # directory entries remembered by a worker that forwards
@@ -252,6 +253,7 @@ class ClusterLink:
         tcp = await self._serve_tcp()
         self.address = f"{self.node} {tcp or '-'} {path or '-'}"
         self._spawn(self._hold_timer_lease())
+        self._spawn(self._sweep_directory())
 
     async def _serve_unix(self) -> str | None:
         """Serve the direct channel to this machine's workers, and take the connections they pass."""
@@ -560,9 +562,11 @@ class ClusterLink:
             sig.scope.touch(sig)
 
     def _resync(self) -> None:
-        """Changes may have been missed while disconnected: read every followed signal again."""
+        """Changes may have been missed while disconnected: read every followed signal again, and
+        put back the directory entries of this worker's tabs if they were swept meanwhile."""
         for key, sig in list(self.signals.items()):
             self._read(key, sig)
+        self._spawn(self._reclaim())
 
     # --- global state ----------------------------------------------------------------------------
 
@@ -875,6 +879,79 @@ class ClusterLink:
             await self.engine.delete(DIRECTORY, ctx_id, revision)
         except EngineError:
             pass
+
+    async def _reclaim(self) -> None:
+        """Write the entries of this worker's tabs that are missing from the directory (never one
+        another worker wrote): a worker cut off from the engine longer than the revival window
+        looks gone to the others, which sweep its entries (:meth:`_sweep_directory`)."""
+        me = self.address.encode()
+        for ctx_id in list(self.app.contexts):
+            with contextlib.suppress(EngineError):
+                value, revision = await self.engine.get(DIRECTORY, ctx_id)
+                if value is None and ctx_id in self.app.contexts:
+                    created = await self.engine.cas(DIRECTORY, ctx_id, me, revision)
+                    if created is not None:
+                        self._claims[ctx_id] = created
+
+    async def _sweep_directory(self) -> None:
+        """On the timer leader: delete the directory entries of workers that are gone (silent in
+        presence, and nobody answers on their subject) for longer than the revival window, within
+        which an entry still vouches for reviving its tab elsewhere. Killed workers leave theirs
+        behind otherwise. A sweep reads every entry, so it runs only once a worker left, and once
+        after this worker took the lease (for workers gone before)."""
+        window = self.app.config.revival_window
+        look = min(max(window / 4, 0.5), _SWEEP_LOOK)
+        gone: dict[str, float] = {}  # node -> when it was first found gone
+        alive: set[str] = set()
+        due: float | None = None  # the next sweep; None while another worker holds the lease
+        while True:
+            await asyncio.sleep(look)
+            if not self.is_timer_leader:
+                gone.clear()
+                due = None
+                continue
+            now = time.monotonic()
+            before, alive = alive, self._alive_nodes(now)
+            for node in before - alive:
+                gone.setdefault(node, now)
+            for node in alive:
+                gone.pop(node, None)
+            due = now if due is None else min([due, *(since + window for since in gone.values())])
+            if now >= due:
+                with contextlib.suppress(EngineError):  # else the next look tries again
+                    due = await self._sweep(alive, gone, window)
+
+    def _alive_nodes(self, now: float) -> set[str]:
+        return {self.node, *(node for node, (seen, _) in self._remote.items() if now - seen <= _PRESENCE_EXPIRY)}
+
+    async def _sweep(self, alive: set[str], gone: dict[str, float], window: float) -> float:
+        """One pass over the directory; returns when the next one is due (infinity: no entry of a
+        gone worker waits for the end of its revival window)."""
+        now = time.monotonic()
+        due = float("inf")
+        answers: dict[str, bool] = {}
+        found: set[str] = set()
+        for ctx_id in await self.engine.keys(DIRECTORY):
+            value, revision = await self.engine.get(DIRECTORY, ctx_id)
+            if value is None:
+                continue
+            node = value.decode(errors="replace").partition(" ")[0]
+            if node in alive:
+                continue
+            found.add(node)
+            since = gone.setdefault(node, now)
+            if now - since < window:
+                due = min(due, since + window)
+                continue
+            if node not in answers:
+                answers[node] = await self._answers(node)  # late in presence, but there
+            if not answers[node]:
+                await self.engine.delete(DIRECTORY, ctx_id, revision)  # a revival's newer entry stays
+        for node in set(gone) - found:
+            del gone[node]  # nothing of it left
+        if any(answers.values()):
+            due = min(due, now + window)  # look again at those that answered
+        return due
 
     async def owner(self, ctx_id: str, *, cached: bool = True) -> str | None:
         """The node holding ``ctx_id`` when it is another one, else None.
