@@ -1539,11 +1539,12 @@ class App:
         signals = self._action_signals(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         session_id = self._session_of(request)
-        ctx = self.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
-        if ctx is None and ctx_id and isinstance(ctx_id, str) and self.link is not None:
+        named = isinstance(ctx_id, str) and ctx_id != ""
+        ctx = self.contexts.get(ctx_id) if named else None
+        if ctx is None and named and self.link is not None:
             return self._forward_action(request, ctx_id, session_id, signals, name)  # checked where it runs
         self._check_action(request)
-        if not isinstance(ctx_id, str) or not ctx_id:
+        if not named:
             raise ContextNotFound("action without via_ctx")
         if ctx is None:
             return _then(self._revive(request, ctx_id, session_id, signals),

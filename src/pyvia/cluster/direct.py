@@ -370,7 +370,8 @@ class DirectClient:
         except OSError as exc:
             raise self._unreachable(exc) from exc
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self.send(body, timeout, functools.partial(_settle, fut))
+        if not self.send(body, timeout, functools.partial(_settle, fut)):  # it closed while we resumed
+            raise ConnectionError("the owner closed the direct channel")
         return await fut
 
     def send(self, body: bytes, timeout: float, reply: Reply) -> bool:
