@@ -95,6 +95,7 @@ def test_stream_head_and_first_event_share_one_write_then_one_write_per_event() 
     protocol.data_received(get("/stream-first-event"))
     assert len(transport.writes) == 1
     assert transport.writes[0].endswith(b"transfer-encoding: chunked\r\n\r\nd\r\ndata: first\n\n\r\n")
+    assert b"connection: keep-alive\r\n" in transport.writes[0]  # the Datastar SDK spec's SSE headers
     sink = app.sinks[0]
     sink.write(b"data: 2\n\n")
     sink.write(b"")  # nothing to send: no write, and above all no terminating empty chunk
@@ -102,8 +103,11 @@ def test_stream_head_and_first_event_share_one_write_then_one_write_per_event() 
     transport.buffer_size = 12345
     assert sink.buffered == 12345
     sink.close()
-    assert transport.writes[-1] == b"0\r\n\r\n" and transport.closed
-    assert sink.is_closed and sink.buffered == 0
+    # The body ends with its last chunk and the connection stays open, as its head said.
+    assert transport.writes[-1] == b"0\r\n\r\n" and not transport.closed
+    assert sink.is_closed and sink.buffered == 12345  # still held for the peer: the core counts it
+    protocol.data_received(get("/"))
+    assert transport.writes[-1].startswith(b"HTTP/1.1 200") and sink.buffered == 0  # the next answer's now
     protocol.connection_lost(None)
     assert app.closed == 0  # the core closed it: no disconnect to report
 

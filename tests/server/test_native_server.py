@@ -440,11 +440,13 @@ def test_stream_events_are_framed_as_chunks_and_ended(server: Any, path: str) ->
         chunks = []
         while chunk := c.read_chunk():
             chunks.append(chunk)
-        assert c.is_closed_by_peer()
+        c.send(get("/after"))  # the stream ended cleanly: the connection serves the next request
+        after = echoed(c.read_response())
     assert head.status == 200
     assert head.header("transfer-encoding") == "chunked" and head.header("content-length") is None
-    assert head.header("content-type") == "text/event-stream"
+    assert head.header("content-type") == "text/event-stream" and head.header("connection") == "keep-alive"
     assert chunks == EVENTS
+    assert after["path"] == "/after"
 
 
 def test_stream_disconnect_is_reported_once(app: EchoApp, server: Any) -> None:

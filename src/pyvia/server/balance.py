@@ -307,7 +307,7 @@ class BalancedAcceptor:
                     return
                 raise
             table.beat(slot, now)
-            task: asyncio.Task[object] = self._loop.create_task(self._loop.connect_accepted_socket(  # type: ignore[arg-type]  # a coroutine
+            task: asyncio.Task[object] = self._loop.create_task(self._loop.connect_accepted_socket(
                 self._factory, conn, ssl=self._ssl, ssl_handshake_timeout=self._ssl_timeout))
             self._pending.add(task)
             task.add_done_callback(self._handed_over)

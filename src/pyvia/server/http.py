@@ -31,9 +31,12 @@ __all__ = [
     "CONTINUE",
     "ERRORS",
     "LAST_CHUNK",
+    "ChunkedBody",
     "HostPolicy",
     "PeerExemption",
     "ServerLimits",
+    "authority_of",
+    "content_length",
     "derive_max_connections",
     "derive_max_streams",
     "derive_per_ip",
@@ -42,6 +45,7 @@ __all__ = [
     "frame_chunk",
     "internal_error",
     "normalize_host",
+    "phrase",
     "service_unavailable",
     "split_target",
     "status_line",
@@ -218,18 +222,19 @@ def derive_per_ip(process_cap: int) -> int:
 # --- status lines --------------------------------------------------------------------------------
 
 
-def _phrase(status: int) -> str:
-    phrase = STATUS_PHRASES.get(status)
-    if phrase is None:
+def phrase(status: int) -> str:
+    """The reason phrase of ``status`` (empty when it has none)."""
+    found = STATUS_PHRASES.get(status)
+    if found is None:
         try:
-            phrase = HTTPStatus(status).phrase
+            found = HTTPStatus(status).phrase
         except ValueError:
-            phrase = ""
-    return phrase
+            found = ""
+    return found
 
 
 #: Index = status code; precomputed for 100-599 so a response costs no formatting of its first line.
-_STATUS_LINES: list[str] = [""] * 100 + [f"HTTP/1.1 {code} {_phrase(code)}\r\n" for code in range(100, 600)]
+_STATUS_LINES: list[str] = [""] * 100 + [f"HTTP/1.1 {code} {phrase(code)}\r\n" for code in range(100, 600)]
 
 
 def status_line(status: int) -> str:
@@ -387,7 +392,7 @@ _TEXT_PLAIN = [("content-type", "text/plain; charset=utf-8")]
 
 
 def _error(status: int) -> bytes:
-    return encode_response(status, _TEXT_PLAIN, _phrase(status).encode(), connection=CONNECTION_CLOSE)
+    return encode_response(status, _TEXT_PLAIN, phrase(status).encode(), connection=CONNECTION_CLOSE)
 
 
 #: Prebuilt refusals, each with ``connection: close`` (invariant 3): the server writes them without
@@ -418,9 +423,11 @@ _TARGETS_MAX = 1024
 def split_target(target: bytes) -> tuple[str, str]:
     """Split a request target into (percent-decoded path, raw query string).
 
-    Accepts the origin form (``/a/b?q``), the absolute form (``http://host/a?q``, RFC 9112 §3.2.2,
-    whose authority is ignored: ``Host`` names the site) and ``*``. Raises ValueError for
-    anything else. The parser has already refused bytes outside ASCII, so latin-1 never fails.
+    Accepts the origin form (``/a/b?q``), the absolute form (``http://host/a?q``, whose authority
+    :func:`authority_of` gives: RFC 9112 §3.2.2 makes it win over ``Host``) and ``*``. Raises
+    ValueError for anything else, and for a path that decodes to a NUL (``%00``): no route holds
+    one, and a NUL handed on to a file system or a C library ends the string early. The parser
+    has already refused bytes outside ASCII, so latin-1 never fails.
     """
     found = _TARGETS.get(target)
     if found is None:
@@ -450,4 +457,114 @@ def _split_target(target: bytes) -> tuple[str, str]:
     text = path.decode("latin-1")
     if "%" in text:
         text = unquote(text)
+        if "\0" in text:
+            raise ValueError("a NUL (%00) in the request path")
     return text, query.decode("latin-1")
+
+
+def authority_of(target: bytes) -> str | None:
+    """The authority (``host[:port]``) of an absolute-form request target, None for any other form.
+
+    RFC 9112 §3.2.2: a server MUST ignore ``Host`` and use this instead. Raises ValueError when it
+    is empty, carries user information (``user@host``), or is not a valid ``uri-host [":" port]``.
+    """
+    if target[:1] == b"/" or target == b"*":
+        return None
+    _, sep, rest = target.partition(b"://")
+    if not sep:
+        return None  # split_target refuses it
+    end = len(rest)
+    for mark in (b"/", b"?", b"#"):
+        at = rest.find(mark)
+        if 0 <= at < end:
+            end = at
+    authority = rest[:end].decode("latin-1")
+    if not authority or "@" in authority or normalize_host(authority) is None:
+        raise ValueError(f"invalid authority in the request target {target[:64]!r}")
+    return authority
+
+
+def content_length(value: str) -> int:
+    """The body size a ``Content-Length`` value declares (RFC 9110 §8.6: ``1*DIGIT``).
+
+    Raises ValueError for anything but ASCII digits, and for more than 20 of them (leading zeros
+    included): no body that large is served, and a long run of digits is a probe, not a client
+    (``int()`` of thousands of digits is quadratic and raises past 4,300 of them).
+    """
+    if not value or len(value) > 20 or not value.isascii() or not value.isdigit():
+        raise ValueError(f"invalid Content-Length {value[:32]!r}")
+    return int(value)
+
+
+# --- chunked request bodies -----------------------------------------------------------------------
+
+#: A chunk-size line as h11 reads it (its ``chunk_header``): 1-20 hex digits (len(str(2**64)) is
+#: 20), any extension, optional trailing whitespace, CRLF.
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\r\n]*)?[ \t]*\r\n")
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+
+
+class ChunkedBody:
+    """Finds where a chunked request body ends in the bytes that arrive, checking each size line.
+
+    It frames the body alongside the real parser (httptools), which decodes it: its job is to
+    be at least as strict as h11, which refuses a size of more than 20 hex digits (llhttp takes
+    any run of leading zeros), and to say how many bytes of a read belong to the body, so the
+    next request of a pipeline starts where it should. Pure: bytes in, counts out.
+    """
+
+    __slots__ = ("_left", "_line", "_max_line", "_phase")
+
+    def __init__(self, max_line: int = 8 * _KIB) -> None:
+        self._phase = _SIZE
+        self._left = 0  # bytes of chunk data (or of its CRLF) still to come
+        self._line = b""  # a size or trailer line begun in an earlier read
+        self._max_line = max_line
+
+    @property
+    def is_done(self) -> bool:
+        return self._phase == _DONE
+
+    def scan(self, data: bytes) -> int:
+        """How many bytes at the start of ``data`` belong to the body (all of them until its end).
+
+        Raises ValueError for a size line h11 refuses or a size or trailer line longer than
+        ``max_line``.
+        """
+        pos, size = 0, len(data)
+        while pos < size:
+            phase = self._phase
+            if phase in (_DATA, _DATA_END):
+                take = min(self._left, size - pos)
+                pos += take
+                self._left -= take
+                if not self._left:
+                    if phase == _DATA:
+                        self._phase, self._left = _DATA_END, 2
+                    else:
+                        self._phase = _SIZE
+                continue
+            if phase == _DONE:
+                return pos
+            eol = data.find(b"\n", pos)
+            if eol < 0:
+                self._line += data[pos:]
+                if len(self._line) > self._max_line:
+                    raise ValueError("a chunk-size or trailer line that never ends")
+                return size
+            line = self._line + data[pos:eol + 1] if self._line else data[pos:eol + 1]
+            self._line = b""
+            pos = eol + 1
+            if len(line) > self._max_line:
+                raise ValueError("a chunk-size or trailer line that never ends")
+            if phase == _TRAILER:
+                if line == b"\r\n":
+                    self._phase = _DONE
+                    return pos
+                continue
+            match = _CHUNK_LINE.fullmatch(line)
+            if match is None:
+                raise ValueError(f"invalid chunk-size line {line[:40]!r}")
+            self._left = int(match.group(1), 16)
+            self._phase = _DATA if self._left else _TRAILER
+        return pos

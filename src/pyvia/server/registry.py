@@ -1,0 +1,585 @@
+"""The open connections of one native server: what they hold, the caps, and the one sweep.
+
+Capacity is counted in O(1) at accept, at stream start and at close (per-address dicts that hold
+only addresses with something open); a request pays one flag test (``shedding``). Every cap
+answers a 503 with ``Retry-After`` at once: nothing waits for capacity. Every refusal the server
+makes by itself is counted here and logged by :class:`RefusalLog`, one line each, rate-limited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from pyvia.server import http as wire
+from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
+
+if TYPE_CHECKING:
+    from pyvia.server.connection import HttpProtocol
+
+__all__ = [
+    "QUEUE_SAMPLE",
+    "REFUSAL_STATUSES",
+    "TIMEOUT_PHASES",
+    "UNAVAILABLE_REASONS",
+    "ConnectionRegistry",
+    "RefusalLog",
+]
+
+logger = logging.getLogger("pyvia.server")
+
+#: One accepted connection in this many has its wait in the listen backlog measured (a
+#: ``getsockopt`` of ~2 µs); the verdict holds for the accepts in between.
+QUEUE_SAMPLE = 8
+#: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+_NEVER = float("inf")
+
+#: Why the server answered 503 by itself: a cap at accept (``connections``, ``connections_per_ip``),
+#: a connection that waited too long in the listen backlog (``backlog``), a stream cap
+#: (``streams``, ``streams_per_ip``), or load shedding of a request (``in_flight``, ``loop_lag``).
+UNAVAILABLE_REASONS = (
+    "connections",
+    "connections_per_ip",
+    "backlog",
+    "streams",
+    "streams_per_ip",
+    "in_flight",
+    "loop_lag",
+)
+#: Where a connection was timed out: its request head (408), its body (408), idle between
+#: requests (closed silently), or a peer that stopped reading what it was sent (aborted).
+TIMEOUT_PHASES = ("header", "body", "idle", "send")
+#: The statuses the server refuses a request with before the app sees it (``wire.ERRORS``; 408 is
+#: counted as a timeout, 500 is the server's own fault).
+REFUSAL_STATUSES = (400, 413, 414, 417, 431, 501, 505)
+
+
+class RefusalLog:
+    """One WARNING line per refusal the server makes by itself, rate-limited per status.
+
+    A token bucket per status: ``burst`` lines at once, then ``rate`` a second; the lines held
+    back are counted and named in the next line that goes out, so a flood of refusals costs the
+    log a few lines a second and no traceback, and nothing is silently lost from the count.
+    """
+
+    __slots__ = ("_buckets", "_burst", "_clock", "_rate")
+
+    def __init__(self, clock: Callable[[], float], *, rate: float = 1.0, burst: int = 10) -> None:
+        self._clock = clock
+        self._rate = rate
+        self._burst = float(burst)
+        #: status -> [allowance, last time, lines held back]
+        self._buckets: dict[int, list[float]] = {}
+
+    def __call__(self, status: int, message: str, *args: object) -> bool:
+        """Log ``message % args`` (a sentence naming the peer and the reason) unless the status's
+        bucket is empty; True when a line was written."""
+        now = self._clock()
+        bucket = self._buckets.get(status)
+        if bucket is None:
+            bucket = self._buckets[status] = [self._burst, now, 0.0]
+        allowance = min(self._burst, bucket[0] + (now - bucket[1]) * self._rate)
+        bucket[1] = now
+        if allowance < 1.0:
+            bucket[0] = allowance
+            bucket[2] += 1
+            return False
+        bucket[0] = allowance - 1.0
+        held, bucket[2] = int(bucket[2]), 0.0
+        if held:
+            logger.warning(message + " (and %d more %d refusals not logged since the last line)", *args, held, status)
+        else:
+            logger.warning(message, *args)
+        return True
+
+
+class ConnectionRegistry:
+    """The open connections of one server, what they hold, and the single sweep that times them out.
+
+    The runner creates one per server; each :class:`HttpProtocol` adds itself when it connects.
+    One ``call_later`` chain, every ``interval`` seconds, closes the connections whose deadline
+    has passed (DESIGN.md: one periodic sweep, nothing per connection while idle).
+
+    It also keeps the capacity counts of :class:`~pyvia.server.http.ServerLimits`: connections and
+    streams in total and per peer address (only addresses with something open have an entry, so
+    the tables are bounded by the connection cap), requests the app still owes, and whether the
+    loop is late (a probe timer every ``shed_after / 20`` s) or new connections waited too long in
+    the listen backlog (:meth:`late_accept`). ``max_connections`` and
+    ``max_streams`` (and the per-address ones) are the effective caps: the runner derives the
+    ``None`` ones from the fd limit; here ``None`` in both the keyword and the limits means no cap.
+    """
+
+    __slots__ = (
+        "_connections",
+        "_exempt",
+        "_handle",
+        "_interval",
+        "_max_conn_ip",
+        "_max_stream_ip",
+        "_measure_queue",
+        "_probe",
+        "_probe_due",
+        "_probe_every",
+        "_sample_in",
+        "_waiter",
+        "_was_late",
+        "_window_end",
+        "_window_min",
+        "accepted",
+        "by_ip",
+        "connections",
+        "hosts",
+        "hosts_refused",
+        "in_flight",
+        "lag",
+        "lagging",
+        "limits",
+        "lingering_refusals",
+        "log_refusal",
+        "loop",
+        "max_connections",
+        "max_in_flight",
+        "max_streams",
+        "on_count",
+        "queue_late",
+        "refusal",
+        "refused_connections",
+        "refused_requests",
+        "refused_streams",
+        "shed_requests",
+        "shedding",
+        "smuggling",
+        "streams",
+        "streams_by_ip",
+        "timeouts",
+        "unavailable",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        interval: float = 1.0,
+        limits: ServerLimits | None = None,
+        *,
+        max_connections: int | None = None,
+        max_streams: int | None = None,
+        max_connections_per_ip: int | None = None,
+        max_streams_per_ip: int | None = None,
+    ) -> None:
+        limits = limits if limits is not None else ServerLimits()
+        self.loop = loop
+        self.limits = limits
+        self._interval = interval
+        self._connections: set[HttpProtocol] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._probe: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        big = 1 << 62
+        self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
+        self.max_streams = max_streams if max_streams is not None else (limits.max_streams or big)
+        self.max_in_flight = limits.max_in_flight
+        self._max_conn_ip = _first(max_connections_per_ip, limits.max_connections_per_ip, big)
+        self._max_stream_ip = _first(max_streams_per_ip, limits.max_streams_per_ip, big)
+        self._exempt = PeerExemption(limits.per_ip_exempt)
+        #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
+        self.hosts = HostPolicy(limits.allowed_hosts)
+        self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
+        self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
+        self._sample_in = 1
+        self._window_min = _NEVER
+        self._window_end = 0.0
+        self._was_late = False
+        #: True while the listen backlog is overloaded (see :meth:`late_accept`).
+        self.queue_late = False
+        self._probe_due = 0.0
+        #: Admitted connections (refused ones still closing are not counted).
+        self.connections = 0
+        #: Open streams.
+        self.streams = 0
+        #: Peer address -> open connections / streams, for the addresses the per-IP caps apply to.
+        self.by_ip: dict[str, int] = {}
+        self.streams_by_ip: dict[str, int] = {}
+        #: Requests whose answer the app still owes (awaitables being awaited).
+        self.in_flight = 0
+        #: How late the last loop probe ran, in seconds, and whether that is past ``shed_after``.
+        self.lag = 0.0
+        self.lagging = False
+        #: True while new requests are answered 503: the loop is late or ``in_flight`` is full.
+        self.shedding = False
+        #: The answer of a refused connection, built once.
+        self.refusal = wire.service_unavailable(limits.retry_after, connection=wire.CONNECTION_CLOSE)
+        self.lingering_refusals = 0
+        #: Writes the one WARNING line of each refusal, rate-limited (:class:`RefusalLog`).
+        self.log_refusal = RefusalLog(loop.time)
+        self.refused_connections = 0
+        self.refused_streams = 0
+        #: Requests and new connections answered 503 by load shedding (lag, in-flight, backlog).
+        self.shed_requests = 0
+        # Totals for /metrics (pyvia.ops.metrics), each counted where it happens, off the hot path.
+        #: Connections admitted since the start.
+        self.accepted = 0
+        #: 503s the server answered by itself, by reason (:data:`UNAVAILABLE_REASONS`).
+        self.unavailable = dict.fromkeys(UNAVAILABLE_REASONS, 0)
+        #: Connections timed out, by phase (:data:`TIMEOUT_PHASES`).
+        self.timeouts = dict.fromkeys(TIMEOUT_PHASES, 0)
+        #: Requests refused before the app, by status (:data:`REFUSAL_STATUSES`).
+        self.refused_requests = dict.fromkeys(REFUSAL_STATUSES, 0)
+        #: Of those, the ones refused for ambiguous framing (request smuggling), and for their ``Host``.
+        self.smuggling = 0
+        self.hosts_refused = 0
+        #: Called with the number of open connections after each change (the balanced acceptor
+        #: of several workers publishes it to its peers, :mod:`pyvia.server.balance`).
+        self.on_count: Callable[[int], object] | None = None
+
+    def __len__(self) -> int:
+        return len(self._connections)
+
+    def __iter__(self) -> Iterator[HttpProtocol]:
+        return iter(list(self._connections))
+
+    def add(self, conn: HttpProtocol) -> None:
+        self._connections.add(conn)
+        if self.on_count is not None:
+            self.on_count(len(self._connections))
+
+    def discard(self, conn: HttpProtocol) -> None:
+        self._connections.discard(conn)
+        if self.on_count is not None:
+            self.on_count(len(self._connections))
+        if not self._connections and self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # --- capacity: O(1) at accept, stream start and close ----------------------------------------
+
+    def admit(self, conn: HttpProtocol) -> bool:
+        """Count a new connection, or refuse it (False) when a connection cap is reached."""
+        if self.connections >= self.max_connections:
+            self.refused_connections += 1
+            self.unavailable["connections"] += 1
+            self.log_refusal(
+                503,
+                "refused a connection from %s with 503: %d connections open, the cap (max_connections)",
+                conn.client,
+                self.connections,
+            )
+            return False
+        address = conn.client
+        if not self._exempt(address):
+            count = self.by_ip.get(address, 0)
+            if count >= self._max_conn_ip:
+                self.refused_connections += 1
+                self.unavailable["connections_per_ip"] += 1
+                self.log_refusal(
+                    503,
+                    "refused a connection from %s with 503: %d connections open from that "
+                    "address, the cap (max_connections_per_ip)",
+                    address,
+                    count,
+                )
+                return False
+            self.by_ip[address] = count + 1
+            conn.ip_key = address
+        conn.admitted = True
+        self.connections += 1
+        self.accepted += 1
+        return True
+
+    def release(self, conn: HttpProtocol) -> None:
+        """Uncount a connection that is gone (its stream too, if it had one)."""
+        if conn.stream_counted:
+            self.stream_ended(conn)
+        if conn.admitted:
+            conn.admitted = False
+            self.connections -= 1
+            key = conn.ip_key
+            if key is not None:
+                _decrement(self.by_ip, key)
+        if conn.refusing:
+            conn.refusing = False
+            self.lingering_refusals -= 1
+
+    def stream_started(self, conn: HttpProtocol) -> bool:
+        """Count a stream about to open on ``conn``, or refuse it (False) at a stream cap."""
+        if self.streams >= self.max_streams:
+            self.refused_streams += 1
+            self.unavailable["streams"] += 1
+            self.log_refusal(
+                503,
+                "refused a stream to %s with 503: %d streams open, the cap (max_streams)",
+                conn.client,
+                self.streams,
+            )
+            return False
+        key = conn.ip_key
+        if key is not None:
+            count = self.streams_by_ip.get(key, 0)
+            if count >= self._max_stream_ip:
+                self.refused_streams += 1
+                self.unavailable["streams_per_ip"] += 1
+                self.log_refusal(
+                    503,
+                    "refused a stream to %s with 503: %d streams open from that address, the cap (max_streams_per_ip)",
+                    key,
+                    count,
+                )
+                return False
+            self.streams_by_ip[key] = count + 1
+        conn.stream_counted = True
+        self.streams += 1
+        return True
+
+    def stream_ended(self, conn: HttpProtocol) -> None:
+        if conn.stream_counted:
+            conn.stream_counted = False
+            self.streams -= 1
+            key = conn.ip_key
+            if key is not None:
+                _decrement(self.streams_by_ip, key)
+
+    def task_started(self) -> None:
+        self.in_flight += 1
+        if self.in_flight >= self.max_in_flight:
+            self.shedding = True
+
+    def task_done(self) -> None:
+        self.in_flight -= 1
+        if self.shedding and not self.lagging and self.in_flight < self.max_in_flight:
+            self.shedding = False
+
+    def late_accept(self, sock: socket.socket | None, client: str = "") -> bool:
+        """True when a connection just accepted should be answered 503 because it waited in the
+        listen backlog longer than ``shed_after`` while the backlog is overloaded.
+
+        The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
+        sends its request right after connecting, so that is its time in the backlog (at most:
+        an idle preconnect counts from the handshake). Off Linux, and for TLS (the handshake came
+        after accept), nothing is measured and only the loop lag sheds.
+
+        CoDel's rule with a fixed target: the backlog is overloaded (``queue_late``) once every
+        sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
+        a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
+        that backlog drains by itself, and its young connections show up in the window). Until
+        then one accept in ``QUEUE_SAMPLE`` pays the ``getsockopt`` (~2 µs); while overloaded
+        every accept is measured and those that waited too long are refused, so the backlog
+        drains at the cost of a 503 each and what is served waited at most ``shed_after``.
+        """
+        if not self._measure_queue or sock is None:
+            return False
+        if not self.queue_late:
+            self._sample_in -= 1
+            if self._sample_in > 0:
+                return False
+            self._sample_in = QUEUE_SAMPLE
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
+        except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
+            return False
+        if len(info) < 56:
+            return False
+        waited = struct.unpack_from("I", info, 52)[0] / 1000
+        if waited < self._window_min:
+            self._window_min = waited
+        shed_after = self.limits.shed_after
+        if self.queue_late and shed_after is not None and waited > shed_after:
+            self.shed_requests += 1
+            self.unavailable["backlog"] += 1
+            self.log_refusal(
+                503,
+                "refused a connection from %s with 503: it waited %.2f s in the listen backlog (shed_after %s s)",
+                client or "?",
+                waited,
+                self.limits.shed_after,
+            )
+            return True
+        return False
+
+    def _judge_backlog(self, now: float) -> None:
+        """At the end of each window: overloaded if its least wait was over ``shed_after``; back to
+        normal once a window saw a wait of half that or less (or no accept at all)."""
+        if now < self._window_end:
+            return
+        least = self._window_min
+        target = self.limits.shed_after
+        assert target is not None
+        if self.queue_late:
+            self.queue_late = least > target / 2
+        else:
+            self.queue_late = least != _NEVER and least > target
+        self._window_min = _NEVER
+        self._window_end = now + target
+
+    def shed(self, client: str, path: str) -> None:
+        """Count (and log) a request answered 503 by load shedding (the app's work in flight, or a late loop)."""
+        self.shed_requests += 1
+        if self.in_flight >= self.max_in_flight:
+            self.unavailable["in_flight"] += 1
+            self.log_refusal(
+                503,
+                "shed a request from %s for %s with 503: %d answers in flight, the cap (max_in_flight)",
+                client,
+                path,
+                self.in_flight,
+            )
+        else:
+            self.unavailable["loop_lag"] += 1
+            self.log_refusal(
+                503,
+                "shed a request from %s for %s with 503: the server is overloaded (the loop ran %.0f ms late)",
+                client,
+                path,
+                self.lag * 1000,
+            )
+
+    def refused(self, status: int, cause: str = "", client: str = "", reason: str = "") -> None:
+        """Count (and log, with ``reason``) a request refused with ``status`` before the app saw it;
+        ``cause`` is ``"smuggling"`` (ambiguous framing) or ``"host"`` (a ``Host`` this server
+        does not serve)."""
+        if status in self.refused_requests:
+            self.refused_requests[status] += 1
+        if cause == "smuggling":
+            self.smuggling += 1
+        elif cause == "host":
+            self.hosts_refused += 1
+        self.log_refusal(
+            status,
+            "refused a request from %s with %d: %s",
+            client or "?",
+            status,
+            reason or wire.phrase(status).lower(),
+        )
+
+    def buffered_bytes(self) -> int:
+        """Bytes every transport of this server still holds for its peer (O(connections)), those
+        of connections already closing included: a closed transport keeps its buffer until the
+        peer reads it or the send deadline aborts it."""
+        total = 0
+        for conn in self._connections:
+            total += conn.unsent
+        return total
+
+    def stats(self) -> dict[str, float]:
+        """What the server holds and has refused, for metrics (``buffered_bytes`` walks every connection).
+
+        Besides the gauges and the older totals: ``accepted``, ``smuggling``, ``hosts_refused``, and one key per
+        reason, phase and status: ``unavailable.<reason>``, ``timeouts.<phase>``, ``refused.<status>``.
+        """
+        return {
+            "connections": self.connections,
+            "max_connections": self.max_connections,
+            "streams": self.streams,
+            "max_streams": self.max_streams,
+            "max_connections_per_ip": self._max_conn_ip,
+            "max_streams_per_ip": self._max_stream_ip,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "addresses": len(self.by_ip),
+            "lag_seconds": self.lag,
+            "shedding": int(self.shedding),
+            "refused_connections": self.refused_connections,
+            "refused_streams": self.refused_streams,
+            "shed_requests": self.shed_requests,
+            "buffered_bytes": self.buffered_bytes(),
+            "accepted": self.accepted,
+            "smuggling": self.smuggling,
+            "hosts_refused": self.hosts_refused,
+            **{f"unavailable.{k}": v for k, v in self.unavailable.items()},
+            **{f"timeouts.{k}": v for k, v in self.timeouts.items()},
+            **{f"refused.{k}": v for k, v in self.refused_requests.items()},
+        }
+
+    # --- timers ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the sweep (and the lag probe, when ``shed_after`` is set)."""
+        if self._handle is None:
+            self._handle = self.loop.call_later(self._interval, self._sweep)
+        if self._probe is None and self._probe_every:
+            self._probe_due = self.loop.time() + self._probe_every
+            self._probe = self.loop.call_later(self._probe_every, self._on_probe)
+
+    def stop(self) -> None:
+        """Stop the sweep and the probe."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+
+    def probe(self, now: float) -> None:
+        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed while the loop stays
+        past ``shed_after``.
+
+        A loop turn that runs long (CPU overload on open connections: every ready socket's handler
+        runs in one turn) makes the next probe late. One late probe is a pause (a GC pass, one slow
+        handler) and sheds nothing; two in a row are a loop that cannot keep up, and the turns that
+        follow answer 503 until a probe runs on time again: those are short, so shedding lasts
+        about one probe period at a time.
+        """
+        shed_after = self.limits.shed_after
+        self.lag = lag = max(0.0, now - self._probe_due)
+        late = shed_after is not None and lag > shed_after
+        # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
+        self.lagging = lagging = late and self._was_late
+        self._was_late = late
+        self.shedding = lagging or self.in_flight >= self.max_in_flight
+        self._probe_due = now + self._probe_every
+        if self._measure_queue:
+            self._judge_backlog(now)
+
+    def _on_probe(self) -> None:
+        self.probe(self.loop.time())
+        self._probe = self.loop.call_later(self._probe_every, self._on_probe)
+
+    def sweep(self, now: float) -> None:
+        """Time out every connection whose deadline is at or before ``now``."""
+        expired = [c for c in self._connections if 0.0 < c.deadline <= now]
+        for conn in expired:
+            try:
+                conn.timeout()
+            except Exception:  # a bug in one connection must not stop the sweep for the others
+                logger.exception("error while timing out a connection")
+
+    def _sweep(self) -> None:
+        self.sweep(self.loop.time())
+        self._handle = self.loop.call_later(self._interval, self._sweep)
+
+    def shutdown(self) -> None:
+        """Close idle connections; busy ones close once their response is written."""
+        for conn in list(self._connections):
+            conn.shutdown()
+
+    def abort_all(self) -> None:
+        """Close every connection now, whatever it is doing (the end of the shutdown budget)."""
+        for conn in list(self._connections):
+            conn.abort()
+
+    async def wait_empty(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the last connection to go; True if none is left."""
+        if not self._connections:
+            return True
+        self._waiter = self.loop.create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._waiter), max(timeout, 0.0))
+        except TimeoutError:
+            return not self._connections
+        finally:
+            self._waiter = None
+        return True
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    count = counts.get(key, 0) - 1
+    if count > 0:
+        counts[key] = count
+    else:
+        counts.pop(key, None)
