@@ -178,7 +178,7 @@ _HOST = re.compile(r"(\[[0-9A-Fa-f:.vV]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::[0-
 def normalize_host(value: str) -> str | None:
     """The host name of a ``Host`` field value (lower case, no port, no trailing dot), or None
     when the value is not a valid ``uri-host [ ":" port ]`` (RFC 9112 §3.2 makes that a 400)."""
-    match = _HOST.fullmatch(value.strip())
+    match = _HOST.fullmatch(value.strip(" \t"))  # OWS only: str.strip() would take \xa0 and other Unicode spaces
     if match is None:
         return None
     return match.group(1).lower().rstrip(".")
