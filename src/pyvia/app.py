@@ -1145,7 +1145,7 @@ class App:
         # A reconnect may follow bytes lost with the old connection (a network cut, a tab cut off
         # for reading too slowly): it gets a full render. The first connect after the page view
         # only needs what happened since.
-        full = ctx.revived or ctx.state is not State.CREATED
+        full = ctx.revived or ctx.state is not State.CREATED or ctx.stream.lost
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream))
@@ -1231,7 +1231,7 @@ class App:
                 stream = ctx.stream
                 if stream.over_since and stream.is_stalled(now, patience):
                     log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
-                    stream.close()
+                    stream.close(abort=True)  # what it has not read is dropped, not kept for the send deadline
                     continue
                 if interval > 0 and now - stream.last_write >= interval:
                     stream.keep_alive(ping, now)
@@ -1253,18 +1253,9 @@ class App:
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
 
     def _measure_unsent(self) -> None:
-        """Add up what waits in every tab socket; past the cap, view frames are held everywhere."""
-        total = 0
-        for ctx in self._connected.values():
-            sink = ctx.stream.sink
-            if sink is not None:
-                total += sink.buffered
-        outflow = self._outflow
-        outflow.unsent = total
-        was, outflow.congested = outflow.congested, total > self.config.max_unsent_bytes
-        if outflow.congested and not was:
-            outflow.cap_hits += 1
-            log.warning("tab sockets hold %d bytes (cap %d): holding view frames", total, self.config.max_unsent_bytes)
+        """Add up what waits in every tab socket; past the cap, view frames are held everywhere
+        and the readers furthest behind are cut off (:meth:`pyvia.stream.Outflow.measure`)."""
+        self._outflow.measure([ctx.stream for ctx in self._connected.values()], self.config.max_unsent_bytes)
 
     def _persist(self) -> None:
         signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]

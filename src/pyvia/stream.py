@@ -7,7 +7,14 @@ Policy (pure decisions, no I/O of its own; the sink is the front end's):
   (only the latest is kept) and sent with the next batch that fits; signal and script
   events are always written;
 * no stream (between page view and connect, or during a reconnect) → events wait in the
-  outbox, view frames coalesced to the latest, and are written on the next connect.
+  outbox, view frames coalesced to the latest, and are written on the next connect;
+* a reader too far behind (more than four times ``max_buffer`` waiting) → its stream is
+  aborted: what it has not read is dropped at once (never kept for the send deadline), and the
+  tab reconnects to a full render. A stream replaced by a newer one of the same tab is aborted:
+  what its peer has not read is obsolete;
+* all tabs together over the process cap (:meth:`Outflow.measure`) → view frames are held
+  everywhere, what closed streams still hold is dropped, and the streams furthest behind are
+  aborted until the total is under the cap again.
 
 Compression happens at the moment of writing, never while queuing, so held and coalesced frames
 stay plain; each HTTP response has its own encoder. What a stream opens with (the backlog, the
@@ -17,6 +24,8 @@ compressor only with the first event after that: a tab that connects and stays i
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pyvia.compress import StreamEncoder
@@ -25,34 +34,115 @@ from pyvia.http import StreamSink
 if TYPE_CHECKING:
     from pyvia.ops.metrics import PyviaMetrics
 
+log = logging.getLogger("pyvia")
+
+#: A reader with this many times ``max_buffer`` unsent is aborted (it only grows memory).
+_BEHIND = 4
+#: Closed streams whose peer still had bytes to read, kept to count what they hold: at most this
+#: many (the oldest are dropped from the count, never from memory: the server's send deadline ends them).
+_DRAINING_MAX = 4096
+
+
+def _abort(sink: StreamSink) -> None:
+    """Drop what ``sink`` holds and end its connection; a front end without ``abort`` closes."""
+    abort = getattr(sink, "abort", None)
+    if abort is not None:
+        abort()
+    elif not sink.is_closed:
+        sink.close()
+
 
 class Outflow:
     """What every stream of a process consults: the metrics to count into, and whether all the
-    tab sockets together hold more than the process-wide cap (then every view frame is held)."""
+    tab sockets together hold more than the process-wide cap (then every view frame is held).
 
-    __slots__ = ("cap_hits", "congested", "ended", "meter", "unsent")
+    It also keeps the streams that were closed while their peer still had bytes to read
+    (``draining``): the process holds those bytes until the peer reads them, so they count
+    against the cap, and they are the first dropped when the total is over it.
+    """
+
+    __slots__ = ("aborted", "cap_hits", "congested", "draining", "ended", "meter", "unsent")
 
     def __init__(self, meter: PyviaMetrics | None = None) -> None:
         self.meter = meter
         self.congested = False
+        #: Bytes the tab sockets held at the last :meth:`measure`, closed streams' included.
         self.unsent = 0
         #: Times the unsent bytes went over the cap (``max_unsent_bytes``), for /metrics.
         self.cap_hits = 0
+        #: Streams aborted because their peer stopped reading (behind, or over the cap).
+        self.aborted = 0
         #: Streams the server ended since the app last looked (their tabs are now without one).
         self.ended = 0
+        self.draining: list[StreamSink] = []
+
+    def closed_with_bytes(self, sink: StreamSink) -> None:
+        """``sink`` was closed while its peer still had bytes to read: count them until it reads."""
+        draining = self.draining
+        if len(draining) >= _DRAINING_MAX:
+            del draining[: _DRAINING_MAX // 4]
+        draining.append(sink)
+
+    def measure(self, streams: Iterable[Stream], cap: int) -> int:
+        """Add up what every tab socket holds (and what closed streams still hold); past ``cap``,
+        hold view frames everywhere, drop what closed streams hold, then abort the streams
+        furthest behind (over their own ``max_buffer``) until the total is under ``cap``.
+
+        Returns the total before anything was dropped; ``unsent`` keeps what is left.
+        """
+        total = 0
+        behind: list[tuple[int, Stream]] = []
+        for stream in streams:
+            sink = stream.sink
+            if sink is None:
+                continue
+            held = sink.buffered
+            total += held
+            if held > stream.max_buffer:
+                behind.append((held, stream))
+        draining = []
+        orphaned = 0
+        for sink in self.draining:
+            held = sink.buffered
+            if held:
+                draining.append(sink)
+                orphaned += held
+        measured = total + orphaned
+        was, self.congested = self.congested, measured > cap
+        if self.congested:
+            if not was:
+                self.cap_hits += 1
+                log.warning("tab sockets hold %d bytes (cap max_unsent_bytes=%d, %d of them for closed streams): "
+                            "holding view frames, dropping what readers too far behind hold", measured, cap, orphaned)
+            for sink in draining:
+                _abort(sink)
+            draining = []
+            behind.sort(key=lambda pair: pair[0], reverse=True)
+            for held, stream in behind:
+                if total <= cap:
+                    break
+                stream.close(abort=True)
+                total -= held
+            orphaned = 0
+        self.draining = draining
+        self.unsent = total + orphaned
+        return measured
 
 
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "outflow", "over_since",
-                 "pending", "sink")
+    __slots__ = ("encoder", "held_view", "last_event", "last_write", "lost", "max_buffer", "outflow", "over_since",
+                 "pending", "pending_size", "sink")
 
     def __init__(self, max_buffer: int, outflow: Outflow | None = None) -> None:
         self.outflow = outflow if outflow is not None else Outflow()
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
+        self.pending_size = 0
+        #: The outbox overflowed while no stream was open: the next connect needs a full render.
+        self.lost = False
         self.held_view: bytes | None = None
         self.last_write = 0.0  # any bytes, keep-alive comments included
         self.last_event = 0.0  # real events only: what "idle" means for releasing an encoder
@@ -65,11 +155,13 @@ class Stream:
         return self.sink is not None
 
     def attach(self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None) -> None:
-        """Take a new sink (a newer stream of the same tab replaces an older one)."""
+        """Take a new sink (a newer stream of the same tab replaces an older one, and is aborted:
+        what its peer has not read, in the process or in the kernel, is obsolete)."""
         if self.sink is not None and self.sink is not sink:
-            self.close()
+            self.close(abort=True)
         self.sink = sink
         self.encoder = encoder
+        self.lost = False
         self.last_write = self.last_event = now
         self.over_since = 0.0
         backlog = self._take_backlog()
@@ -115,6 +207,13 @@ class Stream:
                 self.held_view = view
             if data:
                 self.pending.append(data)
+                self.pending_size += len(data)
+                if self.pending_size > _BEHIND * self.max_buffer:
+                    # A tab this long without a stream gets a full render when it connects: what
+                    # waited is superseded, and keeping it only grows memory.
+                    self.pending = []
+                    self.pending_size = 0
+                    self.lost = True
             return
         if view is not None:
             buffered = sink.buffered
@@ -137,8 +236,8 @@ class Stream:
                 self.over_since = 0.0
             elif not self.over_since:
                 self.over_since = now
-            if buffered > 4 * self.max_buffer:
-                self.close()  # a reader this far behind only grows memory: it reconnects to a full render
+            if buffered > _BEHIND * self.max_buffer:
+                self.close(abort=True)  # a reader this far behind only grows memory: it reconnects to a full render
 
     def is_stalled(self, now: float, patience: float) -> bool:
         """Whether the socket has stayed over the limit for longer than ``patience`` seconds."""
@@ -155,19 +254,32 @@ class Stream:
             parts = [self.held_view, *parts]
             self.held_view = None
         self.pending = []
+        self.pending_size = 0
         return b"".join(parts)
 
-    def close(self) -> None:
-        """End the current response (its encoder's last block first); the tab may reconnect."""
+    def close(self, *, abort: bool = False) -> None:
+        """End the current response (its encoder's last block first); the tab may reconnect.
+
+        ``abort``: the peer stopped reading, so drop what it has not read and end its connection
+        now instead of leaving the bytes to the server's send deadline.
+        """
         sink, self.sink = self.sink, None
         encoder, self.encoder = self.encoder, None
         if sink is not None:
             self.outflow.ended += 1
         if sink is not None and not sink.is_closed:
+            if abort:
+                if encoder is not None:
+                    encoder.discard()
+                self.outflow.aborted += 1
+                _abort(sink)
+                return
             if encoder is not None:
                 tail = encoder.finish()
                 if tail:
                     sink.write(tail)
             sink.close()
+            if sink.buffered:
+                self.outflow.closed_with_bytes(sink)
         elif encoder is not None:
             encoder.discard()

@@ -177,6 +177,11 @@ class _Sink:
         self.closed = True
         self.tab._stream_ended(self)
 
+    def abort(self) -> None:
+        """The server cut the stream off (a reader too far behind): what was unread is lost."""
+        self._unread = []
+        self.close()
+
     @property
     def buffered(self) -> int:
         """Bytes written but not read: what a socket would hold for a tab that stopped reading."""

@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import brotli
 import pytest
@@ -318,7 +319,11 @@ def test_a_literal_name_that_decodes_to_a_dot_name_is_refused_too(static: Static
 @pytest.mark.parametrize("raw", [b"/%2e%2e/secret.txt", b"/css/%2E%2E/%2e%2e/secret.txt", b"/%2e%2e%2fsecret.txt",
                                  b"/.%2e/secret.txt", b"/%2eenv", b"/%5c..%5csecret.txt", b"/css/app.css%00"])
 def test_percent_encoded_traversal_is_refused_after_the_front_end_decodes(static: StaticFiles, raw: bytes) -> None:
-    path, _query = split_target(raw)
+    try:
+        path, _query = split_target(raw)
+    except ValueError:  # a NUL: the native front end refuses it first (400); static refuses it too
+        assert b"%00" in raw
+        path = unquote(raw.decode())
     response = static.get(path, req(path))
     assert response is not None and response.status == 404
 

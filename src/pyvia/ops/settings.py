@@ -281,6 +281,7 @@ SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
     "shed_exempt": (tuple[str, ...], ("/_health", "/_ready", "/metrics"), _paths),
     "allowed_hosts": (tuple[str, ...] | None, None, _hosts),
     "retry_after": (int, 1, _positive),
+    "stream_send_buffer": (int | None, 128 * _KIB, _positive),
 }
 
 

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import socket
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, cast
 
@@ -84,6 +87,9 @@ _LINGER = 2.0
 #: Refused connections allowed to linger at once; past it a refusal closes at once, so a flood of
 #: refused connections cannot hold the descriptors the caps are there to keep.
 _MAX_LINGERING_REFUSALS = 256
+
+#: ``SO_LINGER`` on with a time of 0: ``close()`` sends RST and discards the send queue.
+_LINGER_OFF = struct.pack("ii", 1, 0)
 
 _NO_HEADERS = Headers()
 _NO_RAW_HEADERS: list[tuple[bytes, bytes]] = []  # never appended to: on_message_begin sets a fresh list
@@ -891,6 +897,12 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._move(STREAMING)
         self.deadline = 0.0
+        send_buffer = self._limits.stream_send_buffer
+        if send_buffer is not None:
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError, AttributeError):  # a Unix socket, a transport without one
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         sink = _Sink(self, self.transport, head, chunked=not exchange.http10)
         exchange.sink = sink
         exchange.stream = stream
@@ -932,7 +944,7 @@ class HttpProtocol(asyncio.Protocol):
             exchange.stream = None
             self._registry.stream_ended(self)
         self._registry.timeouts["send"] += 1
-        self.abort()
+        self.reset()
 
     def _next(self) -> None:
         """Nothing is owed now: answer the next queued request, or settle in the state that waits."""
@@ -1065,11 +1077,26 @@ class HttpProtocol(asyncio.Protocol):
             handler(self)
 
     def _idle_timeout(self) -> None:
-        """Idle past the keep-alive timeout: close silently (nothing is owed)."""
+        """Idle past the keep-alive timeout: close silently (nothing is owed), or abort when the
+        kernel still holds bytes the peer has not read all that time (a stream's last frames to a
+        reader that stopped): closed, the socket would keep them, orphaned, for minutes more."""
         self.deadline = 0.0
         self._registry.timeouts["idle"] += 1
         self._final = b""
+        if self._kernel_unsent() > 0:
+            self._registry.timeouts["send"] += 1
+            self.reset()
+            return
         self._close()
+
+    def _kernel_unsent(self) -> int:
+        """Bytes in the socket's kernel send queue, not yet acknowledged by the peer (0 if unknown)."""
+        sock = self.transport.get_extra_info("socket")
+        try:
+            packed = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        except (OSError, AttributeError, ValueError):  # no socket, a Unix socket, not Linux
+            return 0
+        return int(struct.unpack("i", packed)[0])
 
     def _request_timeout(self) -> None:
         """A request head or body too slow to arrive: 408, then a lingering close."""
@@ -1093,8 +1120,7 @@ class HttpProtocol(asyncio.Protocol):
         """The peer stopped reading what it was sent: do not wait to flush."""
         self.deadline = 0.0
         self._registry.timeouts["send"] += 1
-        self._move(CLOSED)
-        self.transport.abort()
+        self.reset()
 
     def _linger_timeout(self) -> None:
         """The lingering moment is over: close (and flush what is left)."""
@@ -1110,8 +1136,7 @@ class HttpProtocol(asyncio.Protocol):
         self._flush_mark = 0
         self.deadline = 0.0
         self._registry.timeouts["send"] += 1
-        self._move(CLOSED)
-        self.transport.abort()  # closed, and the peer read nothing of the rest
+        self.reset()  # closed, and the peer read nothing of the rest
 
     def shutdown(self) -> None:
         """Graceful stop: close if idle, else finish the request in flight with ``connection: close``."""
@@ -1125,6 +1150,16 @@ class HttpProtocol(asyncio.Protocol):
         if (state is IDLE or state is STALLED) and not self._queue and self._parse == _IDLE:
             self._final = b""
             self._close()
+
+    def reset(self) -> None:
+        """Abort and drop what the kernel still holds for the peer (an RST, ``SO_LINGER`` 0): for a
+        peer that stopped reading. A plain close leaves the socket orphaned in FIN-WAIT-1 with
+        its whole send queue, for minutes, however the process lets go of it."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):  # a Unix socket, a transport without one
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_OFF)
+        self.abort()
 
     def abort(self) -> None:
         """Close now (the shutdown budget is spent); a handler still running is cancelled."""

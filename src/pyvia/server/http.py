@@ -166,6 +166,12 @@ class ServerLimits:
     allowed_hosts: tuple[str, ...] | None = None
     #: Seconds in the ``Retry-After`` of every 503.
     retry_after: int = 1
+    #: The kernel send buffer (``SO_SNDBUF``) of a connection once it carries a stream, in bytes
+    #: (Linux doubles it for its own bookkeeping). Autotuned, a socket whose peer stopped reading
+    #: takes up to ``tcp_wmem``'s 4 MiB of kernel memory; capped, the rest waits in the process,
+    #: where the slow-client policy sees it and ends the stream. 128 KiB keeps ~1 MB/s at 100 ms
+    #: of round trip, far above what a tab's events need. None: leave it to the kernel.
+    stream_send_buffer: int | None = 128 * _KIB
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -197,7 +203,7 @@ class ServerLimits:
 
 
 _OPTIONAL = frozenset({"max_connections", "max_connections_per_ip", "max_streams", "max_streams_per_ip",
-                       "shed_after", "allowed_hosts"})
+                       "shed_after", "allowed_hosts", "stream_send_buffer"})
 _TUPLES = frozenset({"per_ip_exempt", "shed_exempt", "allowed_hosts"})
 
 
