@@ -296,6 +296,8 @@ class App:
         # every live tab, by context id
         self.contexts: dict[str, Context] = {}
         self._connected: dict[str, Context] = {}
+        #: Page contexts waiting for their first stream, oldest first (``max_waiting_contexts``).
+        self._waiting: dict[str, Context] = {}
         # (deadline, seq, ctx) for tabs without a stream; stale entries are skipped
         self._deadlines: list[tuple[float, int, Context]] = []
         self._seq = 0
@@ -324,6 +326,8 @@ class App:
         self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
         self.errors = 0
+        #: Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited.
+        self.evicted_waiting = 0
         #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
         self._errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
@@ -1130,6 +1134,12 @@ class App:
             self.scopes.join(ctx, name)
         ctx.state = State.CREATED
         self._set_deadline(ctx, self._now() + self.config.connect_timeout)
+        waiting = self._waiting
+        waiting[ctx.id] = ctx
+        if len(waiting) > self.config.max_waiting_contexts:
+            oldest = waiting.pop(next(iter(waiting)))
+            self.evicted_waiting += 1
+            self.destroy(oldest)  # revived from its signed id if its stream comes after all
 
     def _set_deadline(self, ctx: Context, deadline: float) -> None:
         ctx.deadline = deadline
@@ -1149,6 +1159,7 @@ class App:
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream))
+        self._waiting.pop(ctx.id, None)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
@@ -1328,6 +1339,8 @@ class App:
         if self.contexts.get(ctx.id) is ctx:
             del self.contexts[ctx.id]
         self._connected.pop(ctx.id, None)
+        if self._waiting.get(ctx.id) is ctx:
+            del self._waiting[ctx.id]
         for timer in ctx._timers:
             timer.cancel()
         for fn in ctx._on_cleanup:

@@ -26,6 +26,10 @@ class Config:
     dev: bool = False
     #: A page whose stream never connects is destroyed after this (php-via 0.13: 30 s).
     connect_timeout: float = 30.0
+    #: Page contexts kept while they wait for their stream; past it the oldest waiting one is
+    #: destroyed (its tab revives from its signed id if its stream comes after all). A crawler's
+    #: views never connect: at ~5 KB each (bench/RESULTS.md) 10,000 hold about 50 MB.
+    max_waiting_contexts: int = 10_000
     #: Grace after a tab's last stream closes before its context is destroyed (5 s).
     cleanup_delay: float = 5.0
     #: A disconnected tab's context (and the events queued for it) is kept this long after its
@@ -137,6 +141,9 @@ class Config:
         codings = ("zstd", "br", "gzip", "identity")
         if isinstance(self.compression_preference, str) or any(c not in codings for c in self.compression_preference):
             raise ConfigError(f"compression_preference={self.compression_preference!r}: a list of {codings}")
+        if not isinstance(self.max_waiting_contexts, int) or isinstance(self.max_waiting_contexts, bool) \
+                or self.max_waiting_contexts < 1:
+            raise ConfigError(f"max_waiting_contexts={self.max_waiting_contexts!r}: must be a whole number >= 1")
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ConfigError(f"max_sessions={self.max_sessions!r}: must be a whole number >= 1")
         if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:

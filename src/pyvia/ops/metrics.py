@@ -478,6 +478,9 @@ class PyviaMetrics:
                                       buckets=GC_BUCKETS, labels={"generation": GC_GENERATIONS})
         # state, read at scrape time
         self.tabs = r.gauge("pyvia_tabs", "Live tab contexts (with or without a stream).")
+        self.tabs_waiting = r.gauge("pyvia_tabs_waiting", "Page contexts waiting for their first stream.")
+        self.tabs_evicted = r.counter("pyvia_tabs_waiting_evicted_total",
+                                      "Page contexts destroyed unconnected past max_waiting_contexts.")
         self.streams = r.gauge("pyvia_streams_open", "Tabs with an open stream.")
         self.sessions = r.gauge("pyvia_sessions", "Sessions whose data is kept.")
         self.scopes = r.gauge("pyvia_scopes", "Scopes with members or held by the app.")
@@ -676,6 +679,8 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m = metrics if metrics is not None else metrics_for(app)
     apps = apps_of(app)
     m.tabs.set(sum(len(a.contexts) for a in apps))
+    m.tabs_waiting.set(sum(len(getattr(a, "_waiting", ())) for a in apps))
+    m.tabs_evicted.set_total(sum(getattr(a, "evicted_waiting", 0) for a in apps))
     m.streams.set(sum(len(a._connected) for a in apps))
     m.sessions.set(sum(len(a.sessions) for a in apps))
     m.scopes.set(sum(len(a.scopes) for a in apps))

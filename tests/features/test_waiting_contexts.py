@@ -1,0 +1,61 @@
+"""Page contexts waiting for their first stream are bounded (``max_waiting_contexts``, issue 21
+item 4 and issue 22 item 1): a crawler's views, whose streams never come, cannot pile up, and a
+tab whose context was evicted still works once its stream comes (revived from its signed id)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyvia import App, Context
+from pyvia.errors import ConfigError
+from pyvia.testing import TestClient, Tab
+
+
+def counter_app(**options: object) -> App:
+    app = App(**options)  # type: ignore[arg-type]
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        count = c.signal(0, "count")
+
+        @c.action
+        def inc() -> None:
+            count.value += 1
+            c.sync()
+
+        c.view(lambda: f'<p id="count">{count.value}</p>')
+
+    return app
+
+
+def test_views_whose_stream_never_comes_are_capped_oldest_first() -> None:
+    app = counter_app(max_waiting_contexts=3)
+    with TestClient(app) as client:
+        tabs = [Tab(client, "/", client.get("/")) for _ in range(5)]
+        assert len(app.contexts) == 3  # the two oldest were destroyed
+        assert [t.id in app.contexts for t in tabs] == [False, False, True, True, True]
+        assert app.evicted_waiting == 2
+        scrape = client.get("/metrics").body.decode()
+        assert "\npyvia_tabs_waiting 3\n" in scrape and "\npyvia_tabs_waiting_evicted_total 2\n" in scrape
+        tabs[4].connect()  # connected: no longer waiting, so it never counts against the cap
+        for _ in range(3):
+            client.get("/")
+        assert tabs[4].id in app.contexts and tabs[2].id not in app.contexts
+
+
+def test_an_evicted_tab_revives_when_its_stream_comes_after_all() -> None:
+    app = counter_app(max_waiting_contexts=1)
+    with TestClient(app) as client:
+        first = Tab(client, "/", client.get("/"))
+        client.get("/")  # evicts the first page's context
+        assert first.id not in app.contexts
+        first.connect()
+        assert first.is_connected and first.id in app.contexts
+        first.action("inc")
+        assert '<p id="count">1</p>' in first.html
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_max_waiting_contexts_must_be_a_whole_number_of_at_least_one(bad: object) -> None:
+    with pytest.raises(ConfigError, match="max_waiting_contexts"):
+        App(max_waiting_contexts=bad)  # type: ignore[arg-type]
