@@ -8,7 +8,7 @@ import pytest
 
 from pyvia import App, Context
 from pyvia.errors import ConfigError
-from pyvia.testing import TestClient, Tab
+from pyvia.testing import Tab, TestClient
 
 
 def counter_app(**options: object) -> App:
