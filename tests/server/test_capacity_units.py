@@ -4,6 +4,7 @@ derived caps, and the registry's O(1) accounting driven through HttpProtocol on 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -59,7 +60,7 @@ def test_defaults_are_valid_and_documented() -> None:
     assert limits.max_connections is None and limits.max_streams is None
     assert limits.max_connections_per_ip is None and limits.max_streams_per_ip is None
     assert limits.per_ip_exempt == ("127.0.0.0/8", "::1")
-    assert limits.allowed_hosts is None and limits.shed_after == 0.5
+    assert limits.allowed_hosts is None and limits.shed_after == 0.25 and limits.stream_send_buffer == 128 * 1024
     assert "Capacity defaults and why" in (ServerLimits.__doc__ or "")
 
 
@@ -294,36 +295,45 @@ class _InfoSocket:
 
 
 def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() -> None:
+    # shed_after 0.5: overloaded once a window's least wait is over 0.25 s; then what waited over
+    # 0.25 s is refused; back to normal once a window saw a wait of 0.125 s or less.
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.probe(0.0)  # opens the first window, until 0.5
+    clock = [0.0]
+
+    def advance(to: float) -> None:  # the probe runs on time (every 25 ms): the loop itself is not late
+        while clock[0] < to - 1e-9:
+            clock[0] = min(to, clock[0] + 0.025)
+            registry.probe(clock[0])
+        assert not registry.busy
 
     def accept(waited_ms: int) -> bool:
-        return registry.late_accept(_InfoSocket(waited_ms))
+        return registry.late_accept(_InfoSocket(waited_ms)) >= 0
 
     def sampled(*waits: int) -> list[int]:  # each wait for a whole sampling period
         return [ms for ms in waits for _ in range(_QUEUE_SAMPLE)]
 
     # A pause leaves a backlog that drains by itself: old and young waits in one window.
     assert not any(accept(ms) for ms in sampled(900, 800, 700, 400, 100, 10, 5, 1))
-    registry.probe(0.6)
+    advance(0.6)
     assert not registry.queue_late and registry.shed_requests == 0
-    # A standing queue: every sample of the window waited past the target.
-    assert not any(accept(ms) for ms in sampled(700, 650, 800))
-    registry.probe(1.2)
+    # A standing queue: every sample of the window waited past half the target.
+    assert not any(accept(ms) for ms in sampled(700, 350, 800))
+    advance(1.2)
     assert registry.queue_late
     probe = _InfoSocket(900)
-    assert registry.late_accept(probe) and probe.calls == 1  # every accept is measured now…
-    assert accept(600)  # …and each one that waited too long is refused
-    assert not any(accept(ms) for ms in [450, 300])  # younger ones are served: waits stay under the target
-    assert registry.shed_requests == 2
-    registry.probe(1.8)
-    assert registry.queue_late  # the least wait is still over half the target: a standing queue
+    assert registry.late_accept(probe) >= 0 and probe.calls == 1  # every accept is measured now…
+    assert accept(300)  # …and each one that waited too long is refused
+    assert not any(accept(ms) for ms in [240, 150])  # younger ones are served: waits stay under it
+    assert registry.shed_requests == 0  # counted when the request is answered (a health probe is not shed)
+    advance(1.8)
+    assert registry.queue_late  # the least wait is still over a quarter of the target: a standing queue
     assert not accept(40)
-    registry.probe(2.4)
-    assert not registry.queue_late  # a wait of under half the target: drained
+    advance(2.4)
+    assert not registry.queue_late  # a wait of under a quarter of the target: drained
     off = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=None))  # type: ignore[arg-type]
     off.queue_late = True
-    assert not off.late_accept(_InfoSocket(10_000))
+    assert off.late_accept(_InfoSocket(10_000)) < 0
 
 
 def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
@@ -339,3 +349,101 @@ def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -
     assert app.handled == 0 and transport.eof_written
     protocol.connection_lost(None)
     assert registry.connections == 0 and registry.lingering_refusals == 0
+
+
+def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_first_requests() -> None:
+    # shed_after 0.5: two probes more than 0.25 s late in a row make the server busy; a request on
+    # an open connection that waited over 0.25 s is then answered 503; one that did not is served.
+    loop = FakeLoop()
+    registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry.probe(loop.now)  # the first probe sets when the next one is due
+    loop.now += 0.025
+    registry.probe(loop.now)  # on time
+    app = App()
+    protocol = HttpProtocol(app, registry, registry.limits)
+    transport = FakeTransport()
+    sock = _InfoSocket(0)
+    transport.socket = sock  # type: ignore[assignment]
+    protocol.connection_made(transport)
+    protocol.data_received(get("/"))  # the first request is the accept's to judge
+    loop.now += 0.3
+    registry.probe(loop.now)  # one long turn: a pause, nothing changes
+    assert not registry.busy
+    loop.now += 0.3
+    registry.probe(loop.now)
+    assert registry.busy
+    sock.waited_ms = 400
+    protocol.data_received(get("/"))
+    sock.waited_ms = 100
+    protocol.data_received(get("/"))
+    statuses = [int(code) for code in re.findall(rb"HTTP/1.1 (\d{3}) ", transport.output)]
+    assert statuses == [200, 503, 200] and app.handled == 2
+    assert registry.unavailable["queued"] == 1 and b"retry-after: 1" in transport.output
+    for _ in range(25):  # on time again: busy lasts twice shed_after after the last long pair
+        loop.now += 0.05
+        registry.probe(loop.now)
+    assert not registry.busy
+
+
+def test_a_long_turn_after_another_makes_the_server_busy_before_the_next_probe() -> None:
+    loop = FakeLoop()
+    registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry.probe(loop.now)  # the first probe sets when the next one is due
+    loop.now += 0.025
+    registry.probe(loop.now)  # on time
+    loop.now += 0.3
+    registry.probe(loop.now)  # the previous turn was long
+    assert not registry.busy
+    assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # over shed_after, in a long turn
+    assert registry.busy
+    for _ in range(_QUEUE_SAMPLE):
+        assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # every request is measured now
+
+
+def test_an_overloaded_server_drains_its_listen_queue_refusing_at_once_what_waited_too_long() -> None:
+    import socket
+    import time
+
+    loop = asyncio.new_event_loop()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.setblocking(False)
+    clients = []
+    handed: list[socket.socket] = []
+    try:
+        registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.2))
+        registry.listen(listener, handed.append)
+        for _ in range(3):
+            c = socket.create_connection(listener.getsockname())
+            c.sendall(get("/"))
+            clients.append(c)
+        time.sleep(0.15)  # these three waited 150 ms in the queue: over half of shed_after
+        young = socket.create_connection(listener.getsockname())
+        young.sendall(get("/"))
+        clients.append(young)
+        time.sleep(0.01)
+        registry.busy = True  # overloaded
+        assert registry.drain_backlog() == 3
+        assert len(handed) == 1  # the young one is served
+        for c in clients[:3]:
+            c.settimeout(2)
+            answer = c.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in answer
+            assert b"connection: close" in answer
+        assert registry.unavailable["backlog"] == 3 and registry.shed_requests == 3
+        # Not overloaded: a queue that waits is taken over and served, nothing refused.
+        registry.busy = False
+        late = socket.create_connection(listener.getsockname())
+        clients.append(late)
+        time.sleep(0.1)
+        assert registry.drain_backlog() == 0 and len(handed) == 2
+        registry.stop_listening()
+        assert registry.drain_backlog() == 0
+    finally:
+        for c in clients:
+            c.close()
+        for conn in handed:
+            conn.close()
+        listener.close()
+        loop.close()

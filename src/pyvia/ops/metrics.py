@@ -80,7 +80,7 @@ DB_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 #: The native server's label values (pyvia.server.connection keeps the same tuples; a test compares
 #: them): why it answered 503 itself, where it timed a connection out, what it refused a request with.
 UNAVAILABLE_REASONS = ("connections", "connections_per_ip", "backlog", "streams", "streams_per_ip", "in_flight",
-                       "loop_lag")
+                       "loop_lag", "queued")
 TIMEOUT_PHASES = ("header", "body", "idle", "send")
 REFUSAL_STATUSES = ("400", "413", "414", "417", "431", "501", "505")
 #: The native server's effective caps, as ``ConnectionRegistry.stats()`` names them.
@@ -613,7 +613,7 @@ class _ServerMetrics:
             "pyvia_server_unavailable_total",
             "503s the server answered by itself: a connection cap or the listen backlog at accept (connections, "
             "connections_per_ip, backlog), a stream cap (streams, streams_per_ip), load shedding (in_flight, "
-            "loop_lag).", labels={"reason": UNAVAILABLE_REASONS})
+            "loop_lag, queued).", labels={"reason": UNAVAILABLE_REASONS})
         self.timeouts = r.counter(
             "pyvia_server_timeouts_total",
             "Connections timed out: request head (408), body (408), idle keep-alive (closed), a peer not reading "

@@ -277,7 +277,7 @@ SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
     "max_streams_per_ip": (int | None, None, _positive),
     "per_ip_exempt": (tuple[str, ...], ("127.0.0.0/8", "::1"), _networks),
     "max_in_flight": (int, 1024, _positive),
-    "shed_after": (float | None, 0.5, _positive_number),
+    "shed_after": (float | None, 0.25, _positive_number),
     "shed_exempt": (tuple[str, ...], ("/_health", "/_ready", "/metrics"), _paths),
     "allowed_hosts": (tuple[str, ...] | None, None, _hosts),
     "retry_after": (int, 1, _positive),

@@ -242,6 +242,8 @@ class HttpProtocol(asyncio.Protocol):
         "_registry",
         "_scheme",
         # Per connection.
+        "_accept_wait",
+        "_sock",
         "_exchange",
         "_final",
         "_flush_mark",
@@ -297,6 +299,8 @@ class HttpProtocol(asyncio.Protocol):
         self._scheme = scheme
 
         self._state = IDLE
+        self._sock: socket.socket | None = None  # for TCP_INFO: how long a request waited unread
+        self._accept_wait = -1.0  # >= 0: waited this long in the listen queue of an overloaded server
         #: The exchange being answered (None: nothing owed); the queue holds the ones behind it.
         self._exchange: Exchange | None = None
         # A list, not a deque: an empty deque costs 600 bytes per connection, and this holds at
@@ -367,18 +371,21 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         self.transport = transport
-        sock = transport.get_extra_info("socket")
+        self._sock = sock = transport.get_extra_info("socket")
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple | list) and peer:
             self.client = str(peer[0])
         registry = self._registry
         registry.add(self)
         # (a passed connection was accepted long ago by another worker: its wait means nothing)
-        if not registry.admit(self) or (
-            self._scheme == "http" and not self._preface and registry.late_accept(sock, self.client)
-        ):
+        if not registry.admit(self):
             self._refuse()
             return
+        # (a passed connection was accepted long ago by another worker: its wait means nothing;
+        # TLS read its handshake after accept). Its first request is refused once read, unless
+        # it is for a path never shed.
+        if self._scheme == "http" and not self._preface:
+            self._accept_wait = registry.late_accept(sock)
         if sock is not None:
             # OSError: a Unix socket; AttributeError: a transport without a real socket.
             with contextlib.suppress(OSError, AttributeError):
@@ -759,8 +766,14 @@ class HttpProtocol(asyncio.Protocol):
         self.served += 1
         self.deadline = 0.0
         request = exchange.request
-        if self._registry.shedding and request.path not in self._limits.shed_exempt:
-            self._shed(exchange)
+        registry = self._registry
+        shedding = registry.shedding
+        # A connection's first request was judged when it was accepted (how long it waited in the
+        # listen queue); what it waits after that is the server's own turns, not a queue to shed.
+        first = self.served == 1
+        waited = -1.0 if shedding else self._accept_wait if first else registry.late_request(self._sock)
+        if (shedding or waited >= 0) and request.path not in self._limits.shed_exempt:
+            self._shed(exchange, waited, accepted=first)
             return
         try:
             result = self._app.handle(request)
@@ -783,10 +796,17 @@ class HttpProtocol(asyncio.Protocol):
             self._registry.task_started()
             task.add_done_callback(self._on_task_done)
 
-    def _shed(self, exchange: Exchange) -> None:
-        """Overloaded: 503 + Retry-After now, without asking the app; the connection stays usable."""
-        self._registry.shed(self.client, exchange.request.path)
-        keep_alive = exchange.keep_alive and not self.draining
+    def _shed(self, exchange: Exchange, waited: float, *, accepted: bool = False) -> None:
+        """Overloaded: 503 + Retry-After now, without asking the app; the connection stays usable,
+        unless it is new and waited in the listen queue (``accepted``): it is closed, as at accept.
+        ``waited``: how long the request waited unread, when that is why (else -1)."""
+        registry = self._registry
+        closing = waited >= 0 and accepted
+        if waited >= 0:
+            registry.shed_late(self.client, exchange.request.path, waited, accepted=accepted)
+        else:
+            registry.shed(self.client, exchange.request.path)
+        keep_alive = exchange.keep_alive and not self.draining and not closing
         self.transport.write(
             wire.service_unavailable(
                 self._registry.limits.retry_after,
@@ -794,6 +814,11 @@ class HttpProtocol(asyncio.Protocol):
                 connection=self._connection_header(keep_alive, exchange.http10),
             )
         )
+        if closing:  # a lingering close, as any refusal: what the client still sends must not reset it
+            self._exchange = None
+            self._final = b""
+            self._close(linger=True)
+            return
         self._answered(keep_alive)
 
     def _on_task_done(self, task: asyncio.Future[object]) -> None:

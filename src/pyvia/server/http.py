@@ -158,7 +158,7 @@ class ServerLimits:
     #: Requests the app is still answering asynchronously → 503 for new ones past it.
     max_in_flight: int = 1024
     #: Seconds a request may wait (listen backlog, late loop) before it is shed with 503. None: never.
-    shed_after: float | None = 0.5
+    shed_after: float | None = 0.25
     #: Exact request paths answered even while shedding.
     shed_exempt: tuple[str, ...] = PROBE_PATHS
     #: Host names this server answers (``"example.com"``, ``"*.example.com"`` for any

@@ -9,6 +9,7 @@ makes by itself is counted here and logged by :class:`RefusalLog`, one line each
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import struct
@@ -37,11 +38,16 @@ logger = logging.getLogger("pyvia.server")
 QUEUE_SAMPLE = 8
 #: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
+#: Seconds a connection refused from the listen queue keeps reading (and dropping) after its 503,
+#: and how many may do so at once (the lingering close of HttpProtocol, for raw sockets).
+_RAW_LINGER = 2.0
+_MAX_RAW_LINGER = 1024
 _NEVER = float("inf")
 
 #: Why the server answered 503 by itself: a cap at accept (``connections``, ``connections_per_ip``),
 #: a connection that waited too long in the listen backlog (``backlog``), a stream cap
-#: (``streams``, ``streams_per_ip``), or load shedding of a request (``in_flight``, ``loop_lag``).
+#: (``streams``, ``streams_per_ip``), or load shedding of a request (``in_flight``, ``loop_lag``,
+#: ``queued``: one that waited too long to be read).
 UNAVAILABLE_REASONS = (
     "connections",
     "connections_per_ip",
@@ -50,6 +56,7 @@ UNAVAILABLE_REASONS = (
     "streams_per_ip",
     "in_flight",
     "loop_lag",
+    "queued",
 )
 #: Where a connection was timed out: its request head (408), its body (408), idle between
 #: requests (closed silently), or a peer that stopped reading what it was sent (aborted).
@@ -115,22 +122,27 @@ class ConnectionRegistry:
     """
 
     __slots__ = (
+        "_busy_until",
         "_connections",
         "_exempt",
         "_handle",
         "_interval",
+        "_listening",
         "_max_conn_ip",
         "_max_stream_ip",
         "_measure_queue",
         "_probe",
         "_probe_due",
         "_probe_every",
+        "_raw_lingering",
         "_sample_in",
         "_waiter",
         "_was_late",
+        "_was_slow",
         "_window_end",
         "_window_min",
         "accepted",
+        "busy",
         "by_ip",
         "connections",
         "hosts",
@@ -179,6 +191,10 @@ class ConnectionRegistry:
         self._handle: asyncio.TimerHandle | None = None
         self._probe: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
+        #: Listening sockets whose queue the probe drains while overloaded, each with how to hand
+        #: a young connection to the loop (:meth:`listen`).
+        self._listening: list[tuple[socket.socket, Callable[[socket.socket], object]]] = []
+        self._raw_lingering = 0
         big = 1 << 62
         self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
         self.max_streams = max_streams if max_streams is not None else (limits.max_streams or big)
@@ -194,6 +210,11 @@ class ConnectionRegistry:
         self._window_min = _NEVER
         self._window_end = 0.0
         self._was_late = False
+        self._was_slow = False
+        self._busy_until = 0.0
+        #: True while loop turns keep running long: two probes in a row over half ``shed_after``,
+        #: and for twice ``shed_after`` after the last such pair (so shedding does not flap).
+        self.busy = False
         #: True while the listen backlog is overloaded (see :meth:`late_accept`).
         self.queue_late = False
         self._probe_due = 0.0
@@ -351,52 +372,88 @@ class ConnectionRegistry:
         if self.shedding and not self.lagging and self.in_flight < self.max_in_flight:
             self.shedding = False
 
-    def late_accept(self, sock: socket.socket | None, client: str = "") -> bool:
-        """True when a connection just accepted should be answered 503 because it waited in the
-        listen backlog longer than ``shed_after`` while the backlog is overloaded.
+    def late_accept(self, sock: socket.socket | None) -> float:
+        """How long a connection just accepted waited in the listen queue, when its request must be
+        answered 503 (else -1): longer than half of ``shed_after`` while the server is
+        overloaded (:meth:`_late` says how that is judged). Count it with :meth:`shed_late`."""
+        return self._late(sock)
+
+    def late_request(self, sock: socket.socket | None) -> float:
+        """How long a request about to be answered waited, when it must get a 503 instead (else
+        -1): it waited longer than half of ``shed_after`` (unread in its socket behind long loop
+        turns, or behind the requests ahead of it) while the server is overloaded. Count it with
+        :meth:`shed_late`."""
+        return self._late(sock)
+
+    def shed_late(self, client: str, path: str, waited: float, *, accepted: bool = False) -> None:
+        """Count (and log) a request answered 503 because it waited ``waited`` seconds, in the
+        listen queue (``accepted``: its connection's first) or in its socket."""
+        self.shed_requests += 1
+        if accepted:
+            self.unavailable["backlog"] += 1
+            self.log_refusal(
+                503,
+                "shed a request from %s for %s with 503: it waited %.2f s in the listen backlog (shed_after %s s)",
+                client or "?",
+                path,
+                waited,
+                self.limits.shed_after,
+            )
+        else:
+            self.unavailable["queued"] += 1
+            self.log_refusal(
+                503,
+                "shed a request from %s for %s with 503: it waited %.2f s to be read (shed_after %s s)",
+                client or "?",
+                path,
+                waited,
+                self.limits.shed_after,
+            )
+
+    def _late(self, sock: socket.socket | None) -> float:
+        """The wait of a request (or of a new connection's request) if it must be shed, else -1.
 
         The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
-        sends its request right after connecting, so that is its time in the backlog (at most:
-        an idle preconnect counts from the handshake). Off Linux, and for TLS (the handshake came
-        after accept), nothing is measured and only the loop lag sheds.
+        sends a request in one piece and waits for the answer, so that is the time it spent
+        unread, in the listen backlog or in its socket behind long loop turns (for an idle
+        preconnect, the time since the handshake: at most). Off Linux, and for TLS (bytes arrive
+        before they can be read), nothing is measured and only the loop lag sheds.
 
-        CoDel's rule with a fixed target: the backlog is overloaded (``queue_late``) once every
+        CoDel's rule with a fixed target: the server is overloaded (``queue_late``) once every
         sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
         a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
-        that backlog drains by itself, and its young connections show up in the window). Until
-        then one accept in ``QUEUE_SAMPLE`` pays the ``getsockopt`` (~2 µs); while overloaded
-        every accept is measured and those that waited too long are refused, so the backlog
-        drains at the cost of a 503 each and what is served waited at most ``shed_after``.
+        that queue drains by itself, and its young requests show up in the window). Until then
+        one accept or request in ``QUEUE_SAMPLE`` pays the ``getsockopt`` (~2 µs); while
+        overloaded every one is measured and those that waited too long are answered 503 (about
+        1/50 of a real request), so the queue drains and what is served waited at most
+        ``shed_after``.
         """
         if not self._measure_queue or sock is None:
-            return False
-        if not self.queue_late:
+            return -1.0
+        overloaded = self.queue_late or self.busy
+        if not overloaded:
             self._sample_in -= 1
             if self._sample_in > 0:
-                return False
+                return -1.0
             self._sample_in = QUEUE_SAMPLE
         try:
             info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
         except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
-            return False
+            return -1.0
         if len(info) < 56:
-            return False
-        waited = struct.unpack_from("I", info, 52)[0] / 1000
+            return -1.0
+        waited = float(struct.unpack_from("I", info, 52)[0]) / 1000
         if waited < self._window_min:
             self._window_min = waited
         shed_after = self.limits.shed_after
-        if self.queue_late and shed_after is not None and waited > shed_after:
-            self.shed_requests += 1
-            self.unavailable["backlog"] += 1
-            self.log_refusal(
-                503,
-                "refused a connection from %s with 503: it waited %.2f s in the listen backlog (shed_after %s s)",
-                client or "?",
-                waited,
-                self.limits.shed_after,
-            )
-            return True
-        return False
+        if not overloaded and self._was_slow and shed_after is not None and waited > shed_after:
+            # A long turn right after another one: overloaded now, not at the next probe (which
+            # this very turn delays), or the rest of it is served however late.
+            self.busy = overloaded = True
+            self._busy_until = self.loop.time() + 2 * shed_after
+        if overloaded and shed_after is not None and waited > shed_after / 2:
+            return waited
+        return -1.0
 
     def _judge_backlog(self, now: float) -> None:
         """At the end of each window: overloaded if its least wait was over ``shed_after``; back to
@@ -407,9 +464,9 @@ class ConnectionRegistry:
         target = self.limits.shed_after
         assert target is not None
         if self.queue_late:
-            self.queue_late = least > target / 2
+            self.queue_late = least > target / 4
         else:
-            self.queue_late = least != _NEVER and least > target
+            self.queue_late = least != _NEVER and least > target / 2
         self._window_min = _NEVER
         self._window_end = now + target
 
@@ -504,6 +561,7 @@ class ConnectionRegistry:
 
     def stop(self) -> None:
         """Stop the sweep and the probe."""
+        self._listening = []
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -527,10 +585,145 @@ class ConnectionRegistry:
         # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
         self.lagging = lagging = late and self._was_late
         self._was_late = late
+        # Two long turns in a row (each over half the target): requests read late in such turns
+        # waited up to a turn each, while the first ones read in it did not, so the window's least
+        # wait stays low: CoDel's rule alone would never see this queue.
+        slow = shed_after is not None and lag > shed_after / 2
+        if slow and self._was_slow:
+            self._busy_until = now + 2 * shed_after  # type: ignore[operator]
+        self.busy = now < self._busy_until
+        self._was_slow = slow
         self.shedding = lagging or self.in_flight >= self.max_in_flight
         self._probe_due = now + self._probe_every
         if self._measure_queue:
             self._judge_backlog(now)
+            if self._listening:
+                self.drain_backlog()
+
+    def listen(self, sock: socket.socket, hand_over: Callable[[socket.socket], object]) -> None:
+        """Let the probe take over ``sock``'s accept queue whenever it is not kept short.
+
+        uvloop accepts one connection per loop turn: when turns take tens of milliseconds (a
+        loaded server) and connections arrive faster than that, the listen queue grows for
+        seconds, then overflows, and new connections get nothing at all (the attack saw 17 of 40
+        unanswered after 10 s) while every open connection is served. So each probe looks at the
+        queue: when its first connection waited more than a quarter of ``shed_after``, it
+        accepts all that wait. While the server is overloaded those that waited past
+        ``shed_after`` get the 503 at once, written on the raw socket (no transport, no task: a
+        few microseconds each); the others go to ``hand_over`` to be served.
+        """
+        self._listening.append((sock, hand_over))
+
+    def stop_listening(self) -> None:
+        """Forget the listening sockets (the server stopped accepting)."""
+        self._listening = []
+
+    def drain_backlog(self, limit: int = 4096, hand_over_at_most: int = 32) -> int:
+        """Accept what waits in the listen queues (see :meth:`listen`); how many were refused.
+
+        Every connection taken is a sample of the wait (:meth:`_late`'s window), so a standing
+        queue is seen even while uvloop accepts too few to sample.
+        """
+        shed_after = self.limits.shed_after or 0.0
+        overloaded = self.queue_late or self.busy or self.lagging
+        refused = 0
+        handed = 0
+        for sock, hand_over in self._listening:
+            for _ in range(limit):
+                if handed >= hand_over_at_most:
+                    return refused  # the rest waits for the next probe, or its 503: one turn can hold so many
+                try:
+                    conn, peer = sock.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:  # EMFILE, ENFILE…: uvloop's own accept reports it
+                    logger.debug("draining the listen queue: %s", exc)
+                    break
+                waited = _last_data_age(conn)
+                if waited < self._window_min:
+                    self._window_min = waited
+                if overloaded and waited > shed_after / 2 and not self._asks_exempt(conn):
+                    refused += 1
+                    self._refuse_raw(conn, str(peer[0]) if isinstance(peer, tuple) else "", waited)
+                    continue
+                conn.setblocking(False)
+                hand_over(conn)
+                handed += 1
+                if waited < shed_after / 4:
+                    break  # a short queue: uvloop keeps up with it
+        return refused
+
+    def _asks_exempt(self, conn: socket.socket) -> bool:
+        """Whether the request waiting on ``conn`` is for a path never shed (``shed_exempt``: a
+        health probe must not fail because the server is busy), read without taking it."""
+        try:
+            head = conn.recv(512, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            return False
+        target = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+        path = target.partition(b"?")[0].decode("latin-1")
+        return path in self.limits.shed_exempt
+
+    def _refuse_raw(self, conn: socket.socket, client: str, waited: float) -> None:
+        """The 503 of a connection that waited too long, written on the socket itself.
+
+        Then a lingering close, as for any refusal: the write side ends (FIN) and what the client
+        still sends is read and dropped for a moment, because closing with unread bytes (or with
+        bytes on the way) sends RST, which can destroy the 503 before the client reads it. Past
+        ``_MAX_RAW_LINGER`` refusals lingering at once, the socket closes at once.
+        """
+        self.shed_requests += 1
+        self.refused_connections += 1
+        self.unavailable["backlog"] += 1
+        self.log_refusal(
+            503,
+            "refused a connection from %s with 503: it waited %.2f s in the listen backlog (shed_after %s s)",
+            client or "?",
+            waited,
+            self.limits.shed_after,
+        )
+        try:
+            conn.setblocking(False)
+            with contextlib.suppress(OSError):
+                conn.recv(65536)
+            conn.send(self.refusal)
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        if self._raw_lingering >= _MAX_RAW_LINGER:
+            conn.close()
+            return
+        self._raw_lingering += 1
+        fd = conn.fileno()
+        loop = self.loop
+
+        def done() -> None:
+            if conn.fileno() < 0:
+                return
+            self._raw_lingering -= 1
+            with contextlib.suppress(Exception):
+                loop.remove_reader(fd)
+            handle.cancel()
+            conn.close()
+
+        def readable() -> None:
+            try:
+                if conn.recv(65536):
+                    return  # dropped
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            done()  # EOF or an error: the client has gone
+
+        try:
+            loop.add_reader(fd, readable)
+        except Exception:  # a loop without add_reader (or the fd refused): close now
+            self._raw_lingering -= 1
+            conn.close()
+            return
+        handle = loop.call_later(_RAW_LINGER, done)
 
     def _on_probe(self) -> None:
         self.probe(self.loop.time())
@@ -571,6 +764,15 @@ class ConnectionRegistry:
         finally:
             self._waiter = None
         return True
+
+
+def _last_data_age(sock: socket.socket) -> float:
+    """Seconds since ``sock`` last received data (``TCP_INFO``), or 0 when unknown."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
+    except (OSError, AttributeError, ValueError, TypeError):
+        return 0.0
+    return float(struct.unpack_from("I", info, 52)[0]) / 1000 if len(info) >= 56 else 0.0
 
 
 def _first(*values: int | None) -> int:

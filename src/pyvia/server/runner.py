@@ -178,6 +178,8 @@ async def serve(
                 ssl=ssl_context,
                 ssl_handshake_timeout=handshake_timeout,
             )
+            if ssl_context is None:  # while overloaded the probe drains the queue uvloop accepts from slowly
+                registry.listen(sock, _HandOver(loop, lambda: HttpProtocol(app, registry, limits, scheme)))
         else:
             acceptor.start(backlog)
             server = acceptor
@@ -216,6 +218,28 @@ async def serve(
             watch(None)
         if server is None and own_sock:
             sock.close()
+
+
+class _HandOver:
+    """Gives a socket accepted by the registry's backlog drain to uvloop, as if it had accepted it."""
+
+    __slots__ = ("_factory", "_loop", "_pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, factory: Callable[[], HttpProtocol]) -> None:
+        self._loop = loop
+        self._factory = factory
+        self._pending: set[asyncio.Task[object]] = set()
+
+    def __call__(self, conn: socket.socket) -> None:
+        task: asyncio.Task[object] = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
+        self._pending.add(task)
+        task.add_done_callback(lambda done: self._done(done, conn))
+
+    def _done(self, task: asyncio.Task[object], conn: socket.socket) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("could not serve a connection taken from the listen queue: %s", task.exception())
+            conn.close()
 
 
 class ConnectionAdopter:
@@ -278,6 +302,7 @@ async def _stop(app: ServedApp, server: asyncio.Server | BalancedAcceptor, regis
     loop = asyncio.get_running_loop()
     started = loop.time()
     server.close()  # stop accepting; open connections are ours to end
+    registry.stop_listening()
     if len(registry):
         # a connection accepted in the last instants has its request on the way: closing it as
         # idle would fail that request, so the loop reads for a moment first
