@@ -25,6 +25,7 @@ from pyvia.server import ServedApp
 from pyvia.server.balance import BalancedAcceptor, BalanceTable
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
 from pyvia.server.http import ServerLimits, derive_max_connections, derive_max_streams, derive_per_ip
+from pyvia.server.os_limits import SOMAXCONN, OsLimits, limit_warnings, raise_open_files, read_sysctl
 
 __all__ = ["DEFAULT_LIMITS", "StopPlan", "bind_socket", "effective_caps", "make_ssl_context", "run", "serve"]
 
@@ -87,8 +88,8 @@ def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tu
     """(max_connections, max_streams, max_connections_per_ip, max_streams_per_ip) for ``limits``:
     the ``None`` ones derived from the soft fd limit (:class:`ServerLimits` says how).
 
-    An explicit ``max_connections`` above what the fd limit allows is lowered to it (with a
-    warning): past the fd limit accept fails with EMFILE and nobody gets an answer, not even a 503.
+    An explicit ``max_connections`` above what the fd limit allows is lowered to it (``serve``
+    logs it): past the fd limit accept fails with EMFILE and nobody gets an answer, not even a 503.
     """
     if fd_soft_limit is None:
         fd_soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -97,9 +98,7 @@ def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tu
     if connections is None:
         connections = ceiling
     elif connections > ceiling:
-        logger.warning("max_connections=%d is above what the open-file limit (%d) allows; using %d",
-                       connections, fd_soft_limit, ceiling)
-        connections = ceiling
+        connections = ceiling  # serve() says so, with the fix (pyvia.server.os_limits)
     streams = min(limits.max_streams if limits.max_streams is not None else derive_max_streams(connections),
                   connections)
     per_ip = limits.max_connections_per_ip
@@ -150,7 +149,13 @@ async def serve(
     own_sock = sock is None
     if sock is None:
         sock = bind_socket(host, port)
-    max_connections, max_streams, per_ip, streams_per_ip = effective_caps(limits)
+    fd_before, fd_soft, fd_hard = raise_open_files()
+    os_limits = OsLimits(fd_before, fd_soft, fd_hard, read_sysctl(SOMAXCONN))
+    max_connections, max_streams, per_ip, streams_per_ip = effective_caps(limits, fd_soft)
+    capped = limit_warnings(os_limits, backlog=backlog, max_connections=limits.max_connections,
+                            effective_connections=max_connections)
+    if capped:
+        logger.warning("system limits cap this server: %s", "; ".join(capped))
     registry = ConnectionRegistry(loop, limits.sweep_interval, limits, max_connections=max_connections,
                                   max_streams=max_streams, max_connections_per_ip=per_ip,
                                   max_streams_per_ip=streams_per_ip)
@@ -195,9 +200,11 @@ async def serve(
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
         logger.info("capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
-                    "flight, shed after %s s of waiting; per-address caps skip %s", max_connections,
+                    "flight, shed after %s s of waiting; per-address caps skip %s; open files %d (raised from %d, "
+                    "hard %d), listen backlog %d (somaxconn %s)", max_connections,
                     per_ip, max_streams, streams_per_ip, limits.max_in_flight,
-                    limits.shed_after, ", ".join(limits.per_ip_exempt) or "nobody")
+                    limits.shed_after, ", ".join(limits.per_ip_exempt) or "nobody", fd_soft, fd_before, fd_hard,
+                    backlog, os_limits.somaxconn if os_limits.somaxconn is not None else "unknown")
         if isinstance(ready, asyncio.Event):
             ready.set()
         elif ready is not None:
