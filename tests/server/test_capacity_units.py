@@ -411,8 +411,8 @@ def test_an_overloaded_server_drains_its_listen_queue_refusing_at_once_what_wait
     listener.setblocking(False)
     clients = []
     handed: list[socket.socket] = []
+    registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.2))
     try:
-        registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.2))
         registry.listen(listener, handed.append)
         for _ in range(3):
             c = socket.create_connection(listener.getsockname())
@@ -441,6 +441,7 @@ def test_an_overloaded_server_drains_its_listen_queue_refusing_at_once_what_wait
         registry.stop_listening()
         assert registry.drain_backlog() == 0
     finally:
+        registry.stop()  # ends the refused connections' lingering close
         for c in clients:
             c.close()
         for conn in handed:

@@ -134,7 +134,7 @@ class ConnectionRegistry:
         "_probe",
         "_probe_due",
         "_probe_every",
-        "_raw_lingering",
+        "_raw",
         "_sample_in",
         "_waiter",
         "_was_late",
@@ -194,7 +194,8 @@ class ConnectionRegistry:
         #: Listening sockets whose queue the probe drains while overloaded, each with how to hand
         #: a young connection to the loop (:meth:`listen`).
         self._listening: list[tuple[socket.socket, Callable[[socket.socket], object]]] = []
-        self._raw_lingering = 0
+        #: fd -> the socket refused from the listen queue and lingering, with its timer.
+        self._raw: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}
         big = 1 << 62
         self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
         self.max_streams = max_streams if max_streams is not None else (limits.max_streams or big)
@@ -560,8 +561,10 @@ class ConnectionRegistry:
             self._probe = self.loop.call_later(self._probe_every, self._on_probe)
 
     def stop(self) -> None:
-        """Stop the sweep and the probe."""
+        """Stop the sweep and the probe (and end the lingering refusals of the listen queue)."""
         self._listening = []
+        for fd in list(self._raw):
+            self._end_raw(fd)
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -691,21 +694,13 @@ class ConnectionRegistry:
         except OSError:
             conn.close()
             return
-        if self._raw_lingering >= _MAX_RAW_LINGER:
+        if len(self._raw) >= _MAX_RAW_LINGER:
             conn.close()
             return
-        self._raw_lingering += 1
         fd = conn.fileno()
-        loop = self.loop
 
         def done() -> None:
-            if conn.fileno() < 0:
-                return
-            self._raw_lingering -= 1
-            with contextlib.suppress(Exception):
-                loop.remove_reader(fd)
-            handle.cancel()
-            conn.close()
+            self._end_raw(fd)
 
         def readable() -> None:
             try:
@@ -718,12 +713,21 @@ class ConnectionRegistry:
             done()  # EOF or an error: the client has gone
 
         try:
-            loop.add_reader(fd, readable)
+            self.loop.add_reader(fd, readable)
         except Exception:  # a loop without add_reader (or the fd refused): close now
-            self._raw_lingering -= 1
             conn.close()
             return
-        handle = loop.call_later(_RAW_LINGER, done)
+        self._raw[fd] = (conn, self.loop.call_later(_RAW_LINGER, done))
+
+    def _end_raw(self, fd: int) -> None:
+        found = self._raw.pop(fd, None)
+        if found is None:
+            return
+        conn, handle = found
+        handle.cancel()
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(fd)
+        conn.close()
 
     def _on_probe(self) -> None:
         self.probe(self.loop.time())
