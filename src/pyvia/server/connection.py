@@ -39,6 +39,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
 from pyvia.http import Headers, Request, Response, StreamResponse
 from pyvia.server import http as wire
+from pyvia.server.exchange import Exchange, Sink
 from pyvia.server.http import ChunkedBody, ServerLimits
 from pyvia.server.registry import (
     QUEUE_SAMPLE,
@@ -118,116 +119,6 @@ class _Reject(Exception):
 
 class _Stop(Exception):
     """Raised inside a parser callback to stop reading requests, silently (queue full, closing)."""
-
-
-class Exchange:
-    """One request on a connection and the state of its answer (uvicorn's RequestResponseCycle).
-
-    Created when the request is complete; it lives until the last byte of its response is
-    written: the handler's task while the app answers, the stream and its sink while streaming.
-    """
-
-    __slots__ = ("http10", "keep_alive", "request", "sink", "stream", "task")
-
-    def __init__(self, request: Request, keep_alive: bool, http10: bool) -> None:
-        self.request = request
-        #: The client allows another request after this one (and the server has not refused it).
-        self.keep_alive = keep_alive
-        #: An HTTP/1.0 request: its keep-alive is announced, its stream cannot be chunked.
-        self.http10 = http10
-        self.task: asyncio.Future[object] | None = None
-        self.stream: StreamResponse | None = None
-        self.sink: _Sink | None = None
-
-    @property
-    def head_only(self) -> bool:
-        return self.request.method == "HEAD"
-
-
-class _Sink:
-    """The :class:`pyvia.http.StreamSink` of a native connection: one write per event.
-
-    The head of the response waits in ``_head`` until the first event (or the end of ``open``), so
-    a stream that sends its first event while being opened costs one write for both. ``_turn`` is
-    the connection's exchange count when the stream began: once the connection serves another
-    request, what its transport holds is no longer this stream's.
-    """
-
-    __slots__ = ("_chunked", "_closed", "_conn", "_gone", "_head", "_transport", "_turn")
-
-    def __init__(self, conn: HttpProtocol, transport: asyncio.Transport, head: bytes, chunked: bool) -> None:
-        self._conn = conn
-        self._transport = transport
-        self._head: bytes | None = head
-        self._chunked = chunked
-        self._closed = False
-        self._gone = False  # the peer left or the stream was aborted: nothing is held for it
-        self._turn = conn.served
-
-    def write(self, data: bytes) -> None:
-        """Send ``data`` as one chunk; ignored once the sink is closed or ``data`` is empty."""
-        if self._closed or not data:
-            return
-        if self._chunked:
-            data = b"%x\r\n%b\r\n" % (len(data), data)
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
-        self._transport.write(data)
-
-    def flush_head(self) -> None:
-        if self._head is not None and not self._closed:
-            self._transport.write(self._head)
-            self._head = None
-
-    def close(self) -> None:
-        """End the body (``0\\r\\n\\r\\n``); the connection goes on to the next request (or closes,
-        as the head announced)."""
-        if self._closed:
-            return
-        self._closed = True
-        data = wire.LAST_CHUNK if self._chunked else b""
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
-        if data:
-            self._transport.write(data)
-        self._conn.stream_finished()
-
-    def abort(self) -> None:
-        """End the stream and its connection now, dropping what the peer has not read.
-
-        For a peer that stopped reading: its unsent bytes are memory held for nobody, and the tab
-        reconnects to a full render anyway. Once the connection serves another request it is no
-        longer this stream's to end, and nothing happens.
-        """
-        if self._gone:
-            return
-        self._gone = self._closed = True
-        self._head = None
-        if self._conn.served == self._turn:
-            self._conn.abort_stream()
-
-    def peer_gone(self) -> None:
-        self._closed = self._gone = True
-        self._head = None
-
-    @property
-    def buffered(self) -> int:
-        """Bytes the transport still holds for this stream's peer: the core's slow-client signal.
-
-        After :meth:`close` too, until the peer reads them (or the connection serves another
-        request): the process still holds them, so the core counts them against its cap.
-        """
-        if not self._closed:
-            return self._transport.get_write_buffer_size()
-        if self._gone or self._conn.served != self._turn:
-            return 0
-        return self._conn.unsent
-
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -928,7 +819,7 @@ class HttpProtocol(asyncio.Protocol):
             if sock is not None:
                 with contextlib.suppress(OSError, AttributeError):  # a Unix socket, a transport without one
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-        sink = _Sink(self, self.transport, head, chunked=not exchange.http10)
+        sink = Sink(self, self.transport, head, chunked=not exchange.http10)
         exchange.sink = sink
         exchange.stream = stream
         try:
