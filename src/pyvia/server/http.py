@@ -101,19 +101,22 @@ class ServerLimits:
       1,000 actions a second that allows each one second; past it a request gets 503 at once
       instead of joining an unbounded queue of tasks (ePHPm measured the waiting policy growing
       to 6 GB and wedging).
-    * ``shed_after`` = 0.5 s: how long requests may keep waiting before the server sheds.
-      Under CPU overload requests do not queue in the server but in the kernel: new connections
-      in the listen backlog (uvloop accepts about one per loop turn, so the backlog is the
-      queue) and requests on open connections behind long loop turns. Shedding starts only for
-      *sustained* overload: when every sampled new connection of a whole ``shed_after`` window
-      waited longer than ``shed_after`` before it was accepted (``TCP_INFO`` on Linux; then
-      each connection that waited that long is answered 503 at accept), or when the loop is
-      that late twice in a row (new requests are answered 503 until it is on time). A single
-      pause, a GC pass or one slow handler, sheds nothing: the bench measured generation-1
-      collections of 0.6 s (bench/RESULTS.md), and what queued behind one is served a moment
-      later. A 503 costs ~1/50 of a real request, so the backlog drains and what is served
-      waited about ``shed_after`` at most (CoDel's rule, with a fixed target). Half a second is
-      already a stall every user sees. ``None`` turns it off.
+    * ``shed_after`` = 0.25 s: under overload, the longest a request waits for its answer, a 503
+      included. Under CPU overload requests do not queue in the server but in the kernel: new
+      connections in the listen queue (uvloop accepts one per loop turn, so the probe takes
+      over the queue when it is not kept short) and requests on open connections behind long
+      loop turns; ``TCP_INFO`` (Linux) says how long each waited unread. Shedding starts only
+      for *sustained* overload: two loop turns in a row longer than half of ``shed_after``, or
+      a whole ``shed_after`` window in which every sampled request or connection waited longer
+      than that (CoDel's rule, with a fixed target). Then every request that waited more than
+      half of ``shed_after`` is answered 503 when it is read (a new connection's, before the app
+      sees it; those still in the listen queue on the raw socket), so turns stay about that long
+      and what is served waited at most half of ``shed_after``. A loop late by ``shed_after``
+      twice in a row sheds every new request until it is on time. A single pause, a GC pass or
+      one slow handler, sheds nothing: the bench measured generation-1 collections of 0.6 s
+      (bench/RESULTS.md), and what queued behind one is served a moment later. A 503 costs about
+      1/50 of a real request, so the queues drain. Issue 21 asked accepted work's p99 within
+      250 ms: that is this default. ``None`` turns it off.
     * ``shed_exempt``: the core's ``/_health``, ``/_ready`` and ``/metrics`` are answered even
       when shedding: an overloaded replica is alive, and a readiness probe failing on every
       overloaded replica at once would empty the service (ephpm-lessons §0.7).
@@ -157,7 +160,7 @@ class ServerLimits:
     per_ip_exempt: tuple[str, ...] = LOOPBACK
     #: Requests the app is still answering asynchronously → 503 for new ones past it.
     max_in_flight: int = 1024
-    #: Seconds a request may wait (listen backlog, late loop) before it is shed with 503. None: never.
+    #: Under overload, the longest a request waits for its answer (503 or not); see above. None: never shed.
     shed_after: float | None = 0.25
     #: Exact request paths answered even while shedding.
     shed_exempt: tuple[str, ...] = PROBE_PATHS

@@ -621,7 +621,7 @@ class ConnectionRegistry:
         """Forget the listening sockets (the server stopped accepting)."""
         self._listening = []
 
-    def drain_backlog(self, limit: int = 4096, hand_over_at_most: int = 32) -> int:
+    def drain_backlog(self, limit: int = 4096, hand_over_at_most: int = 64) -> int:
         """Accept what waits in the listen queues (see :meth:`listen`); how many were refused.
 
         Every connection taken is a sample of the wait (:meth:`_late`'s window), so a standing
