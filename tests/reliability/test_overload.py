@@ -8,20 +8,23 @@ without an answer in 10 s and RSS from 145 to 524 MB. Here:
 
 * every arrival is accounted for and none times out; every probe gets a 200, or a 503 with
   ``Retry-After``, within a second;
-* the 503s come at once (p99 within about ``shed_after``), accepted work keeps p99 <= 250 ms,
-  and goodput stays near capacity;
+* the 503s come at once (p99 within about twice ``shed_after``), accepted work keeps p99 within
+  ``shed_after`` (250 ms), and the server does as much real work per CPU second as it did below
+  capacity (a 503 costs little);
 * memory stays flat: page contexts whose stream never comes are capped (the app's
   ``max_waiting_contexts`` 2,000), so RSS ends within 1.2x (+16 MiB) of where the load began.
 
 The server runs in its own process, pinned to CPU 1 when ``taskset`` exists; the generator runs
-here on uvloop. ``PYVIA_OVERLOAD_SECONDS`` lengthens the run (``-s`` prints the figures).
+here on uvloop, pinned to CPU 0 for the run. The latency bounds assume the server has its core: on a machine shared with other
+work the server gets a share of it (read from /proc), its turns take longer in wall-clock time by
+that share, and the bounds are divided by it (the figure line prints it). ``PYVIA_OVERLOAD_SECONDS``
+lengthens the run (``-s`` prints the figures).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +41,14 @@ PROBE_LIMIT = 1.0
 REQUEST = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
 LAGS: list[float] = []
 OPENED: list[int] = []
+SHARES: list[float] = []  # the server's share of a CPU below capacity, then under the load
+CPU: list[float] = []  # the server's CPU seconds under the load
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss(pid: int) -> int:
@@ -204,17 +215,34 @@ def test_an_open_loop_at_twice_capacity_is_shed_at_once_and_nothing_hangs() -> N
         pid = server.proc.pid
 
         async def main() -> tuple[float, Tally, Tally, int, list[int]]:
+            loop = asyncio.get_running_loop()
             pool = Pool(host, port)
+            cpu, began = cpu_seconds(pid), loop.time()
             cap = await capacity(pool)
+            SHARES.append((cpu_seconds(pid) - cpu) / (loop.time() - began))
             monitor = asyncio.ensure_future(lag_monitor(LAGS))
+            cpu, began = cpu_seconds(pid), loop.time()
             load, probes, total, memory = await overload(pool, FACTOR * cap, pid)
+            SHARES.append((cpu_seconds(pid) - cpu) / (loop.time() - began))
+            CPU.append(cpu_seconds(pid) - cpu)
             monitor.cancel()
             await pool.close()
             OPENED.append(pool.opened)
             return cap, load, probes, total, memory
 
-        cap, load, probes, total, memory = uvloop.run(main())
+        affinity = os.sched_getaffinity(0)
+        if len(affinity) > 1 and 0 in affinity:
+            os.sched_setaffinity(0, {0})  # the generator on CPU 0, the server on CPU 1: not on each other's
+        try:
+            cap, load, probes, total, memory = uvloop.run(main())
+        finally:
+            os.sched_setaffinity(0, affinity)
     pool_opened = OPENED[-1]
+    below, under = SHARES[-2:]
+    # Work per CPU second: below capacity (one request of the closed loop each), and under the load.
+    per_cpu_below = cap / max(below, 0.05)
+    per_cpu_under = load.outcomes["200"] / max(CPU[-1], 0.05)
+    share = min(1.0, max(under, 0.25))
     ms = lambda t, o, q: f"{t.p(o, q) * 1000:.0f}"  # noqa: E731
     slowest_probe = max(max(v) for v in probes.latency.values())
     report = (
@@ -224,7 +252,9 @@ def test_an_open_loop_at_twice_capacity_is_shed_at_once_and_nothing_hangs() -> N
         f"RSS {memory[0] >> 20} -> {max(memory) >> 20} -> {memory[-1] >> 20} MiB; server: "
         f"{ {k: v for k, v in server.stats.items() if k.startswith('unavailable.') and v} }, max loop lag "
         f"{server.stats.get('max_lag_seconds', 0) * 1000:.0f} ms, {server.stats.get('accepted')} accepted; "
-        f"generator: {pool_opened} connections, loop lag p99 {sorted(LAGS)[int(len(LAGS) * 0.99)] * 1000:.0f} ms"
+        f"generator: {pool_opened} connections, loop lag p99 {sorted(LAGS)[int(len(LAGS) * 0.99)] * 1000:.0f} ms; "
+        f"server CPU share {below:.0%} below capacity, {under:.0%} under load; 200s per CPU second "
+        f"{per_cpu_below:.0f} below, {per_cpu_under:.0f} under load"
     )
     print(report)
     assert cap > 100, report
@@ -234,8 +264,7 @@ def test_an_open_loop_at_twice_capacity_is_shed_at_once_and_nothing_hangs() -> N
     assert slowest_probe < PROBE_LIMIT, report  # brand-new connections too
     assert load.retry_after_missing == probes.retry_after_missing == 0, report
     assert load.outcomes["503"] > 0, report  # the excess was shed...
-    assert load.p("200", 0.99) <= 0.25, report  # ...so what was accepted was served in time
-    assert load.p("503", 0.99) <= 0.75, report  # ...and refused at once
-    assert load.outcomes["200"] / SECONDS >= 0.5 * cap, report  # while real work went on
+    assert load.p("200", 0.99) <= 0.25 / share, report  # ...so what was accepted was served in time
+    assert load.p("503", 0.99) <= 0.5 / share, report  # ...and refused at once
+    assert per_cpu_under >= 0.5 * per_cpu_below, report  # while real work went on at its pace
     assert max(memory) <= 1.2 * memory[0] + (16 << 20), report
-    assert statistics.median(load.latency["200"]) < 0.25, report
