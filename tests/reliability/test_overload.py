@@ -15,10 +15,10 @@ without an answer in 10 s and RSS from 145 to 524 MB. Here:
   ``max_waiting_contexts`` 2,000), so RSS ends within 1.2x (+16 MiB) of where the load began.
 
 The server runs in its own process, pinned to CPU 1 when ``taskset`` exists; the generator runs
-here on uvloop, pinned to CPU 0 for the run. The latency bounds assume the server has its core: on a machine shared with other
-work the server gets a share of it (read from /proc), its turns take longer in wall-clock time by
-that share, and the bounds are divided by it (the figure line prints it). ``PYVIA_OVERLOAD_SECONDS``
-lengthens the run (``-s`` prints the figures).
+here on uvloop, pinned to CPU 0 for the run. The latency bounds assume the server has its core:
+on a machine shared with other work the server gets a share of it (read from /proc), its turns
+take longer in wall-clock time by that share, and the bounds are divided by it (the figure line
+prints it). ``PYVIA_OVERLOAD_SECONDS`` lengthens the run (``-s`` prints the figures).
 """
 
 from __future__ import annotations
