@@ -474,15 +474,11 @@ class Context:
         and the snapshot; all marked as sent."""
         out: dict[str, Any] = {}
         revisions: dict[str, int] = {}
-        owned = False
         for sig in self._signals.values():
             out[sig.id] = sig._sent = sig._value
             sig._changed = False
-            if sig.writable:
-                if sig.revision:
-                    revisions[sig.id] = sig.revision
-            else:
-                owned = True
+            if sig.writable and sig.revision:
+                revisions[sig.id] = sig.revision
         self._add_shared(out, revisions)
         return self._finish_patch(out, revisions, True)  # even an empty snapshot: it vouches for the tab
 

@@ -119,7 +119,8 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
         assert head.header("cache-control") == "no-cache"
         assert head.header("x-accel-buffering") == "no"
         first = stream.read_chunk()
-        assert first == b'event: datastar-patch-signals\ndata: signals {"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n'
+        assert first == (b'event: datastar-patch-signals\ndata: signals '
+                         b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n')
         response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "step": 1}, cookie)
         assert (response.status, response.body) == (200, b"")
         patch = patch_of(stream.read_chunk())
