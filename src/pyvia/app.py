@@ -685,10 +685,11 @@ class App:
         """
         self.draining = True
         self.metrics.stop_monitors()
-        moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
-        now = self._now()
-        for ctx in self._connected.values():  # their streams end soon: the actions meanwhile carry the snapshot
-            ctx.stream.send(moving, None, now)
+        if self.clock is not None:
+            moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
+            now = self.clock.now()
+            for ctx in self._connected.values():  # their streams end soon: meanwhile actions carry the snapshot
+                ctx.stream.send(moving, None, now)
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
         if self._sweep_handle is not None:
