@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from markupsafe import Markup
+
 from pyvia import protocol
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
@@ -72,8 +74,8 @@ class Action:
         # no longer holds the tab can revive it and run the action.
         return f"@post('{self.url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
 
-    def __html__(self) -> str:
-        return str(self).replace("'", "&#39;")
+    def __html__(self) -> Markup:
+        return Markup(str(self).replace("'", "&#39;"))
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
