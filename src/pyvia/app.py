@@ -604,7 +604,9 @@ class App:
         if len(self._errors_seen) >= _ERRORS_REMEMBERED:
             self._errors_seen.clear()
         self._errors_seen[key] = [now, 0]
-        more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)" if seen is not None and seen[1] else ""
+        more = ""
+        if seen is not None and seen[1]:
+            more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)"
         log.log(level, "%s %s -> %d %s%s", request.method, request.path, exc.status, exc.detail, more)
 
     def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
