@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from pyvia import protocol
+from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
@@ -1798,6 +1799,7 @@ class App:
         action = ctx._actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
+        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
         def endpoint(req: Request) -> Any:
             now = self._now()
@@ -1810,7 +1812,7 @@ class App:
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:
-                pending = ctx.run_action(action)
+                pending = ctx.run_action(action, arguments)
             except BaseException:
                 ctx._end_batch()
                 raise
