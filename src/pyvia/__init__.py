@@ -14,6 +14,7 @@ from pyvia.errors import (
     RouteError,
     ServiceError,
     UsageError,
+    UserError,
 )
 from pyvia.forms import UploadedFile
 from pyvia.http import Request, Response
@@ -42,6 +43,7 @@ __all__ = [
     "Signal",
     "UploadedFile",
     "UsageError",
+    "UserError",
     "__version__",
     "html",
     "raw",

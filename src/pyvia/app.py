@@ -21,12 +21,13 @@ import socket
 import time
 import typing
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
 from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
@@ -261,9 +262,11 @@ class RouteGroup:
     def _path(self, path: str) -> str:
         return self.prefix + ("" if path == "/" else path) if self.prefix else path
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title)
+        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title,
+                             error_messages=error_messages)
 
     def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -294,6 +297,8 @@ class App:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
+        #: The words for failures every page starts from (pyvia.alerts).
+        self._messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
@@ -376,12 +381,20 @@ class App:
 
     # --- registration ----------------------------------------------------------------------------
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view."""
+        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view.
+
+        ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
+        """
+        messages = messages_for(error_messages, self._messages)
+
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
             route.call_args = _binders(handler, route.param_names, path)
+            route.messages = messages
+            route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
             return handler
         return register
@@ -589,6 +602,25 @@ class App:
                 log.exception("an on_error observer failed")
         if reraise and self.raise_server_exceptions:
             raise exc
+
+    def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
+        """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
+        status alone reaches the page too (its answer); this says more where the server knows more."""
+        ctx = _context_of(request, self)
+        if ctx is None or ctx.state is State.DESTROYED:
+            return
+        messages = ctx.route.messages
+        if isinstance(exc, RateLimited):
+            wait = next((v for k, v in exc.headers if k == "retry-after"), "1")
+            text = f"{messages['429']} (wait {wait} s)"
+        elif isinstance(exc, ClientError):
+            text = exc.public_message if exc.public_message != type(exc).public_message else messages.get(
+                str(exc.status), messages["default"])
+        elif isinstance(exc, ServiceError):
+            text = messages.get(str(exc.status), messages["default"])
+        else:
+            text = messages["500"]
+        ctx.show_error(text)
 
     def _log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
@@ -927,6 +959,8 @@ class App:
         return result
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
+        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
             self._log_refusal(request, exc)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
@@ -1139,7 +1173,7 @@ class App:
                               nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
-        foot = [*self.config.foot, *ctx._foot]
+        foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
@@ -1211,7 +1245,8 @@ class App:
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN}
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
+                                   LOST_SIGNAL: False}
         view = None
         if full:
             ctx.revived = False
@@ -1612,10 +1647,11 @@ class App:
         return self._with_middleware(request, ctx.route, endpoint)
 
     def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
-        """A stream for a tab that cannot be revived: reload once; then 204, which tells the page's
-        stream to stop retrying."""
+        """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
+        (a JSON answer, which also ends the page's retries)."""
         if ctx_id in self._reload_sent:
-            return Response(204)
+            body = orjson.dumps({ERROR_SIGNAL: self._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
         self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
@@ -1848,6 +1884,7 @@ class App:
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:
+        ctx.clear_error()
         response = Response(200)
         self._take_cookies(ctx, response)
         return response

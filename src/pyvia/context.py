@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from markupsafe import Markup
 
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL
 from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
@@ -144,8 +145,8 @@ class Context:
         "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
-        # the browser's copy: the last snapshot's number
-        "_snapshot_seq",
+        # the browser's copy: the last snapshot's number, whether its alert shows a server message
+        "_snapshot_seq", "_error_shown",
         # lifecycle, driven by the App
         "state", "deadline", "last_action", "revived", "stream",
         # user data
@@ -188,6 +189,7 @@ class Context:
         self._cookies_out: list[str] = []
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
+        self._error_shown = False
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
@@ -619,6 +621,17 @@ class Context:
         not change the server's own ``Signal`` values.
         """
         self._send(protocol.check_events(events), None)
+
+    def show_error(self, message: str) -> None:
+        """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds."""
+        self._error_shown = True
+        self._send(protocol.patch_signals({ERROR_SIGNAL: message}), None)
+
+    def clear_error(self) -> None:
+        """Hide the message the server put in the tab's alert, if any."""
+        if self._error_shown:
+            self._error_shown = False
+            self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
 
     def exec_script(self, js: str) -> None:
         """Run JavaScript once in the tab."""

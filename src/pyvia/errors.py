@@ -9,6 +9,7 @@
     │  └─ DeclarationError (also ValueError) a bad signal, action or view declaration
     ├─ ClientError         the browser sent something wrong; ``.status`` is the HTTP answer
     │  ├─ MalformedRequest     400
+    │  ├─ UserError            400  (raised by app code: its message is shown to the user)
     │  ├─ ContextNotFound      400  (unknown tab that cannot be revived)
     │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
     │  ├─ NotFound             404
@@ -56,6 +57,7 @@ __all__ = [
     "SignalTooLarge",
     "TabGone",
     "UsageError",
+    "UserError",
 ]
 
 
@@ -94,6 +96,18 @@ class ClientError(PyviaError):
 class MalformedRequest(ClientError):
     status = 400
     public_message = "Bad Request"
+
+
+class UserError(ClientError):
+    """A refusal meant for the user: ``raise UserError("That name is taken")`` in an action answers
+    400 (or ``status``) and the page shows the message in its alert."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        if not 400 <= status <= 499:
+            raise ValueError(f"UserError status {status} must be a 4xx")
+        super().__init__(message)
+        self.status = status
+        self.public_message = message
 
 
 class ContextNotFound(ClientError):
