@@ -101,7 +101,7 @@ def default_view(e: ErrorChannel) -> str:
         'box-shadow:0 2px 12px rgba(0,0,0,.3)">'
         '<span data-text="{text}"></span>'
         '<button type="button" aria-label="Dismiss" data-on:click="{dismiss}" style="position:absolute;right:.4rem;'
-        'top:.3rem;background:none;border:0;color:inherit;font-size:1.2rem;cursor:pointer">×</button></div>',
+        'top:.3rem;background:none;border:0;color:inherit;font-size:1.2rem;cursor:pointer">&times;</button></div>',
         show=e.show, text=e.text, dismiss=e.dismiss)
 
 

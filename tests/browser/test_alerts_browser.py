@@ -82,7 +82,7 @@ def test_each_failure_shows_its_message_and_the_alert_goes_when_the_tab_recovers
         expect(alert).to_be_hidden()
 
         page.locator("#boom").click()  # an action that raises: 500, its detail never shown
-        expect(alert).to_have_text(DEFAULT_MESSAGES["500"] + "×")
+        expect(alert).to_have_text(DEFAULT_MESSAGES["500"] + "\N{MULTIPLICATION SIGN}")  # and the dismiss button
         page.locator("#save").click()  # the next action succeeds: the alert goes
         expect(alert).to_be_hidden()
         expect(page.locator("#saved")).to_have_text("1")
@@ -121,7 +121,8 @@ def test_an_upload_past_the_servers_body_limit_says_it_is_too_large(browser: Bro
 
 
 def test_a_rate_limit_shows_how_long_to_wait(browser: Browser) -> None:
-    with running_server(alert_app(action_rate=1.0, action_burst=1.0)) as (_, port), latency_proxy(port, delay=0.01) as proxy:
+    app = alert_app(action_rate=1.0, action_burst=1.0)
+    with running_server(app) as (_, port), latency_proxy(port, delay=0.01) as proxy:
         page = _open(browser, proxy)
         try:
             page.locator("#save").click()
