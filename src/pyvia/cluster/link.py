@@ -254,6 +254,9 @@ class ClusterLink:
         self.address = f"{self.node} {tcp or '-'} {path or '-'}"
         self._spawn(self._hold_timer_lease())
         self._spawn(self._sweep_directory())
+        for state in self.app.scopes:  # declared before the link existed (``app.signal`` at import)
+            for sig in list(state.signals.values()):
+                self.track(sig)
 
     async def _serve_unix(self) -> str | None:
         """Serve the direct channel to this machine's workers, and take the connections they pass."""
@@ -446,6 +449,8 @@ class ClusterLink:
         """The read copy of a bucket this worker writes shared values to."""
         if bucket == GLOBAL_BUCKET:
             return self.global_replica
+        if bucket == SESSIONS:
+            return self.session_replica
         return self.session_scope_replica if bucket == SESSION_SCOPES else self.replica
 
     def _where(self, key: str) -> tuple[str, Replica]:
@@ -643,10 +648,18 @@ class ClusterLink:
         self.app.sessions.get(session_id)  # follows it, filled from what was just read
 
     def follow_session(self, data: SessionData) -> None:
-        self.sessions[data.key] = data
-        held = self.session_replica.peek(data.key)
-        if held is not None and held[0] is not None:
-            self._session_changed(data.key, held[0])
+        key = data.key
+        self.sessions[key] = data
+        held = self.session_replica.peek(key)
+        if held is None:  # asked for outside a request of the session (a timer): read it, in line with writes
+            self.session_replica.expect(key)
+            self._write(SESSIONS, key, lambda: self._read_session(key))
+        elif held[0] is not None:
+            self._session_changed(key, held[0])
+
+    async def _read_session(self, key: str) -> None:
+        value, revision = await self.engine.get(SESSIONS, key)
+        self.session_replica.remember(key, value, revision, notify=False)  # applied when the key settles
 
     def forget_session(self, data: SessionData, *, delete: bool = False) -> None:
         if self.sessions.get(data.key) is data:
@@ -657,9 +670,27 @@ class ClusterLink:
         else:
             self.session_replica.forget(data.key)
 
-    def put_session(self, data: SessionData) -> None:
-        key, value = data.key, _encode(data._data)
-        self._write(SESSIONS, key, lambda: self._put(SESSIONS, key, value, self.session_replica))
+    def set_session_item(self, data: SessionData, name: str, value: Any) -> None:
+        """Set one key of a session's data in the engine, atomically, so the other keys stay as
+        other workers wrote them. Raises TypeError for a value that is not JSON, before anything
+        changes."""
+        held = orjson.loads(_encode(value))  # a copy: changes made in place later stay out
+        self._change_session(data.key, lambda items: items.__setitem__(name, held))
+
+    def delete_session_item(self, data: SessionData, name: str) -> None:
+        self._change_session(data.key, lambda items: items.pop(name, None))
+
+    def _change_session(self, key: str, change: Callable[[dict[str, Any]], object]) -> None:
+        def merged(raw: bytes) -> bytes:
+            try:
+                current = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                current = None
+            items = dict(current) if isinstance(current, dict) else {}
+            change(items)
+            return _encode(items)
+
+        self._write(SESSIONS, key, lambda: self._mutate(SESSIONS, key, merged, b"{}"))
 
     def _session_changed(self, key: str, raw: bytes | None) -> None:
         data = self.sessions.get(key)
