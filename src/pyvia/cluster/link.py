@@ -36,8 +36,8 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
 * **Rate limit**: each worker tells the others every 250 ms how many action tokens each client
   address took there, and takes them out of its own buckets, so the per-address rate holds for
   the whole app.
-* **Timers** set with ``app.set_interval`` run on the worker holding the ``timers`` lease (renewed
-  every second, taken over within a few seconds when its holder dies), unless ``every_worker``.
+* **Timers** set with ``app.set_interval`` run on the worker holding the ``timers`` lease (rewritten
+  five times a second, taken over within a second when its holder dies), unless ``every_worker``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from pyvia.cluster import CLUSTER_ADDRESS_ENV, WORKER_ID_ENV, WORKERS_ENV
 from pyvia.cluster.base import (
     Engine,
     EngineError,
+    KvChange,
     NoResponders,
     RemoteError,
     RequestTimeout,
@@ -96,8 +97,10 @@ _PRESENCE_PERIOD = 0.25  # counts are sent when they changed, checked this often
 _PRESENCE_HEARTBEAT = 2.0  # and at least this often, so a silent worker's counts expire
 _PRESENCE_EXPIRY = 6.0
 _RATE_PERIOD = 0.25
-_LEASE_TTL = 5.0
-_LEASE_RENEW = 1.0
+_LEASE_TTL = 5.0  # the bucket's: an abandoned lease the engine drops by itself
+_LEASE_RENEW = 0.2  # the holder rewrites the timer lease this often
+_LEASE_LAPSE = 0.7  # a lease nobody rewrote for this long, as a watcher saw it, is taken over
+_LEASE_KEY = "timers"
 _SWEEP_LOOK = 60.0  # how often, at most, the timer leader looks for workers gone from presence
 _WRITE_TIMEOUT = 10.0  # an engine that does not answer must not hold an action (or the writes after it)
 _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
@@ -173,7 +176,11 @@ class ClusterLink:
         "app",
         "engine",
         "global_replica",
-        "is_timer_leader",
+        "_lease_holder",
+        "_lease_rev",
+        "_lease_seen",
+        "_lease_until",
+        "_lease_wake",
         "node",
         "replica",
         "session_replica",
@@ -198,7 +205,11 @@ class ClusterLink:
         self.sessions: dict[str, SessionData] = {}
         self.session_replica = Replica(engine, SESSIONS, on_change=self._session_changed,
                                        on_resync=self._resync_sessions)
-        self.is_timer_leader = False
+        self._lease_holder: bytes | None = None  # who holds the timer lease, as last seen
+        self._lease_rev = 0  # the lease's revision, as last seen or written
+        self._lease_seen = time.monotonic()  # when it last changed, as seen here
+        self._lease_until = 0.0  # holding it: timers run here until then (monotonic)
+        self._lease_wake = asyncio.Event()  # the lease was given up: take it now
         self.warned = False
         self._seq = 0
         self._pending: dict[int, asyncio.Task[None]] = {}
@@ -242,6 +253,7 @@ class ClusterLink:
         self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
         self._subs.append(await engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
         self._subs.append(await engine.subscribe(_ROTATED_SUBJECT, self._on_rotated))
+        self._subs.append(await engine.watch(LEASES, self._lease_changed, on_resync=self._lease_resync))
         self.app._on_connect.append(self._presence_changed)
         self.app._on_disconnect.append(self._presence_changed)
         self._spawn(self._tell_presence())
@@ -314,9 +326,9 @@ class ClusterLink:
             if self._presence_changed in hooks:
                 hooks.remove(self._presence_changed)
         if self.is_timer_leader:
-            self.is_timer_leader = False
-            with contextlib.suppress(EngineError):
-                await self.engine.delete(LEASES, "timers")
+            self._lease_until = 0.0
+            with contextlib.suppress(EngineError):  # the next holder takes it at once
+                await self.engine.delete(LEASES, _LEASE_KEY, self._lease_rev)
         for sub in self._subs:
             with contextlib.suppress(EngineError):
                 await sub.unsubscribe()
@@ -1190,17 +1202,75 @@ class ClusterLink:
 
     # --- timers ----------------------------------------------------------------------------------
 
+    @property
+    def is_timer_leader(self) -> bool:
+        """Whether app timers run here: this worker holds the ``timers`` lease."""
+        return self._lease_until > time.monotonic()
+
     async def _hold_timer_lease(self) -> None:
-        """Hold (or wait for) the ``timers`` lease, so app timers run on exactly one worker."""
+        """Hold (or wait for) the ``timers`` lease, so app timers run on exactly one worker.
+
+        The holder rewrites it every ``_LEASE_RENEW`` s (a compare-and-set on the revision it
+        wrote) and runs timers until ``_LEASE_LAPSE - _LEASE_RENEW`` after it sent the last
+        rewrite that succeeded. The others watch it: one unchanged for ``_LEASE_LAPSE`` since they
+        last saw it change is taken over by a compare-and-set on that revision, so exactly one
+        of them wins, and only once the old holder has stopped running timers (it sent its last
+        rewrite before they saw it). A holder that stops gives it up and the next takes it at once.
+        """
         me = self.node.encode()
         while True:
+            started = time.monotonic()
             try:
-                value, revision = await self.engine.get(LEASES, "timers")
-                if value is None or value == me:
-                    taken = await self.engine.cas(LEASES, "timers", me, revision)
-                    self.is_timer_leader = taken is not None
-                else:
-                    self.is_timer_leader = False
+                if self._lease_holder == me:
+                    await self._renew_lease(me, started)
+                elif self._lease_holder is None or started - self._lease_seen >= _LEASE_LAPSE:
+                    await self._take_lease(me, started)
             except EngineError:
-                pass  # keep what we had: a short outage must not start timers twice
-            await asyncio.sleep(_LEASE_RENEW)
+                if self._lease_holder == me:  # an outage: nobody can take it meanwhile
+                    self._lease_until = max(self._lease_until, time.monotonic() + _LEASE_LAPSE - _LEASE_RENEW)
+            self._lease_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lease_wake.wait(), _LEASE_RENEW)
+
+    async def _renew_lease(self, me: bytes, sent: float) -> None:
+        revision = await self.engine.cas(LEASES, _LEASE_KEY, me, self._lease_rev)
+        if revision is not None:
+            self._lease_rev, self._lease_seen = max(self._lease_rev, revision), time.monotonic()
+            self._lease_until = sent + _LEASE_LAPSE - _LEASE_RENEW
+            return
+        self._lease_until = 0.0  # lost (it expired, or was taken while this worker was stuck)
+        self._lease_holder = None
+        await self._take_lease(me, time.monotonic())
+
+    async def _take_lease(self, me: bytes, sent: float) -> None:
+        value, revision = await self.engine.get(LEASES, _LEASE_KEY)
+        if value is not None and value != me and (revision != self._lease_rev or self._lease_holder != value):
+            self._lease_holder, self._lease_rev, self._lease_seen = value, revision, time.monotonic()
+            return  # held, and it moved since this worker last looked: its holder lives
+        taken = await self.engine.cas(LEASES, _LEASE_KEY, me, revision)
+        if taken is None:
+            return  # another worker was quicker: its write arrives through the watch
+        self._lease_holder, self._lease_rev, self._lease_seen = me, taken, time.monotonic()
+        self._lease_until = sent + _LEASE_LAPSE - _LEASE_RENEW
+        log.info("this worker runs the app timers now")
+
+    def _lease_changed(self, change: KvChange) -> None:
+        if change.key != _LEASE_KEY or (change.value is not None and change.revision < self._lease_rev):
+            return
+        self._lease_seen = time.monotonic()
+        self._lease_rev = change.revision
+        if change.value is None:  # given up by its holder: take it
+            self._lease_holder = None
+            self._lease_wake.set()
+        elif change.value != self.node.encode():
+            if self._lease_holder == self.node.encode():
+                self._lease_until = 0.0  # taken from this worker (it was stuck past the lapse)
+            self._lease_holder = change.value
+
+    def _lease_resync(self) -> None:
+        """Reconnected: changes may have been missed, so whoever holds it gets a full lapse to
+        show it lives before the lease is taken over (an engine that restarted empty may number
+        revisions from 1 again)."""
+        self._lease_seen = time.monotonic()
+        if self._lease_holder != self.node.encode():
+            self._lease_rev = 0
