@@ -20,6 +20,7 @@ import secrets
 import socket
 import time
 import typing
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -48,6 +49,7 @@ from pyvia.errors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
@@ -465,8 +467,11 @@ class App:
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
 
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
+        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
+
+        With several workers or nodes the others' tabs are objects in other processes: count
+        them with :meth:`count_clients`, which covers every worker."""
         seen: dict[str, Context] = {}
         for state in self.scopes.matching(scope):
             for ctx in state.members.values():
@@ -474,10 +479,16 @@ class App:
                     seen[ctx.id] = ctx
         return list(seen.values())
 
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
+        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
+                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        return self.local_clients(scope)
+
     def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
-        worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
+        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.local_clients(scope))
         return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------

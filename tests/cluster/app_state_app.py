@@ -54,7 +54,7 @@ def state(request: Request) -> Response:
     session_id = app.session_id(request)
     visits = app.session_data(session_id).get("visits", 0) if session_id else 0
     return Response.json({"pid": os.getpid(), "ticks": ticks.value, "clicks": clicks.value, "last": last.value,
-                          "visits": visits, "tabs": app.count_clients(), "local_tabs": len(app.clients())})
+                          "visits": visits, "tabs": app.count_clients(), "local_tabs": len(app.local_clients())})
 
 
 @app.route("GET", "/ticks")
