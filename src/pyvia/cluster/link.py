@@ -58,6 +58,7 @@ from pyvia.cluster import CLUSTER_ADDRESS_ENV, WORKER_ID_ENV, WORKERS_ENV
 from pyvia.cluster.base import (
     Engine,
     EngineError,
+    EngineUnavailable,
     KvChange,
     NoResponders,
     RemoteError,
@@ -212,11 +213,11 @@ class ClusterLink:
         self._lease_wake = asyncio.Event()  # the lease was given up: take it now
         self.warned = False
         self._seq = 0
-        self._pending: dict[int, asyncio.Task[None]] = {}
-        self._tails: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._pending: dict[int, asyncio.Task[bool]] = {}
+        self._tails: dict[tuple[str, str], asyncio.Task[bool]] = {}
         self._busy: dict[tuple[str, str], int] = {}
         self._queued: dict[tuple[str, str], list[Any]] = {}  # an increment waiting its turn: [by, task]
-        self._loads: set[asyncio.Task[None]] = set()
+        self._loads: set[asyncio.Task[bool]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
@@ -357,7 +358,7 @@ class ClusterLink:
 
     # --- writes, in order per key ----------------------------------------------------------------
 
-    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> asyncio.Task[None]:
+    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> asyncio.Task[bool]:
         """Run ``op`` after the earlier writes (and reads) of this worker to the same key; actions
         wait for it. Changes from others to the key wait until it is done."""
         self._seq += 1
@@ -397,8 +398,10 @@ class ClusterLink:
         box[1] = self._write(bucket, key, add)
         self._queued[slot] = box
 
-    async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[None] | None,
-                         op: Callable[[], Awaitable[Any]]) -> None:
+    async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[bool] | None,
+                         op: Callable[[], Awaitable[Any]]) -> bool:
+        """Whether the write reached the engine (an action that made one that did not is not
+        answered 200: :meth:`written`)."""
         written = False
         try:
             if before is not None and not before.done():
@@ -425,8 +428,26 @@ class ClusterLink:
                 del self._busy[slot]
                 if self._tails.get(slot) is asyncio.current_task():
                     del self._tails[slot]
-                if written:  # after a failed write the local value stands until the engine resyncs
+                if written:
                     self._settle(slot)
+                elif self.engine.is_connected:  # the engine's value again, not the one that failed
+                    self._reread(slot)
+        return written
+
+    def _reread(self, slot: tuple[str, str]) -> None:
+        """Read a key again after a write of it failed while the engine stayed connected (a
+        timeout, a ``mutate`` that raised): the local value goes back to the engine's. While
+        disconnected the reconnect's resync reads everything again."""
+        bucket, key = slot
+        if bucket in (SCOPES, SESSION_SCOPES):
+            sig = self.signals.get(key)
+            if sig is not None:
+                self._read(key, sig)
+        elif bucket == SESSIONS:
+            if key in self.sessions:
+                self._write(SESSIONS, key, lambda: self._read_session(key))
+        elif bucket == GLOBAL_BUCKET:
+            self._write(GLOBAL_BUCKET, key, lambda: self._read_global(key))
 
     def _settle(self, slot: tuple[str, str]) -> None:
         """No write of ours is in flight any more: take the newest value the engine reported."""
@@ -450,10 +471,20 @@ class ClusterLink:
         return self._seq
 
     async def written(self, after: int) -> None:
-        """Wait for the writes started after sequence number ``after`` (an action waits for its own)."""
+        """Wait for the writes started after sequence number ``after`` (an action waits for its own).
+
+        Raises :class:`EngineUnavailable` (503) when one of them did not reach the engine: an
+        action is answered 200 only once what it wrote is there."""
+        if not await self._settled(after):
+            raise EngineUnavailable("the shared state this action changed could not be saved; try again")
+
+    async def _settled(self, after: int) -> bool:
+        """Wait for the writes started after ``after``; whether all of them reached the engine."""
         waiting = [task for seq, task in self._pending.items() if seq > after]
-        if waiting:
-            await asyncio.wait(waiting)
+        if not waiting:
+            return True
+        await asyncio.wait(waiting)
+        return all(not task.cancelled() and task.result() for task in waiting)
 
     # --- scoped signals --------------------------------------------------------------------------
 
@@ -610,6 +641,10 @@ class ClusterLink:
         self._write(GLOBAL_BUCKET, key, lambda: self._mutate(
             GLOBAL_BUCKET, key, lambda raw: _encode(fn(orjson.loads(raw))), fallback))
 
+    async def _read_global(self, key: str) -> None:
+        value, revision = await self.engine.get(GLOBAL_BUCKET, key)
+        self.global_replica.remember(key, value, revision, notify=False)  # applied when the key settles
+
     def _global_changed(self, key: str, raw: bytes | None) -> None:
         if (GLOBAL_BUCKET, key) in self._busy:
             return
@@ -764,7 +799,7 @@ class ClusterLink:
         self._spawn(self._send_broadcast(scopes, after))
 
     async def _send_broadcast(self, scopes: list[str], after: int) -> None:
-        await self.written(after - 1 if after else 0)  # the writes made before the broadcast go first
+        await self._settled(after - 1 if after else 0)  # the writes made before the broadcast go first
         payload = orjson.dumps({"n": self.node, "s": scopes,
                                 "v": [self.replica.revision, self.global_replica.revision,
                                       self.session_scope_replica.revision]})
