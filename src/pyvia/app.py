@@ -603,7 +603,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and self.link is None:
+        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.persists_in_db:
@@ -668,6 +668,8 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
+        if self.link is not None:
+            self.link.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
@@ -700,12 +702,10 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
-        link, self.link = self.link, None
-        if link is not None:
-            self.scopes.link = None
-            self.global_state.link = None
-            self.sessions.link = None
-            await link.stop()
+        if self.link is not None:
+            # It stays attached, stopped: a request still answered after this fails on the closed
+            # engine (503) instead of changing shared state here alone and answering 200.
+            await self.link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

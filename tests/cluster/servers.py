@@ -25,9 +25,12 @@ def find_redis_server() -> str:
 
 
 class RedisServer:
-    """A throwaway ``redis-server`` on 127.0.0.1 without persistence; restartable on the same port."""
+    """A throwaway ``redis-server`` on 127.0.0.1, restartable on the same port: without persistence,
+    or with ``durable`` an append-only file written before each answer (``appendfsync always``),
+    so what it acknowledged survives a kill -9."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, durable: bool = False) -> None:
+        self.durable = durable
         self.binary = find_redis_server()
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="pyvia-redis-"))
@@ -39,7 +42,8 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> str:
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             *(("--appendonly", "yes", "--appendfsync", "always") if self.durable else ("--appendonly", "no")),
              "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

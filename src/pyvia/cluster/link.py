@@ -169,6 +169,7 @@ class ClusterLink:
         "_queued",
         "_remote",
         "_seq",
+        "_stopping",
         "_subs",
         "_tails",
         "_tasks",
@@ -233,6 +234,7 @@ class ClusterLink:
         self.address = self.node
         self._publish_scheduled = False
         self._subs: list[Subscription] = []
+        self._stopping = False
 
     # --- start and stop --------------------------------------------------------------------------
 
@@ -316,8 +318,31 @@ class ClusterLink:
                     setting, error)
         return None
 
+    @property
+    def is_stopped(self) -> bool:
+        """:meth:`stop` began: the app makes a new link if it starts again."""
+        return self._stopping
+
+    def stop_taking_connections(self) -> None:
+        """Refuse the connections other workers pass from now on (the app is draining): their
+        senders keep them."""
+        if self._post is not None:
+            self._post.adopt = None
+
     async def stop(self) -> None:
-        """Let writes in flight finish (1 s at most), give up the lease and close the engine."""
+        """Take no more work from the other workers, finish what they sent (2 s at most), let
+        writes in flight finish (1 s at most), give up the lease and close the engine.
+
+        From the start of the stop a forwarded action is answered "moved", so its sender handles
+        it (it finds the tab elsewhere, or revives it): run here after the app let go of the
+        engine, its writes would have been acknowledged and never shared."""
+        self._stopping = True
+        if self._post is not None:
+            self._post.stop()
+            self._post = None
+        for server in (self._direct, self._tcp):
+            if server is not None:
+                await server.drain(2.0)
         if self._pending:
             await asyncio.wait(list(self._pending.values()), timeout=1.0)
         for task in list(self._tasks):
@@ -334,9 +359,6 @@ class ClusterLink:
             with contextlib.suppress(EngineError):
                 await sub.unsubscribe()
         self._subs.clear()
-        if self._post is not None:
-            self._post.stop()
-            self._post = None
         for server in (self._direct, self._tcp):
             if server is not None:
                 await server.stop()
@@ -1210,8 +1232,8 @@ class ClusterLink:
             return b"{}"
         if op == "handover":
             return self._hand_over(message)
-        if message["x"] not in self.app.contexts:
-            return b'{"moved":1}'  # the sender's directory entry was old
+        if message["x"] not in self.app.contexts or self._stopping:
+            return b'{"moved":1}'  # the sender's directory entry was old, or this worker is going
         request = Request(
             method=message["m"], path=message["p"], query_string=message["q"],
             headers=Headers.from_lowered(message["h"]), body=message["b"].encode("latin-1"),
