@@ -40,8 +40,9 @@ def home(c: Context) -> None:
     def remember() -> None:
         c.session_data["visits"] = c.session_data.get("visits", 0) + 1
 
-    c.view(lambda: f"<main id='m'>ticks {ticks.value} clicks {clicks.value} last {last.value} "
-                   f"worker {os.getpid()}</main>")
+    c.view(
+        lambda: f"<main id='m'>ticks {ticks.value} clicks {clicks.value} last {last.value} worker {os.getpid()}</main>"
+    )
 
 
 @app.route("GET", "/pid")
@@ -53,8 +54,17 @@ def pid(request: Request) -> Response:
 def state(request: Request) -> Response:
     session_id = app.session_id(request)
     visits = app.session_data(session_id).get("visits", 0) if session_id else 0
-    return Response.json({"pid": os.getpid(), "ticks": ticks.value, "clicks": clicks.value, "last": last.value,
-                          "visits": visits, "tabs": app.count_clients(), "local_tabs": len(app.local_clients())})
+    return Response.json(
+        {
+            "pid": os.getpid(),
+            "ticks": ticks.value,
+            "clicks": clicks.value,
+            "last": last.value,
+            "visits": visits,
+            "tabs": app.count_clients(),
+            "local_tabs": len(app.local_clients()),
+        }
+    )
 
 
 @app.route("GET", "/ticks")

@@ -9,6 +9,7 @@ worker it wants; what a tab shows is read from the view on its stream.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -84,14 +85,18 @@ def test_app_signals_and_session_data_read_the_same_on_every_workers_tabs(slow_t
     ticks = shown(first)[0]
     second.wait_for(rf"ticks {ticks} clicks 5 ")
     states = [get_json(port, "/state") for port in (a, b)]
-    assert [(s["clicks"], s["last"], s["tabs"], s["local_tabs"]) for s in states] == \
-        [(5, f"clicked by {pid_of(b)}", 2, 1)] * 2
+    assert [(s["clicks"], s["last"], s["tabs"], s["local_tabs"]) for s in states] == [
+        (5, f"clicked by {pid_of(b)}", 2, 1)
+    ] * 2
     # session data: written on one worker, read on the other, by either tab of the session
     other = Tab(b, cookie=first.cookie)
     for visits, (tab, port) in enumerate([(first, a), (other, b), (first, a)], 1):
         assert tab.act(port, "remember") == 200
-        wait_until(lambda: [get_json(p, "/state", first.cookie)["visits"] for p in (a, b)] == [visits] * 2, 5,
-                   f"{visits} visits read on both workers")
+        wait_until(
+            lambda n=visits: [get_json(p, "/state", first.cookie)["visits"] for p in (a, b)] == [n] * 2,
+            5,
+            f"{visits} visits read on both workers",
+        )
     first.close()
     second.close()
 
@@ -107,7 +112,7 @@ def test_an_app_timer_ticks_once_per_period_for_the_whole_cluster(fast_ticks) ->
     log = tick_log(b)
     recent = [entry for entry in log if entry[1] >= log[-1][1] - 2.0]
     assert 7 <= len(recent) <= 12, recent  # 2 s of a 200 ms timer: 10 ticks, not 20
-    gaps = [later[1] - earlier[1] for earlier, later in zip(recent, recent[1:])]
+    gaps = [later[1] - earlier[1] for earlier, later in itertools.pairwise(recent)]
     assert min(gaps) >= 0.1, gaps  # never two workers in one period
     assert len({pid for pid, _ in recent}) == 1
     assert get_json(a, "/state")["ticks"] == get_json(b, "/state")["ticks"] >= len(log)
@@ -121,13 +126,16 @@ def test_killing_the_timer_workers_moves_the_timer_within_a_period_and_a_second(
     survivor_port = b if pid_of(a) == holder else a
     os.kill(holder, signal.SIGKILL)
     killed_at = time.time()
-    wait_until(lambda: any(pid != holder for pid, at in tick_log(survivor_port) if at > killed_at), 10,
-               "a tick from another worker")
+    wait_until(
+        lambda: any(pid != holder for pid, at in tick_log(survivor_port) if at > killed_at),
+        10,
+        "a tick from another worker",
+    )
     log = tick_log(survivor_port)
     last_before = max(at for pid, at in log if pid == holder)
     first_after = min(at for pid, at in log if pid != holder and at > killed_at)
     assert first_after - last_before <= 0.2 + 1.0, (last_before, killed_at, first_after)
     time.sleep(1.0)
     after = [at for pid, at in tick_log(survivor_port) if at >= first_after]
-    gaps = [later - earlier for earlier, later in zip(after, after[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(after)]
     assert gaps and min(gaps) >= 0.1, gaps  # one worker took over, not two

@@ -131,10 +131,8 @@ class Load:
     async def _follow(self, tab: Tab, port: int) -> None:
         """Keep the tab's stream open (reconnecting to ``self.port`` after the first), reading the count."""
         while True:
-            try:
+            with contextlib.suppress(ConnectionError, OSError, asyncio.IncompleteReadError, ValueError):
                 await self._stream(tab, port)
-            except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError):
-                pass
             port = self.port
             tab.reconnects += 1
             await asyncio.sleep(0.1)
@@ -143,8 +141,9 @@ class Load:
         reader, writer = await asyncio.open_connection(HOST, port)
         try:
             query = quote(json.dumps({"via_ctx": tab.ctx}))
-            writer.write(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
-                         f"Cookie: {tab.cookie}\r\n\r\n".encode())
+            writer.write(
+                f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {tab.cookie}\r\n\r\n".encode()
+            )
             line = await reader.readline()
             if not line:
                 return
@@ -208,9 +207,11 @@ class Load:
                 tab = self.tabs[turn % len(self.tabs)]
                 turn += self.connections
                 body = json.dumps({"via_ctx": tab.ctx}).encode()
-                request = (f"POST /_action/increment HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-                           f"Origin: http://{HOST}:{self.port}\r\nCookie: {tab.cookie}\r\n"
-                           f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+                request = (
+                    f"POST /_action/increment HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
+                    f"Origin: http://{HOST}:{self.port}\r\nCookie: {tab.cookie}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode() + body
             try:
                 writer.write(request)
                 status, headers, _ = await asyncio.wait_for(read_answer(reader), 15)

@@ -100,8 +100,9 @@ async def settled_count(ports: tuple[int, int], timeout: float = 15.0) -> int:
         await asyncio.sleep(0.5)
 
 
-async def run_with(load: Load, setup: Setup, fault: Callable[[], None], recovered: Callable[[], bool]
-                   ) -> tuple[Load, int]:
+async def run_with(
+    load: Load, setup: Setup, fault: Callable[[], None], recovered: Callable[[], bool]
+) -> tuple[Load, int]:
     """Tabs and clicks for 1.5 s, the fault, clicks until recovered and 1.5 s more; the final count."""
     try:
         await load.open_tabs()
@@ -118,6 +119,7 @@ async def run_with(load: Load, setup: Setup, fault: Callable[[], None], recovere
         final = await settled_count(setup.ports)
         if os.environ.get("FAULT_DEBUG") and setup.engine_url:
             from pyvia.cluster import create_engine
+
             engine = create_engine(setup.engine_url, prefix=setup.prefix)
             await engine.connect()
             print("ENGINE HOLDS", await engine.get("scopes", "route:/#count"))
@@ -131,22 +133,40 @@ async def run_with(load: Load, setup: Setup, fault: Callable[[], None], recovere
 def report(name: str, setup: Setup, load: Load, final: int) -> None:
     tally = load.tally
     if os.environ.get("FAULT_DEBUG"):
-        print("".join(line for line in setup.cluster.lines if "WARNING" in line or "ERROR" in line
-                      or "Error" in line or "  File" in line))
-    print("FAULT-RESULT", json.dumps({
-        "fault": name, "engine": setup.cluster.log().split("engine ", 1)[-1].split("\n", 1)[0][:40],
-        "acknowledged": tally.acknowledged, "refused": tally.refused, "unknown": tally.unknown,
-        "cut_mid_answer": tally.cut_mid_answer, "retried": tally.retried, "final": final,
-        "tabs_recovered": sum(tab.count == final for tab in load.tabs), "tabs": len(load.tabs),
-        "reconnects": sum(tab.reconnects for tab in load.tabs)}))
+        print(
+            "".join(
+                line
+                for line in setup.cluster.lines
+                if "WARNING" in line or "ERROR" in line or "Error" in line or "  File" in line
+            )
+        )
+    print(
+        "FAULT-RESULT",
+        json.dumps(
+            {
+                "fault": name,
+                "engine": setup.cluster.log().split("engine ", 1)[-1].split("\n", 1)[0][:40],
+                "acknowledged": tally.acknowledged,
+                "refused": tally.refused,
+                "unknown": tally.unknown,
+                "cut_mid_answer": tally.cut_mid_answer,
+                "retried": tally.retried,
+                "final": final,
+                "tabs_recovered": sum(tab.count == final for tab in load.tabs),
+                "tabs": len(load.tabs),
+                "reconnects": sum(tab.reconnects for tab in load.tabs),
+            }
+        ),
+    )
 
 
 def check(load: Load, final: int) -> None:
     tally = load.tally
     assert tally.acknowledged > 0
     assert final >= tally.acknowledged, f"acknowledged clicks lost: {tally}, count {final}"
-    assert final <= tally.acknowledged + sum(tally.refused.values()) + tally.unknown, \
+    assert final <= tally.acknowledged + sum(tally.refused.values()) + tally.unknown, (
         f"clicks counted twice: {tally}, count {final}"
+    )
     assert [tab.count for tab in load.tabs] == [final] * len(load.tabs), "every tab shows the count again"
     assert [tab.refused for tab in load.tabs] == [[]] * len(load.tabs), "no tab lost (a refused reconnect)"
 

@@ -47,6 +47,7 @@ import contextlib
 import fnmatch
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -73,7 +74,7 @@ from pyvia.config import cluster_host_port
 from pyvia.http import Headers, Request, Response
 from pyvia.lifecycle import State
 from pyvia.scopes import Scope
-from pyvia.session import SESSION_MAX_AGE, is_session_id
+from pyvia.session import SESSION_MAX_AGE
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -94,6 +95,7 @@ _BROADCAST_SUBJECT = "bcast"
 _RATE_SUBJECT = "rate"
 _PRESENCE_SUBJECT = "presence"
 _ROTATED_SUBJECT = "rotated"
+_SESSION_KEY = re.compile(r"[0-9a-f]{32}\Z")  # a session's hash (session_key)
 _PRESENCE_PERIOD = 0.25  # counts are sent when they changed, checked this often
 _PRESENCE_HEARTBEAT = 2.0  # and at least this often, so a silent worker's counts expire
 _PRESENCE_EXPIRY = 6.0
@@ -158,6 +160,11 @@ class ClusterLink:
         "_claims",
         "_direct",
         "_key",
+        "_lease_holder",
+        "_lease_rev",
+        "_lease_seen",
+        "_lease_until",
+        "_lease_wake",
         "_loads",
         "_outgoing",
         "_owners",
@@ -178,11 +185,6 @@ class ClusterLink:
         "app",
         "engine",
         "global_replica",
-        "_lease_holder",
-        "_lease_rev",
-        "_lease_seen",
-        "_lease_until",
-        "_lease_wake",
         "node",
         "replica",
         "session_replica",
@@ -775,9 +777,9 @@ class ClusterLink:
 
     def session_rotated(self, old: str, new: str, first: str) -> None:
         """``regenerate_session`` made ``new`` of ``old`` here: the other workers move their tabs
-        of it and honour the old cookie for a moment too. (The ids travel as cookies do in
-        forwarded requests: the engine is inside the app's trust boundary.)"""
-        payload = orjson.dumps({"n": self.node, "o": old, "w": new, "f": first})
+        of it. The message names the two sessions by their hashes (their keys in the engine),
+        never by their ids: whoever reads the engine must learn no cookie."""
+        payload = orjson.dumps({"n": self.node, "o": self.session_key(old), "w": self.session_key(new)})
         self._spawn(self._tell_rotation(payload))
 
     async def _tell_rotation(self, payload: bytes) -> None:
@@ -792,13 +794,13 @@ class ClusterLink:
     def _on_rotated(self, subject: str, payload: bytes) -> None:
         try:
             message = orjson.loads(payload)
-            node, ids = message["n"], (message["o"], message["w"], message["f"])
+            node, old, new = message["n"], message["o"], message["w"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return
-        if node == self.node or not all(is_session_id(value) for value in ids) or self.app.clock is None:
+        if node == self.node or not all(isinstance(key, str) and _SESSION_KEY.match(key) for key in (old, new)):
             return
-        self.app.sessions.forget(ids[0])  # its data moved to the new session in the engine
-        self.app._rotate_session(*ids)
+        if self.app.clock is not None:
+            self.app._rotated_elsewhere(old, new)
 
     def _resync_sessions(self) -> None:
         """The copy was dropped: sessions are read again on their next request."""
