@@ -8,9 +8,11 @@ sessions by their hashes, never by the ids their cookies carry.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,13 +48,18 @@ def cluster() -> Iterator[tuple[Cluster, int]]:
             os.kill(pid, signal.SIGKILL)
 
 
-async def refused(url: str) -> str:
-    try:
-        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
-    except Exception as exc:  # nats-py raises its own Error for an authorization violation
-        return str(exc)
-    await nc.close()
-    return ""
+def refused(port: int, login: dict[str, str]) -> str:
+    """What the server answers a client that logs in with ``login`` (NATS's own protocol): an
+    ``-ERR`` line, or ``PONG`` when it let the client in."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        assert reader.readline().startswith(b"INFO ")
+        sock.sendall(
+            b"CONNECT " + json.dumps({"verbose": False, "pedantic": False, **login}).encode() + b"\r\nPING\r\n"
+        )
+        answer = reader.readline().decode().strip()
+        reader.close()
+        return "" if answer == "PONG" else answer
 
 
 def test_a_local_process_without_the_password_cannot_connect(cluster: tuple[Cluster, int]) -> None:
@@ -60,9 +67,9 @@ def test_a_local_process_without_the_password_cannot_connect(cluster: tuple[Clus
     password = nats_password(SECRET.encode())
     for pid in [*running.nats_pids(), *running.workers()]:
         assert password not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    assert "Authorization Violation" in asyncio.run(refused(f"nats://127.0.0.1:{port}"))
-    assert "Authorization Violation" in asyncio.run(refused(f"nats://pyvia:guess@127.0.0.1:{port}"))
-    assert asyncio.run(refused(f"nats://pyvia:{password}@127.0.0.1:{port}")) == ""  # the workers' way in
+    assert "Authorization Violation" in refused(port, {})
+    assert "Authorization Violation" in refused(port, {"user": "pyvia", "pass": "guess"})
+    assert refused(port, {"user": "pyvia", "pass": password}) == ""  # the workers' way in
 
 
 def test_a_new_session_id_never_travels_through_the_engine(cluster: tuple[Cluster, int]) -> None:
@@ -71,14 +78,16 @@ def test_a_new_session_id_never_travels_through_the_engine(cluster: tuple[Cluste
 
     async def listen_while_rotating() -> str:
         nc = await nats.connect(f"nats://pyvia:{nats_password(SECRET.encode())}@127.0.0.1:{port}")
+
         async def seen(msg: nats.aio.msg.Msg) -> None:
             messages.append(msg.subject.encode() + b" " + msg.data)
 
         await nc.subscribe(">", cb=seen)
         await nc.flush()
         tab = Tab(running.port)
-        rotated = await asyncio.to_thread(post_action, "127.0.0.1", running.port, "rotate", {"via_ctx": tab.ctx},
-                                          tab.cookie)
+        rotated = await asyncio.to_thread(
+            post_action, "127.0.0.1", running.port, "rotate", {"via_ctx": tab.ctx}, tab.cookie
+        )
         assert rotated.status == 200
         await asyncio.sleep(0.5)
         await nc.close()
@@ -89,3 +98,28 @@ def test_a_new_session_id_never_travels_through_the_engine(cluster: tuple[Cluste
     rotations = [m for m in messages if m.startswith(b"pyvia.rotated ")]
     assert rotations, [m[:60] for m in messages]
     assert not [m for m in messages if old.encode() in m or new.encode() in m]
+
+
+@pytest.mark.parametrize("kind", ["nats", "redis"])
+def test_an_external_engine_that_asks_for_a_password_takes_it_from_the_url(kind: str) -> None:
+    from pyvia.cluster.nats_server import LocalNats
+    from tests.cluster.servers import RedisServer
+
+    server = LocalNats(password="s3cret-pass") if kind == "nats" else RedisServer(password="s3cret-pass")
+    url = server.start()
+    assert "s3cret-pass@" in url
+    try:
+        running = Cluster("tests.cluster.apps:app", 2, "--engine", url)
+        try:
+            wait_until(lambda: get(running.port, "/_health").status == 200, 20, "both workers on the engine")
+            hits = [int(get(running.port, "/hit").body.split()[1]) for _ in range(3)]
+            assert hits == sorted(hits) and len(set(hits)) == 3  # one counter in the engine
+            assert "s3cret-pass" not in running.log() and ":***@127.0.0.1:" in running.log()
+        finally:
+            running.stop()
+            for pid in list(running.workers()):
+                os.kill(pid, signal.SIGKILL)
+        if kind == "nats":
+            assert "Authorization Violation" in refused(int(url.rsplit(":", 1)[1]), {"user": "pyvia", "pass": "wrong"})
+    finally:
+        server.close()
