@@ -15,9 +15,10 @@ worker closes idle connections): that is the retry HTTP clients make (RFC 9110 Â
 is counted. After a kill nothing is retried: the killed worker may have run it.
 
 Tabs reconnect their stream when it ends, after 100 ms, as Datastar does, and follow the count
-the server shows them; a tab is *lost* when a reconnect is refused (its context is gone and
-cannot be revived: a browser would have to reload the page). Everything is loopback and
-bounded in time.
+the server shows them. A stream for a tab its server no longer holds is answered ``_via_revive``,
+and the tab opens it again with a POST carrying its snapshot, as the page does. A tab is *lost*
+when its page would have to reload: a reconnect refused, or answered with a reload. Everything
+is loopback and bounded in time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from urllib.parse import quote
 HOST = "127.0.0.1"
 SEED = re.compile(r"data-signals='([^']*)'|data-signals=\"([^\"]*)\"")
 COUNT = re.compile(rb'id="count">(\d+)<')
+SNAPSHOT = "_via_snap"
+SNAPSHOT_SEEN = re.compile(rb'"_via_snap":"([^"]+)"')
 
 
 @dataclass
@@ -87,7 +90,8 @@ class Tab:
     cookie: str
     count: int = -1  # what the view shows last
     reconnects: int = 0
-    refused: list[int] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # why the page would have had to reload
+    snapshot: str | None = None  # the signed snapshot of its server-owned signals, as last sent
     task: asyncio.Task[None] | None = None
 
 
@@ -130,42 +134,65 @@ class Load:
 
     async def _follow(self, tab: Tab, port: int) -> None:
         """Keep the tab's stream open (reconnecting to ``self.port`` after the first), reading the count."""
+        revive = False
         while True:
-            with contextlib.suppress(ConnectionError, OSError, asyncio.IncompleteReadError, ValueError):
-                await self._stream(tab, port)
+            try:
+                revive = await self._stream(tab, port, revive)
+            except (ConnectionError, OSError, asyncio.IncompleteReadError, ValueError):
+                revive = False
             port = self.port
-            tab.reconnects += 1
-            await asyncio.sleep(0.1)
+            if not revive:
+                tab.reconnects += 1
+                await asyncio.sleep(0.1)
 
-    async def _stream(self, tab: Tab, port: int) -> None:
+    async def _stream(self, tab: Tab, port: int, revive: bool) -> bool:
+        """One stream of the tab, as the page opens it: a GET naming the tab, or, when the server
+        asked to revive it (``_via_revive``), a POST with its snapshot. True: revive next."""
         reader, writer = await asyncio.open_connection(HOST, port)
         try:
-            query = quote(json.dumps({"via_ctx": tab.ctx}))
-            writer.write(
-                f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {tab.cookie}\r\n\r\n".encode()
-            )
+            if revive:
+                body = json.dumps({"via_ctx": tab.ctx, **({SNAPSHOT: tab.snapshot} if tab.snapshot else {})}).encode()
+                writer.write(
+                    f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
+                    f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+            else:
+                query = quote(json.dumps({"via_ctx": tab.ctx}))
+                head = f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {tab.cookie}\r\n\r\n"
+                writer.write(head.encode())
             line = await reader.readline()
             if not line:
-                return
+                return False
             status = int(line.split()[1])
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
+            headers: dict[str, str] = {}
+            while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = header.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
             if status != 200:
-                tab.refused.append(status)
+                tab.lost.append(str(status))  # 204: the page must reload; anything else: refused
                 await asyncio.sleep(0.4)
-                return
+                return False
+            if headers.get("content-type", "").startswith("application/json"):
+                answer = await reader.readexactly(int(headers.get("content-length", "0")))
+                return b"_via_revive" in answer and not revive  # this server asks for the snapshot
             buffer = b""
             while True:
                 size_line = await reader.readline()
                 if not size_line:
-                    return
+                    return False
                 size = int(size_line.strip() or b"0", 16)
                 if size == 0:
-                    return
+                    return False
                 buffer += await reader.readexactly(size + 2)
+                if b"location.reload" in buffer:
+                    tab.lost.append("reload")
                 for found in COUNT.finditer(buffer):
                     tab.count = int(found.group(1))
-                buffer = buffer[-200:]
+                for found in SNAPSHOT_SEEN.finditer(buffer):
+                    tab.snapshot = found.group(1).decode()
+                buffer = buffer[-400:]
         finally:
             writer.close()
 

@@ -166,7 +166,7 @@ def check(load: Load, final: int) -> None:
         f"clicks counted twice: {tally}, count {final}"
     )
     assert [tab.count for tab in load.tabs] == [final] * len(load.tabs), "every tab shows the count again"
-    assert [tab.refused for tab in load.tabs] == [[]] * len(load.tabs), "no tab lost (a refused reconnect)"
+    assert [tab.lost for tab in load.tabs] == [[]] * len(load.tabs), "no tab lost (its page would reload)"
 
 
 def worker_pid(cluster: Cluster, worker_id: int) -> int:
@@ -226,5 +226,8 @@ def test_a_reload_under_load_loses_and_cuts_nothing(setup: Setup) -> None:
     load, final = asyncio.run(scenario())
     report("SIGHUP reload", setup, load, final)
     check(load, final)
-    assert (load.tally.unknown, load.tally.cut_mid_answer, load.tally.refused) == (0, 0, {}), load.tally
+    assert (load.tally.unknown, load.tally.cut_mid_answer) == (0, 0), load.tally
+    # 409 only: a click for a tab between its old worker and its new one, before its stream
+    # revived it there (the page shows "try again"); never a 5xx
+    assert set(load.tally.refused) <= {409}, load.tally
     assert final == load.tally.acknowledged

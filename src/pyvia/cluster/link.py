@@ -332,19 +332,23 @@ class ClusterLink:
             self._post.adopt = None
 
     async def stop(self) -> None:
-        """Take no more work from the other workers, finish what they sent (2 s at most), let
-        writes in flight finish (1 s at most), give up the lease and close the engine.
+        """Finish what the other workers sent (2 s at most), then take no more of it, let writes in
+        flight finish (1 s at most), give up the lease and close the engine.
 
-        From the start of the stop a forwarded action is answered "moved", so its sender handles
-        it (it finds the tab elsewhere, or revives it): run here after the app let go of the
-        engine, its writes would have been acknowledged and never shared."""
-        self._stopping = True
+        The tabs' streams have ended (``App.shutdown``), so the tabs move to other workers; an
+        action for one of them relayed here meanwhile still runs here, with the engine. Once that
+        ends, a forwarded action is answered "moved" and its sender handles it: run here after
+        the engine closed, it could not be saved."""
         if self._post is not None:
             self._post.stop()
             self._post = None
         for server in (self._direct, self._tcp):
             if server is not None:
                 await server.drain(2.0)
+        self._stopping = True
+        for server in (self._direct, self._tcp):
+            if server is not None:
+                await server.drain(1.0)  # those that came during the first wait
         if self._pending:
             await asyncio.wait(list(self._pending.values()), timeout=1.0)
         for task in list(self._tasks):
