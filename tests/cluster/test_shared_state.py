@@ -510,7 +510,7 @@ def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url:
         health = get_json(port, "/_health")
         assert health["status"] == "engine down" and health["engine"]["state"] == "down"
         assert tab.act(port, "note") == 200  # the tab's own state needs no engine
-        tab.wait_for(r'"notes":1\b')
+        tab.wait_for(r'"_notes":1\b')
         assert tab.act(port, "bump") == 503  # shared state it cannot save: not acknowledged
         redis.start()  # same port, empty: the worker writes back what it holds
         deadline = time.monotonic() + 40
