@@ -20,6 +20,7 @@ import secrets
 import socket
 import time
 import typing
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -52,6 +53,7 @@ from pyvia.errors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
@@ -321,6 +323,9 @@ class App:
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
+        #: Sessions another worker rotated, by the new one's hash -> the old id, until a request
+        #: brings the new id here (the engine carries hashes, never ids: _rotated_elsewhere).
+        self._awaiting_rotation: OrderedDict[str, str] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
@@ -508,8 +513,11 @@ class App:
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
 
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
+        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
+
+        With several workers or nodes the others' tabs are objects in other processes: count
+        them with :meth:`count_clients`, which covers every worker."""
         seen: dict[str, Context] = {}
         for state in self.scopes.matching(scope):
             for ctx in state.members.values():
@@ -517,10 +525,16 @@ class App:
                     seen[ctx.id] = ctx
         return list(seen.values())
 
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
+        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
+                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        return self.local_clients(scope)
+
     def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
-        worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
+        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.local_clients(scope))
         return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -674,7 +688,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and self.link is None:
+        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.persists_in_db:
@@ -739,6 +753,8 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
+        if self.link is not None:
+            self.link.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
         if self.clock is not None:
             moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
@@ -776,12 +792,10 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
-        link, self.link = self.link, None
-        if link is not None:
-            self.scopes.link = None
-            self.global_state.link = None
-            self.sessions.link = None
-            await link.stop()
+        if self.link is not None:
+            # It stays attached, stopped: a request still answered after this fails on the closed
+            # engine (503) instead of changing shared state here alone and answering 200.
+            await self.link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -1126,6 +1140,52 @@ class App:
                 tab._scopes.discard(old_scope)
                 tab._scopes.add(new_scope)
         self.scopes.rename(old_scope, new_scope)
+
+    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+        """``regenerate_session`` on another worker made the session hashed ``new_key`` of the one
+        hashed ``old_key`` (the ids never travel: whoever reads the engine learns no cookie). Its
+        session scope moves at once; its tabs here take the new id with the first request that
+        carries it (:meth:`_same_session`)."""
+        old_scope, new_scope = "session:" + old_key, "session:" + new_key
+        state = self.scopes.get(old_scope)
+        old = next((ctx.session_id for ctx in state.members.values()), None) if state is not None else None
+        if old is None:
+            old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
+        if old is None:
+            old = next((c.session_id for c in self.contexts.values() if Scope.session(c.session_id) == old_scope),
+                       None)
+        if old is None:
+            return  # nothing of that session here
+        self.sessions.forget(old)  # its data moved to the new session in the engine
+        for tab in self.contexts.values():
+            if old_scope in tab._scopes:
+                tab._scopes.discard(old_scope)
+                tab._scopes.add(new_scope)
+        self.scopes.rename(old_scope, new_scope)
+        self._awaiting_rotation[new_key] = old
+        while len(self._awaiting_rotation) > _GRAVEYARD_CAP:
+            self._awaiting_rotation.popitem(last=False)
+
+    def _same_session(self, ctx: Context, session_id: str | None) -> bool:
+        """Whether a request of ``session_id`` may use tab ``ctx``: its session, or the one another
+        worker rotated it to (then the tab moves to it now)."""
+        if ctx.session_id == session_id:
+            return True
+        old = self._rotation_of(session_id)
+        if old is None or old != ctx.session_id:
+            return False
+        self._finish_rotation(old, session_id)  # type: ignore[arg-type]  # not None: _rotation_of found it
+        return True
+
+    def _rotation_of(self, session_id: str | None) -> str | None:
+        """The old id of a session another worker rotated to ``session_id``, if this one was told."""
+        if session_id is None or not self._awaiting_rotation:
+            return None
+        return self._awaiting_rotation.get(Scope.session(session_id).split(":", 1)[1])
+
+    def _finish_rotation(self, old: str, new: str) -> None:
+        del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
+        self._rotate_session(old, new, self._rotated_from.get(old, old))
 
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:
@@ -1635,7 +1695,7 @@ class App:
         return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
@@ -1675,6 +1735,10 @@ class App:
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
             verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
+        if verified is None and (old := self._rotation_of(session_id)) is not None:  # rotated elsewhere
+            verified = self._ids.verify(ctx_id, self._rotated_from.get(old, old))
+            if verified is not None:
+                self._finish_rotation(old, session_id)
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
         return verified
@@ -1829,7 +1893,7 @@ class App:
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("action on another session's tab")
         request.kind = "action"
         action = ctx._actions.get(name)
@@ -1905,7 +1969,7 @@ class App:
         self._check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
         ctx = self.contexts.get(ctx_id)
-        if ctx is not None and ctx.session_id == self._session_of(request):
+        if ctx is not None and self._same_session(ctx, self._session_of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
                 self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))

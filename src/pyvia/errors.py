@@ -25,6 +25,9 @@
     └─ DatabaseError       a statement failed (bad SQL, a constraint); answered with a bare 500
        └─ IntegrityError   a unique, foreign-key, not-null or check constraint refused a write
 
+Warnings: ``PyviaDeprecationWarning`` (a ``UserWarning``, so it shows by default) names a spelling
+that goes in the next minor release, and the one to use instead.
+
 Database errors are the same classes whichever back end runs (SQLite or PostgreSQL); the
 driver's own exception is their ``__cause__``.
 
@@ -50,6 +53,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PoolTimeout",
+    "PyviaDeprecationWarning",
     "PyviaError",
     "RateLimited",
     "RouteError",
@@ -59,6 +63,12 @@ __all__ = [
     "UsageError",
     "UserError",
 ]
+
+
+class PyviaDeprecationWarning(UserWarning):
+    """A spelling that goes in the next minor release; the message names its replacement.
+
+    A ``UserWarning`` rather than a ``DeprecationWarning``, which Python hides outside tests."""
 
 
 class PyviaError(Exception):
