@@ -22,8 +22,8 @@ import time
 import typing
 import warnings
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
@@ -97,6 +97,7 @@ from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow, Stream
 
 log = logging.getLogger("pyvia")
+T = TypeVar("T")
 
 SSE_PATH = "/_sse"
 ACTION_PREFIX = "/_action/"
@@ -718,9 +719,12 @@ class App:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
 
-    def start(self, clock: Clock) -> None:
-        """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
+    def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
+        app's tasks (``startup``'s running loop; a test client's own)."""
         self.clock = clock
+        if loop is not None:
+            self._loop = loop
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
@@ -1216,7 +1220,7 @@ class App:
 
         return later()
 
-    def _page_response(self, ctx: Context, result: Any) -> Response:
+    def _page_response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
         if result is not None:
             if isinstance(result, Response):
                 return result
@@ -1224,7 +1228,9 @@ class App:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        content = ctx.render_view(False)
+        return _then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+
+    def _page_document(self, ctx: Context, content: str) -> Response:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.bundle
@@ -1317,7 +1323,11 @@ class App:
             signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
+        if view is None or type(view) is bytes:
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+        else:  # an async view: it follows once rendered, before anything sent after it
+            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
+            ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1358,9 +1368,15 @@ class App:
                 with contextlib.suppress(Exception):  # nothing above a background task to raise to
                     self._report(exc, ctx, phase)
 
-        task = asyncio.ensure_future(guarded())
+        task = self.create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A task on the app's loop (the one it was started on), even from a callback outside it."""
+        if self._loop is not None:
+            return self._loop.create_task(coro)
+        return asyncio.ensure_future(coro)
 
     def _sweep(self) -> None:
         """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
