@@ -267,7 +267,12 @@ class TestClient:
         self._owner = not isinstance(app.clock, ManualClock)
         if self._owner:
             self.clock = ManualClock()
-            app.start(self.clock, self.loop)
+            try:
+                app.start(self.clock, self.loop)
+            except BaseException:
+                self.loop.close()  # a refused start (a database that cannot open) leaves nothing open
+                self._loop = None
+                raise
             if app.persists_in_db:
                 self.loop.run_until_complete(app.restore_from_db())
         else:
