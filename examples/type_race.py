@@ -69,7 +69,7 @@ def race_over(scope: str, room: dict[str, SharedSignal]) -> bool:
     """Every player still in the room has finished, or the race ran past its limit."""
     if app.now() - room["starts_at"].value > RACE_LIMIT:
         return True
-    present = {player_key(ctx.session_id) for ctx in app.clients(scope)}
+    present = {player_key(ctx.session_id) for ctx in app.local_clients(scope)}
     return all(p["time"] is not None or p["key"] not in present for p in room["players"].value)
 
 
@@ -103,7 +103,7 @@ def rooms_changed(c: Context) -> None:
 def rooms(c: Context) -> None:
     c.scope(Scope.ROUTE)
     wanted = c.signal("", "wanted")
-    problem = c.signal("", "problem", client_writable=False)
+    problem = c.signal("", "problem")
 
     @c.action
     def go() -> None:

@@ -20,11 +20,16 @@ import secrets
 import socket
 import time
 import typing
+import warnings
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import orjson
 
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
+from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
@@ -48,9 +53,11 @@ from pyvia.errors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
+    TabGone,
 )
 from pyvia.forms import Form, UploadedFile, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
@@ -84,11 +91,13 @@ from pyvia.session import (
     new_session_id,
 )
 from pyvia.signals import check_name
+from pyvia.snapshot import Snapshots
 from pyvia.state import GlobalState, SessionData, SessionStore
 from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow, Stream
 
 log = logging.getLogger("pyvia")
+T = TypeVar("T")
 
 SSE_PATH = "/_sse"
 ACTION_PREFIX = "/_action/"
@@ -110,6 +119,8 @@ _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe
 #: A kind of error from user code is logged with its traceback at most once in this many seconds.
 _ERROR_LOG_INTERVAL = 60.0
 _ERRORS_REMEMBERED = 256
+#: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
+_TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
 
 #: What an action answers once its connection went to the worker holding the tab (never written).
 PASSED = Response(204)
@@ -119,9 +130,28 @@ _OPS_PATHS: dict[str, Callable[[Any], Response]] = {
     "/_ready": ready_response,
     "/metrics": metrics_response,
 }
+#: What a page is told when its stream is down or about to end: actions carry its snapshot.
+_STREAM_DOWN = {protocol.DISCONNECTED_SIGNAL: True, protocol.FILTER_SIGNAL: protocol.FILTER_DOWN}
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
+
+
+class _Grave:
+    """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
+
+    __slots__ = ("deadline", "restored", "seq", "snapshot", "tab_state")
+
+    def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None,
+                 *, restored: bool = False) -> None:
+        self.deadline = deadline
+        self.tab_state = tab_state
+        #: Made by an earlier process: the page may hold a newer snapshot, so it is asked too.
+        self.restored = restored
+        #: The number of the last snapshot the browser was sent: an older one is a replay.
+        self.seq = seq
+        #: The server's own snapshot of the tab's server-owned signals (dropped past the budget).
+        self.snapshot = snapshot
 
 
 class _Revived:
@@ -235,9 +265,11 @@ class RouteGroup:
     def _path(self, path: str) -> str:
         return self.prefix + ("" if path == "/" else path) if self.prefix else path
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title)
+        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title,
+                             error_messages=error_messages)
 
     def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -268,6 +300,8 @@ class App:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
+        #: The words for failures every page starts from (pyvia.alerts).
+        self._messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
@@ -290,6 +324,9 @@ class App:
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
+        #: Sessions another worker rotated, by the new one's hash -> the old id, until a request
+        #: brings the new id here (the engine carries hashes, never ids: _rotated_elsewhere).
+        self._awaiting_rotation: OrderedDict[str, str] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
@@ -303,8 +340,9 @@ class App:
         self._seq = 0
         self._destroy_queue: deque[Context] = deque()
         self._destroying = False
-        # destroyed ids -> (revival deadline, tab_state); insertion order is expiry order
-        self._graveyard: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        # destroyed ids -> what revives them; insertion order is expiry order
+        self._graveyard: OrderedDict[str, _Grave] = OrderedDict()
+        self._graveyard_bytes = 0  # of the snapshots it holds
         self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
@@ -353,12 +391,20 @@ class App:
 
     # --- registration ----------------------------------------------------------------------------
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view."""
+        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view.
+
+        ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
+        """
+        messages = messages_for(error_messages, self._messages)
+
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
             route.call_args = _binders(handler, route.param_names, path)
+            route.messages = messages
+            route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
             return handler
         return register
@@ -403,6 +449,7 @@ class App:
     def _set_base(self, base: str) -> None:
         self._base = base
         self._ids = ContextIds(self._secret, base)
+        self._snapshots = Snapshots(self._secret, base, max_bytes=self.config.max_snapshot_bytes)
         self._sse_url = base + SSE_PATH[1:]
         self._close_url = base + CLOSE_PATH[1:]
         if self._bundle is not None:
@@ -451,11 +498,13 @@ class App:
         check_broadcast_target(scope)
         self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
 
-    def signal(self, initial: Any, name: str, *, scope: str) -> SharedSignal[Any]:
+    def signal(self, initial: Any, name: str, *, scope: str, writable: bool = False,
+               max_length: int | None = None) -> SharedSignal[Any]:
         """A shared signal reached from outside any tab (timers, background tasks), like ``c.signal``.
 
         ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
-        even without members while the app holds it this way.
+        even without members while the app holds it this way. Server-owned unless ``writable``,
+        as every signal; a page declaring it must declare it the same way.
         """
         if scope in (TAB, ROUTE, SESSION):
             raise DeclarationError(f"app.signal needs a concrete scope, not {scope!r}")
@@ -464,13 +513,16 @@ class App:
         check_name("signal", name, f"scope {scope!r}")
         state = self.scopes.state(scope)
         state.kept = True
-        return state.signal(name, initial)
+        return state.signal(name, initial, writable=writable, max_length=max_length)
 
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
 
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
+        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
+
+        With several workers or nodes the others' tabs are objects in other processes: count
+        them with :meth:`count_clients`, which covers every worker."""
         seen: dict[str, Context] = {}
         for state in self.scopes.matching(scope):
             for ctx in state.members.values():
@@ -478,10 +530,16 @@ class App:
                     seen[ctx.id] = ctx
         return list(seen.values())
 
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
+        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
+                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        return self.local_clients(scope)
+
     def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
-        worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
+        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.local_clients(scope))
         return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -564,6 +622,45 @@ class App:
         if reraise and self.raise_server_exceptions:
             raise exc
 
+    def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
+        """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
+        status alone reaches the page too (its answer); this says more where the server knows more."""
+        ctx = _context_of(request, self)
+        if ctx is None or ctx.state is State.DESTROYED:
+            return
+        messages = ctx.route.messages
+        if isinstance(exc, RateLimited):
+            wait = next((v for k, v in exc.headers if k == "retry-after"), "1")
+            text = f"{messages['429']} (wait {wait} s)"
+        elif isinstance(exc, ClientError):
+            text = exc.public_message if exc.public_message != type(exc).public_message else messages.get(
+                str(exc.status), messages["default"])
+        elif isinstance(exc, ServiceError):
+            text = messages.get(str(exc.status), messages["default"])
+        else:
+            text = messages["500"]
+        ctx.show_error(text)
+
+    def _log_refusal(self, request: Request, exc: ClientError) -> None:
+        """One line per refusal with its reason: at WARNING when a tab's request was refused (the
+        user's page is affected), at INFO for pages and routes. Refusals come in floods (a
+        rate-limited client, a crawler): the same kind is logged once a minute, with its count."""
+        level = logging.WARNING if request.kind in _TAB_KINDS else logging.INFO
+        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status))
+        now = self.clock.now() if self.clock is not None else time.monotonic()
+        seen = self._errors_seen.get(key)
+        if seen is not None and now - seen[0] < _ERROR_LOG_INTERVAL:
+            seen[1] += 1
+            log.debug("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            return
+        if len(self._errors_seen) >= _ERRORS_REMEMBERED:
+            self._errors_seen.clear()
+        self._errors_seen[key] = [now, 0]
+        more = ""
+        if seen is not None and seen[1]:
+            more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)"
+        log.log(level, "%s %s -> %d %s%s", request.method, request.path, exc.status, exc.detail, more)
+
     def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
         """One traceback per kind of error a minute: a timer that keeps failing, or every tab
         hitting the same bug, would otherwise fill the log with copies. The repeats are counted
@@ -596,7 +693,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and self.link is None:
+        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.persists_in_db:
@@ -626,9 +723,12 @@ class App:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
 
-    def start(self, clock: Clock) -> None:
-        """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
+    def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
+        app's tasks (``startup``'s running loop; a test client's own)."""
         self.clock = clock
+        if loop is not None:
+            self._loop = loop
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
@@ -661,7 +761,14 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
+        if self.link is not None:
+            self.link.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
+        if self.clock is not None:
+            moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
+            now = self.clock.now()
+            for ctx in self._connected.values():  # their streams end soon: meanwhile actions carry the snapshot
+                ctx.stream.send(moving, None, now)
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
         if self._sweep_handle is not None:
@@ -693,12 +800,10 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
-        link, self.link = self.link, None
-        if link is not None:
-            self.scopes.link = None
-            self.global_state.link = None
-            self.sessions.link = None
-            await link.stop()
+        if self.link is not None:
+            # It stays attached, stopped: a request still answered after this fails on the closed
+            # engine (503) instead of changing shared state here alone and answering 200.
+            await self.link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -718,11 +823,18 @@ class App:
                     await asyncio.sleep(spread / steps)
                 for ctx in tabs[start:start + per_step]:
                     if self._connected.get(ctx.id) is ctx:  # not gone on its own meanwhile
-                        ctx.stream.close()
+                        self._end_stream(ctx)
                         self._disconnected(ctx)
         for ctx in list(self._connected.values()):
-            ctx.stream.close()
+            self._end_stream(ctx)
             self._disconnected(ctx)
+
+    @staticmethod
+    def _end_stream(ctx: Context) -> None:
+        """End a tab's stream on purpose: the page is told first, so its actions carry the tab's
+        snapshot until its stream is back (wherever it lands, the tab can be revived)."""
+        ctx.stream.send(protocol.patch_signals(_STREAM_DOWN), None, ctx.app.now())
+        ctx.stream.close()
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.
@@ -869,10 +981,10 @@ class App:
         return result
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
+        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
-            # refusals can come in floods (a rate-limited client): one line each, 429s at debug
-            log.log(logging.DEBUG if exc.status == 429 else logging.INFO,
-                    "%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            self._log_refusal(request, exc)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
                 return self._not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
@@ -1037,6 +1149,52 @@ class App:
                 tab._scopes.add(new_scope)
         self.scopes.rename(old_scope, new_scope)
 
+    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+        """``regenerate_session`` on another worker made the session hashed ``new_key`` of the one
+        hashed ``old_key`` (the ids never travel: whoever reads the engine learns no cookie). Its
+        session scope moves at once; its tabs here take the new id with the first request that
+        carries it (:meth:`_same_session`)."""
+        old_scope, new_scope = "session:" + old_key, "session:" + new_key
+        state = self.scopes.get(old_scope)
+        old = next((ctx.session_id for ctx in state.members.values()), None) if state is not None else None
+        if old is None:
+            old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
+        if old is None:
+            old = next((c.session_id for c in self.contexts.values() if Scope.session(c.session_id) == old_scope),
+                       None)
+        if old is None:
+            return  # nothing of that session here
+        self.sessions.forget(old)  # its data moved to the new session in the engine
+        for tab in self.contexts.values():
+            if old_scope in tab._scopes:
+                tab._scopes.discard(old_scope)
+                tab._scopes.add(new_scope)
+        self.scopes.rename(old_scope, new_scope)
+        self._awaiting_rotation[new_key] = old
+        while len(self._awaiting_rotation) > _GRAVEYARD_CAP:
+            self._awaiting_rotation.popitem(last=False)
+
+    def _same_session(self, ctx: Context, session_id: str | None) -> bool:
+        """Whether a request of ``session_id`` may use tab ``ctx``: its session, or the one another
+        worker rotated it to (then the tab moves to it now)."""
+        if ctx.session_id == session_id:
+            return True
+        old = self._rotation_of(session_id)
+        if old is None or old != ctx.session_id:
+            return False
+        self._finish_rotation(old, session_id)  # type: ignore[arg-type]  # not None: _rotation_of found it
+        return True
+
+    def _rotation_of(self, session_id: str | None) -> str | None:
+        """The old id of a session another worker rotated to ``session_id``, if this one was told."""
+        if session_id is None or not self._awaiting_rotation:
+            return None
+        return self._awaiting_rotation.get(Scope.session(session_id).split(":", 1)[1])
+
+    def _finish_rotation(self, old: str, new: str) -> None:
+        del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
+        self._rotate_session(old, new, self._rotated_from.get(old, old))
+
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
@@ -1066,7 +1224,7 @@ class App:
 
         return later()
 
-    def _page_response(self, ctx: Context, result: Any) -> Response:
+    def _page_response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
         if result is not None:
             if isinstance(result, Response):
                 return result
@@ -1074,17 +1232,18 @@ class App:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        content = ctx.render_view(False)
-        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, protocol.DISCONNECTED_SIGNAL: True}
-        seed.update(ctx.changed_signals(all_signals=True))
-        seed.update(ctx.shared_values())
+        return _then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+
+    def _page_document(self, ctx: Context, content: str) -> Response:
+        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
+        seed.update(ctx.seed_signals())
         bundle = self.bundle
         nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
         head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url,
                               nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
-        foot = [*self.config.foot, *ctx._foot]
+        foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
@@ -1163,7 +1322,8 @@ class App:
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False}
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
+                                   LOST_SIGNAL: False}
         view = None
         if full:
             ctx.revived = False
@@ -1171,11 +1331,14 @@ class App:
                 view = ctx._view_frame()
             except Exception as exc:  # the tab still connects; the next render may succeed
                 self._report(exc, ctx, "render", reraise=False)
-            signals.update(ctx.changed_signals(all_signals=True))
-            signals.update(ctx.shared_values())
+            signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
+        if view is None or type(view) is bytes:
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+        else:  # an async view: it follows once rendered, before anything sent after it
+            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
+            ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1216,9 +1379,15 @@ class App:
                 with contextlib.suppress(Exception):  # nothing above a background task to raise to
                     self._report(exc, ctx, phase)
 
-        task = asyncio.ensure_future(guarded())
+        task = self.create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A task on the app's loop (the one it was started on), even from a callback outside it."""
+        if self._loop is not None:
+            return self._loop.create_task(coro)
+        return asyncio.ensure_future(coro)
 
     def _sweep(self) -> None:
         """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
@@ -1273,7 +1442,7 @@ class App:
         signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
         sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
         rows = save_state(self.config.persist_path, global_state=dict(self.global_state), signals=signals,  # type: ignore[arg-type]  # checked by the caller
-                          sessions=sessions)
+                          sessions=sessions, tabs=self._tab_records())
         log.info("kept %d values of shared state in %s", rows, self.config.persist_path)
 
     @property
@@ -1287,23 +1456,46 @@ class App:
         signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
         sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
         rows = await save_state_to_db(self.db, global_state=dict(self.global_state), signals=signals,
-                                      sessions=sessions)
+                                      sessions=sessions, tabs=self._tab_records())
         log.info("kept %d values of shared state in the database", rows)
 
     async def restore_from_db(self) -> None:
         """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
-        global_state, signals, sessions = await load_state_from_db(self.db)
+        global_state, signals, sessions, tabs = await load_state_from_db(self.db)
         self.global_state._data.update(global_state)
         self.scopes.restored.update(signals)
         for sid, data in sessions.items():
             self.sessions.get(sid)._data.update(data)
+        self._restore_tabs(tabs)
 
     def _restore(self) -> None:
-        global_state, signals, sessions = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
+        global_state, signals, sessions, tabs = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
         self.global_state.update(global_state)
         self.scopes.restored.update(signals)
         for sid, data in sessions.items():
             self.sessions.get(sid).update(data)
+        self._restore_tabs(tabs)
+
+    def _tab_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """What revives each live or recently destroyed tab, for the next process (a graceful restart)."""
+        records = []
+        for ctx in self.contexts.values():
+            try:
+                snapshot = ctx.final_snapshot()
+            except TypeError:
+                snapshot = None
+            records.append((ctx.id, {"tab_state": _json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq,
+                                     "snapshot": snapshot}))
+        for ctx_id, grave in self._graveyard.items():
+            if ctx_id not in self.contexts:
+                records.append((ctx_id, {"tab_state": _json_or_empty(grave.tab_state), "seq": grave.seq,
+                                         "snapshot": grave.snapshot}))
+        return records[-_GRAVEYARD_CAP:]
+
+    def _restore_tabs(self, tabs: dict[str, dict[str, Any]]) -> None:
+        """The tab records an earlier process kept: they revive the tabs that come back here."""
+        for ctx_id, record in tabs.items():
+            self._vouch(ctx_id, record, restored=True)
 
     def _reclaim_encoders(self) -> None:
         """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;
@@ -1351,8 +1543,7 @@ class App:
         if self.link is not None:
             self.link.release(ctx.id)
         if self.config.revival_window > 0:
-            self._graveyard[ctx.id] = (self._now() + self.config.revival_window, ctx.tab_state)
-            self._graveyard.move_to_end(ctx.id)
+            self._bury(ctx)
         # drop what closures hold, so a destroyed context leaves no reference cycle
         ctx._signals = {}
         ctx._shared = {}
@@ -1365,13 +1556,39 @@ class App:
         ctx._on_disconnect = []
         ctx._on_connect = []
 
+    def _bury(self, ctx: Context) -> None:
+        """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
+        server-owned signals (the newest, which the browser may not have got), within a budget."""
+        try:
+            snapshot = ctx.final_snapshot()
+        except TypeError:
+            snapshot = None  # a value that is not JSON: the page could not show it either
+        self._unbury(ctx.id)
+        grave = _Grave(self._now() + self.config.revival_window, ctx.tab_state, ctx.snapshot_seq, snapshot)
+        self._graveyard[ctx.id] = grave
+        if snapshot is not None:
+            self._graveyard_bytes += len(snapshot)
+            if self._graveyard_bytes > self.config.max_snapshot_bytes * 2048:  # 32 MiB at the default bound
+                for old in self._graveyard.values():  # the oldest first
+                    if old.snapshot is not None:
+                        self._graveyard_bytes -= len(old.snapshot)
+                        old.snapshot = None
+                        if self._graveyard_bytes <= self.config.max_snapshot_bytes * 1024:
+                            break
+
+    def _unbury(self, ctx_id: str) -> _Grave | None:
+        grave = self._graveyard.pop(ctx_id, None)
+        if grave is not None and grave.snapshot is not None:
+            self._graveyard_bytes -= len(grave.snapshot)
+        return grave
+
     def _prune_records(self, now: float) -> None:
         grave = self._graveyard
         while grave:
             first = next(iter(grave.values()))
-            if first[0] > now and len(grave) <= _GRAVEYARD_CAP:
+            if first.deadline > now and len(grave) <= _GRAVEYARD_CAP:
                 break
-            grave.popitem(last=False)
+            self._unbury(next(iter(grave)))
         sent = self._reload_sent
         while sent and (next(iter(sent.values())) <= now or len(sent) > _GRAVEYARD_CAP):
             sent.popitem(last=False)
@@ -1387,6 +1604,10 @@ class App:
     # --- streams ---------------------------------------------------------------------------------
 
     def _open_stream(self, request: Request) -> Any:
+        if request.method not in ("GET", "HEAD", "POST"):
+            raise MethodNotAllowed(headers=[("allow", "GET, POST")])
+        if request.method == "POST":
+            self._check_origin(request)  # its body may write the tab's writable signals
         signals = request_signals(request, None)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         if not isinstance(ctx_id, str) or not ctx_id:
@@ -1396,17 +1617,58 @@ class App:
         if ctx is None:
             if self.link is not None:
                 return self._take_over(request, ctx_id, session_id, signals)
-            return _then(self._revive(request, ctx_id, session_id, signals),
-                         lambda found: self._stream_for(request, found) if found is not None
-                         else self._reload_stream(ctx_id))
+            return self._revive_stream(request, ctx_id, session_id, signals)
         return self._stream_for(request, ctx)
+
+    def _revive_stream(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """A stream for a tab this server does not hold: revived from what this server kept of it,
+        else from the browser's snapshot, which a stream request carries only when asked for."""
+        grave = self._graveyard.get(ctx_id)
+        restore = self._kept_snapshot(ctx_id, grave)
+        if restore is None or (grave is not None and grave.restored):
+            if self._verify_id(ctx_id, session_id) is None:
+                return self._reload_stream(ctx_id)
+            if request.method != "POST" or "last-event-id" in request.headers:
+                return self._ask_for_snapshot()  # a GET, or a retry whose body was made before
+            sent = self._browser_snapshot(ctx_id, signals, grave)
+            if sent is False:
+                return self._reload_stream(ctx_id)
+            restore = _newest(restore, sent)
+        return _then(self._revive(request, ctx_id, session_id, signals, restore or None),
+                     lambda found: self._stream_for(request, found) if found is not None
+                     else self._reload_stream(ctx_id))
+
+    def _kept_snapshot(self, ctx_id: str, grave: _Grave | None) -> tuple[int, dict[str, Any]] | None:
+        """The snapshot this server kept of a tab (its own, handed over or restored), opened."""
+        if grave is None or grave.snapshot is None:
+            return None
+        return self._snapshots.open(ctx_id, grave.snapshot)
+
+    def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None
+                          ) -> tuple[int, dict[str, Any]] | bool | None:
+        """The snapshot the reviving stream sent: ``(seq, values)``, None if it sent none, False if
+        it is forged, made for another tab, or older than one this server sent (a replay)."""
+        raw = signals.get(protocol.SNAPSHOT_SIGNAL)
+        if raw is None:
+            return None
+        opened = self._snapshots.open(ctx_id, raw)
+        if opened is None or (grave is not None and opened[0] < grave.seq):
+            log.warning("refused a %s snapshot for a tab (its page reloads)",
+                        "forged" if opened is None else "replayed")
+            return False
+        return opened
+
+    def _ask_for_snapshot(self) -> Response:
+        """Tell the page to open its stream again with its writable signals and its snapshot."""
+        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **_STREAM_DOWN})
+        return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
 
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
                          signals: dict[str, Any]) -> Any:
         """A stream for a tab another worker holds: pass it the connection when it is a worker of
-        this machine no busier than this one, else take the tab over (with its tab state); revive
-        it here when that worker is gone. (The stream is the tab's long-lived connection, which
-        the balanced accept spread: where it landed is a fine home for the tab too.)"""
+        this machine no busier than this one, else take the tab over (with its tab state and its
+        signals); revive it here when that worker is gone. (The stream is the tab's long-lived
+        connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
         assert self.link is not None
         owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and await self.link.pass_connection(owner, request, balanced=True):
@@ -1414,34 +1676,46 @@ class App:
             return PASSED
         await self._follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
-            state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
-            self._vouch(ctx_id, state or {})
-        found = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+            handed = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
+            self._vouch(ctx_id, handed or {})
+        found = self.contexts.get(ctx_id)
         if found is None:
-            return self._reload_stream(ctx_id)
+            return await _settled(self._revive_stream(request, ctx_id, session_id, signals))
         return await _settled(self._stream_for(request, found))
 
-    def _vouch(self, ctx_id: str, tab_state: dict[str, Any]) -> None:
+    def _vouch(self, ctx_id: str, handed: dict[str, Any], *, restored: bool = False) -> None:
         """The directory names an owner (alive or dead) for this tab, so it lived recently: let
-        ``_revive`` bring it back here, with ``tab_state``, as it would a tab destroyed here."""
+        ``_revive`` bring it back here, with what its owner handed over, as it would a tab
+        destroyed here. ``restored``: the record comes from an earlier process, which may have
+        sent the page a newer snapshot after it was made."""
         if ctx_id not in self._graveyard:
-            self._graveyard[ctx_id] = (self._now() + self.config.revival_window, tab_state)
+            tab_state = handed.get("tab_state")
+            snapshot = handed.get("snapshot")
+            seq = handed.get("seq")
+            self._graveyard[ctx_id] = _Grave(
+                self._now() + self.config.revival_window, tab_state if isinstance(tab_state, dict) else {},
+                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None, restored=restored)
+            if isinstance(snapshot, str):
+                self._graveyard_bytes += len(snapshot)
 
     def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
-        """Another worker took this tab's stream: let the tab go, giving it its tab state."""
+        """Another worker took this tab's stream: let the tab go, giving it its tab state and a
+        snapshot of its server-owned signals."""
         ctx = self.contexts.get(ctx_id)
         if ctx is None:
-            record = self._graveyard.pop(ctx_id, None)
-            return _json_or_empty(record[1]) if record is not None else None
+            grave = self._unbury(ctx_id)
+            if grave is None:
+                return None
+            return {"tab_state": _json_or_empty(grave.tab_state), "snapshot": grave.snapshot, "seq": grave.seq}
         if Scope.session(ctx.session_id) != session_hash:
             return None
         state = _json_or_empty(ctx.tab_state)
         self.destroy(ctx)
-        self._graveyard.pop(ctx_id, None)
-        return state
+        grave = self._unbury(ctx_id)
+        return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
@@ -1452,51 +1726,66 @@ class App:
 
         return self._with_middleware(request, ctx.route, endpoint)
 
-    def _reload_stream(self, ctx_id: str) -> StreamResponse:
-        """A stream for a tab that cannot be revived: reload once, then tell it to stop trying."""
-        first = ctx_id not in self._reload_sent
-        if first:
-            self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
-            script = "window.location.reload()"
-        else:
-            script = "document.getElementById('via-boot')?.remove()"
+    def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
+        """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
+        (a JSON answer, which also ends the page's retries)."""
+        if ctx_id in self._reload_sent:
+            body = orjson.dumps({ERROR_SIGNAL: self._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
+        self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
-            sink.write(protocol.execute_script(script))
+            sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
 
         return StreamResponse(list(protocol.SSE_HEADERS), on_open=on_open, on_close=lambda: None)
 
-    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
-        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be."""
+    def _verify_id(self, ctx_id: str, session_id: str | None) -> tuple[str, dict[str, str]] | None:
+        """The route and params of a context id this app signed for ``session_id``, if it may revive."""
         if session_id is None or self.config.revival_window <= 0:
             return None
-        record = self._graveyard.get(ctx_id)
-        now = self._now()
-        if record is None:
+        grave = self._graveyard.get(ctx_id)
+        if grave is None:
             # Unknown here: made by an earlier process (or its record expired). It died at least
             # as long ago as this process has run, so past the window it is too old to revive.
-            if now - self._started_at > self.config.revival_window:
+            if self._now() - self._started_at > self.config.revival_window:
                 return None
-        elif record[0] < now:
+        elif grave.deadline < self._now():
             return None
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
             verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
+        if verified is None and (old := self._rotation_of(session_id)) is not None:  # rotated elsewhere
+            verified = self._ids.verify(ctx_id, self._rotated_from.get(old, old))
+            if verified is not None:
+                self._finish_rotation(old, session_id)
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
+        return verified
+
+    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any],
+                restore: tuple[int, dict[str, Any]] | None) -> Any:
+        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be.
+
+        ``restore`` holds the values of its server-owned signals (a verified snapshot); the
+        writable ones come from ``signals``, the browser's.
+        """
+        verified = self._verify_id(ctx_id, session_id)
+        if verified is None:
             return None
+        assert session_id is not None  # checked by _verify_id
         pattern, params = verified
         route = self.router.page(pattern)
         if route is None:
             return None
+        grave = self._graveyard.get(ctx_id)
         request.kind = "revival"
         request.path_params = params
 
         def endpoint(req: Request) -> Any:
             ctx = Context(self, ctx_id, route, params, session_id, req)
-            if record is not None:
-                ctx.tab_state = record[1]
+            if grave is not None:
+                ctx.tab_state = grave.tab_state
             kwargs = _bind(route, params, ctx, req)
             return _then(route.handler(**kwargs), lambda result: _Revived(ctx))
 
@@ -1507,11 +1796,13 @@ class App:
             if existing is not None:  # a concurrent revival of the same tab won
                 return existing
             ctx = result.ctx
+            if restore is not None:
+                ctx.restore_snapshot(*restore)
             ctx.apply_client_signals(signals)
             for sig in ctx._signals.values():
                 sig._changed = True
             ctx.revived = True
-            self._graveyard.pop(ctx_id, None)
+            self._unbury(ctx_id)
             self._register(ctx)
             log.info("revived a tab of %s", route.pattern)
             return ctx
@@ -1551,9 +1842,30 @@ class App:
         if not named:
             raise ContextNotFound("action without via_ctx")
         if ctx is None:
-            return _then(self._revive(request, ctx_id, session_id, signals),
+            return _then(self._revive_for_action(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
+
+    def _revive_for_action(self, request: Request, ctx_id: str, session_id: str | None,
+                           signals: dict[str, Any]) -> Any:
+        """An action for a tab this server does not hold: revived from what this server kept of it,
+        or from the snapshot the page sends with its actions while its stream is down. Without
+        either the action is refused (409) until the stream revives the tab: it never runs on
+        values the tab never had."""
+        grave = self._graveyard.get(ctx_id)
+        restore = self._kept_snapshot(ctx_id, grave)
+        if protocol.SNAPSHOT_SIGNAL in signals:
+            sent = self._browser_snapshot(ctx_id, signals, grave)
+            if sent is False:
+                raise ContextNotFound("a tab whose snapshot was refused")
+            restore = _newest(restore, sent)
+        if restore is None:
+            verified = self._verify_id(ctx_id, session_id)
+            if verified is None:
+                raise ContextNotFound("unknown tab")
+            raise TabGone(f"an action for a tab of {verified[0]!r} this server does not hold, "
+                          "without its snapshot; its stream revives it")
+        return self._revive(request, ctx_id, session_id, signals, restore or None)
 
     def _check_action(self, request: Request) -> None:
         """The Origin check and the rate limit, on the worker that runs the action (one that
@@ -1594,18 +1906,20 @@ class App:
         if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
             self._vouch(ctx_id, {})
-        ctx = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+        ctx = self.contexts.get(ctx_id) or await _settled(
+            self._revive_for_action(request, ctx_id, session_id, signals))
         return await _settled(self._run_action(request, ctx, name, signals))
 
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("action on another session's tab")
         request.kind = "action"
         action = ctx._actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
+        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
         def endpoint(req: Request) -> Any:
             now = self._now()
@@ -1618,7 +1932,7 @@ class App:
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:
-                pending = ctx.run_action(action)
+                pending = ctx.run_action(action, arguments)
             except BaseException:
                 ctx._end_batch()
                 raise
@@ -1654,6 +1968,7 @@ class App:
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:
+        ctx.clear_error()
         response = Response(200)
         self._take_cookies(ctx, response)
         return response
@@ -1674,7 +1989,7 @@ class App:
         self._check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
         ctx = self.contexts.get(ctx_id)
-        if ctx is not None and ctx.session_id == self._session_of(request):
+        if ctx is not None and self._same_session(ctx, self._session_of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
                 self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
@@ -1688,6 +2003,14 @@ class App:
         if found is None:
             raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
         return found
+
+
+def _newest(kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, Any]] | None
+            ) -> tuple[int, dict[str, Any]] | None:
+    """The later of two snapshots of one tab (by number; the server's own when they tie)."""
+    if kept is None or (sent is not None and sent[0] > kept[0]):
+        return sent
+    return kept
 
 
 async def _settled(result: Any) -> Any:

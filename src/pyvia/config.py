@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +62,9 @@ class Config:
     action_burst: float = 2400.0
     #: Proxies (addresses or CIDRs) whose ``Forwarded``/``X-Forwarded-For`` name the client.
     trusted_proxies: Sequence[str] = ()
-    #: Tab signals are server-owned unless declared ``client_writable=True``.
-    strict_tab_signals: bool = False
+    #: The largest snapshot of a tab's server-owned signals the browser keeps for its revival
+    #: (bytes of JSON); a tab whose values are larger revives with its handler's values.
+    max_snapshot_bytes: int = 16 << 10
     #: An async action still running after this is cancelled and answered 504.
     action_timeout: float = 60.0
     #: ``nosniff``, ``Referrer-Policy`` and ``X-Frame-Options`` on pages.
@@ -121,6 +122,11 @@ class Config:
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
+    #: The words a page shows when a request fails, by status (and ``lost``, ``gone``, ``default``);
+    #: merged over pyvia.alerts.DEFAULT_MESSAGES. Pages may add their own.
+    error_messages: Any = None
+    #: ``fn(channel) -> html`` drawing the alert (pyvia.alerts.ErrorChannel); None: the default one.
+    error_view: Any = None
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -134,6 +140,9 @@ class Config:
                 raise ConfigError(f"{name}={value!r}: must be a number >= 0")
         if not isinstance(self.action_timeout, (int, float)) or self.action_timeout <= 0:
             raise ConfigError(f"action_timeout={self.action_timeout!r}: must be a number of seconds > 0")
+        if not isinstance(self.max_snapshot_bytes, int) or isinstance(self.max_snapshot_bytes, bool) \
+                or self.max_snapshot_bytes < 0:
+            raise ConfigError(f"max_snapshot_bytes={self.max_snapshot_bytes!r}: must be a byte count >= 0")
         if not isinstance(self.max_unsent_bytes, int) or self.max_unsent_bytes < 0:
             raise ConfigError(f"max_unsent_bytes={self.max_unsent_bytes!r}: must be a byte count >= 0")
         if self.encoder_budget is not None and (not isinstance(self.encoder_budget, int) or self.encoder_budget < 0):
@@ -167,6 +176,11 @@ class Config:
                 ipaddress.ip_network(proxy, strict=False)
             except ValueError:
                 raise ConfigError(f"trusted_proxies entry {proxy!r}: not an address or network") from None
+        if self.error_messages is not None and not isinstance(self.error_messages, Mapping):
+            raise ConfigError(f"error_messages={self.error_messages!r}: a mapping of status (or lost/gone/default) "
+                              "to the words to show")
+        if self.error_view is not None and not callable(self.error_view):
+            raise ConfigError(f"error_view={self.error_view!r}: a function of the error channel returning HTML")
         for origin in self.trusted_origins:
             if not isinstance(origin, str) or "://" not in origin:
                 raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")

@@ -9,11 +9,14 @@
     │  └─ DeclarationError (also ValueError) a bad signal, action or view declaration
     ├─ ClientError         the browser sent something wrong; ``.status`` is the HTTP answer
     │  ├─ MalformedRequest     400
+    │  ├─ UserError            400  (raised by app code: its message is shown to the user)
     │  ├─ ContextNotFound      400  (unknown tab that cannot be revived)
     │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
     │  ├─ NotFound             404
     │  ├─ MethodNotAllowed     405
+    │  ├─ TabGone              409  (an action for a tab this server does not hold: it reconnects first)
     │  ├─ PayloadTooLarge      413
+    │  │  └─ SignalTooLarge    413  (a writable signal over its ``max_length``; names the signal)
     │  └─ RateLimited          429  (with ``Retry-After``)
     ├─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
     │  ├─ ActionTimeout    504  an action ran past ``action_timeout``
@@ -21,6 +24,9 @@
     │     └─ PoolTimeout       503  every connection (or SQLite's write permit) stayed busy too long
     └─ DatabaseError       a statement failed (bad SQL, a constraint); answered with a bare 500
        └─ IntegrityError   a unique, foreign-key, not-null or check constraint refused a write
+
+Warnings: ``PyviaDeprecationWarning`` (a ``UserWarning``, so it shows by default) names a spelling
+that goes in the next minor release, and the one to use instead.
 
 Database errors are the same classes whichever back end runs (SQLite or PostgreSQL); the
 driver's own exception is their ``__cause__``.
@@ -47,12 +53,22 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PoolTimeout",
+    "PyviaDeprecationWarning",
     "PyviaError",
     "RateLimited",
     "RouteError",
     "ServiceError",
+    "SignalTooLarge",
+    "TabGone",
     "UsageError",
+    "UserError",
 ]
+
+
+class PyviaDeprecationWarning(UserWarning):
+    """A spelling that goes in the next minor release; the message names its replacement.
+
+    A ``UserWarning`` rather than a ``DeprecationWarning``, which Python hides outside tests."""
 
 
 class PyviaError(Exception):
@@ -92,6 +108,18 @@ class MalformedRequest(ClientError):
     public_message = "Bad Request"
 
 
+class UserError(ClientError):
+    """A refusal meant for the user: ``raise UserError("That name is taken")`` in an action answers
+    400 (or ``status``) and the page shows the message in its alert."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        if not 400 <= status <= 499:
+            raise ValueError(f"UserError status {status} must be a 4xx")
+        super().__init__(message)
+        self.status = status
+        self.public_message = message
+
+
 class ContextNotFound(ClientError):
     status = 400
     public_message = "Invalid context"
@@ -115,6 +143,22 @@ class MethodNotAllowed(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     public_message = "Content Too Large"
+
+
+class TabGone(ClientError):
+    """The action's tab is not on this server (a restart, a crash): its stream revives it first."""
+
+    status = 409
+    public_message = "This page lost its connection to the server. Try again in a moment."
+
+
+class SignalTooLarge(PayloadTooLarge):
+    """A writable signal got more than its ``max_length``; the answer says which and how much."""
+
+    def __init__(self, detail: str, *, signal: str) -> None:
+        super().__init__(detail)
+        self.signal = signal
+        self.public_message = detail
 
 
 class RateLimited(ClientError):

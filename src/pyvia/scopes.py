@@ -8,8 +8,9 @@ A scope is a name. Four are built in:
   session id, never the cookie itself);
 * ``GLOBAL`` — every tab.
 
-Any other name made of ``[A-Za-z0-9]`` parts joined by ``:`` is a custom scope
-(``room:lobby``) that tabs join with ``c.add_scope`` or by declaring a signal in it. Broadcasts
+Any other name made of parts joined by ``:`` is a custom scope (``room:lobby``, ``room:café``;
+``Scope.custom("room", name)`` makes one from any text) that tabs join with ``c.add_scope`` or
+by declaring a signal in it. Broadcasts
 accept ``*`` wildcards (``room:*``). Every tab is a member of its route, session and the global
 scope from the start; custom scopes are joined explicitly.
 
@@ -25,6 +26,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pyvia import protocol
 from pyvia.errors import DeclarationError
 from pyvia.signals import Signal
 
@@ -41,15 +43,20 @@ ROUTE = "route"
 SESSION = "session"
 GLOBAL = "global"
 
-# Parts are letters and digits only, so the browser ids made from them (':' becomes '_') never collide.
-_CUSTOM = re.compile(r"[A-Za-z0-9]+(?::[A-Za-z0-9]+)*\Z")
-_PATTERN = re.compile(r"[A-Za-z0-9*]+(?::[A-Za-z0-9*]+)*\Z")
+#: A custom scope: parts joined by ':', each any text but control characters (and, in a concrete
+#: name, '*', which makes a pattern). ``Scope.custom`` escapes a name that holds ':', '*' or '%'.
+_CUSTOM = re.compile(r"[^\x00-\x1f\x7f:*]+(?::[^\x00-\x1f\x7f:*]+)*\Z")
+_PATTERN = re.compile(r"[^\x00-\x1f\x7f:]+(?::[^\x00-\x1f\x7f:]+)*\Z")
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
+_ESCAPED = re.compile(r"[%:*\x00-\x1f\x7f]")
+_ID_SAFE = re.compile(r"[A-WYZa-z0-9]")
 _MAX_SCOPE = 200
 _MISSING = object()
 
 
 class Scope:
-    """The built-in scope names, as ``Scope.TAB`` etc. (plain strings work as well)."""
+    """The built-in scope names, as ``Scope.TAB`` etc. (plain strings work as well), and the makers
+    of concrete ones: ``Scope.custom("room", name)`` for any name."""
 
     TAB = TAB
     ROUTE = ROUTE
@@ -63,6 +70,23 @@ class Scope:
     @staticmethod
     def session(session_id: str) -> str:
         return "session:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+    @staticmethod
+    def custom(kind: str, *names: str) -> str:
+        """The scope ``kind:name…`` for names of any text (``Scope.custom("room", "café")``): a ':',
+        '*' or '%' in a name is escaped, so distinct names are distinct scopes and a name is never a
+        pattern. ``Scope.custom("room", "*")`` is not the pattern ``room:*``; write that as is."""
+        if not isinstance(kind, str) or not _KIND.match(kind) or kind in (TAB, ROUTE, SESSION, GLOBAL):
+            raise DeclarationError(f"scope kind {kind!r} must match [A-Za-z][A-Za-z0-9]* and not be a built-in one, "
+                                   "like 'room'")
+        if not names:
+            raise DeclarationError(f"Scope.custom({kind!r}) needs at least one name")
+        parts = [kind]
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise DeclarationError(f"scope name {name!r} of kind {kind!r} must be a non-empty str")
+            parts.append(_ESCAPED.sub(lambda m: f"%{ord(m.group()):02X}", name))
+        return check_custom(":".join(parts))
 
 
 def resolve(scope: str, route_pattern: str, session_id: str) -> str:
@@ -79,9 +103,12 @@ def resolve(scope: str, route_pattern: str, session_id: str) -> str:
 
 def check_custom(scope: str) -> str:
     if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _CUSTOM.match(scope):
+        star = isinstance(scope, str) and "*" in scope
         raise DeclarationError(
-            f"scope {scope!r} must be tab, route, session, global or parts of [A-Za-z0-9] joined by ':' "
-            f"(at most {_MAX_SCOPE} characters), like 'room:lobby'"
+            f"scope {scope!r} must be tab, route, session, global or non-empty parts joined by ':' "
+            f"(at most {_MAX_SCOPE} characters, no control characters), like 'room:lobby'"
+            + ("; a '*' makes it a pattern, which only app.broadcast takes: for a name holding one, "
+               "use Scope.custom('room', name)" if star else "")
         )
     if scope.split(":", 1)[0] in (TAB, ROUTE, SESSION) and ":" in scope:
         raise DeclarationError(f"scope {scope!r}: the prefixes tab:, route: and session: are pyvia's")
@@ -99,20 +126,39 @@ def check_broadcast_target(scope: str) -> str:
         return scope
     if scope == GLOBAL:
         return scope
-    if len(scope) > _MAX_SCOPE or not _PATTERN.match(scope):
+    if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _PATTERN.match(scope):
         raise DeclarationError(f"broadcast target {scope!r} is not a scope name or a '*' pattern of one")
     return scope
 
 
-def signal_id(scope: str, name: str) -> str:
-    """The browser id of a scoped signal: readable, and distinct from every tab signal id."""
+def signal_key(scope: str, name: str) -> str:
+    """The key of a scoped signal in the browser: readable, and distinct for distinct (scope, name)
+    and from every tab signal's name (a tab signal has no ``__``)."""
     if scope.startswith("route:"):
         prefix = "route"  # a tab is on one route and in one session, so the kind is enough
     elif scope.startswith("session:"):
         prefix = "session"
     else:
-        prefix = scope.replace(":", "_")
+        prefix = _id_text(scope)
     return f"{prefix}__{name}"
+
+
+def _id_text(scope: str) -> str:
+    """``scope`` in the letters a Datastar signal name may use, one to one: letters and digits stay,
+    ':' becomes '_', 'X' becomes 'XX' and anything else 'X' + its code in hex + '_'."""
+    if scope.isascii() and scope.replace(":", "").isalnum() and "X" not in scope:
+        return scope.replace(":", "_")  # the common case: room:lobby → room_lobby
+    out = []
+    for char in scope:
+        if char == ":":
+            out.append("_")
+        elif char == "X":
+            out.append("XX")
+        elif _ID_SAFE.match(char):
+            out.append(char)
+        else:
+            out.append(f"X{ord(char):x}_")
+    return "".join(out)
 
 
 class SharedSignal(Signal[T]):
@@ -125,10 +171,11 @@ class SharedSignal(Signal[T]):
 
     __slots__ = ("scope",)
 
-    def __init__(self, scope: ScopeState, name: str, initial: T, *, client_writable: bool) -> None:
-        super().__init__(name, initial, client_writable=client_writable)
+    def __init__(self, scope: ScopeState, name: str, initial: T, *, writable: bool,
+                 max_length: int | None = None) -> None:
+        super().__init__(name, initial, writable=writable, max_length=max_length,
+                         key=signal_key(scope.name, name))
         self.scope = scope
-        self.id = signal_id(scope.name, name)
 
     @property
     def value(self) -> T:
@@ -144,6 +191,8 @@ class SharedSignal(Signal[T]):
     def _set_local(self, new: T) -> None:
         self._value = new
         self._changed = True
+        if self.writable:
+            self.revision += 1
         self.scope.touch(self)
 
     def increment(self, by: int = 1) -> int:
@@ -199,17 +248,22 @@ class ScopeState:
         self.kept = False  # asked for outside a context: survives having no members
         self.last_flush = 0.0
 
-    def signal(self, name: str, initial: T, *, client_writable: bool = False, new: bool = False) -> SharedSignal[T]:
+    def signal(self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None,
+               new: bool = False) -> SharedSignal[T]:
         """The scope's signal ``name``, declared now with ``initial`` unless it exists. ``new``: the
         scope was made by the request declaring it (a session just made), so no other worker
         can hold a value yet."""
         existing = self.signals.get(name)
         if existing is not None:
+            if existing.writable != writable:
+                raise DeclarationError(
+                    f"signal {name!r} of scope {self.name!r} is declared both writable and server-owned; "
+                    "declare it the same way everywhere (app.signal included)")
             return existing
         restored = self.registry.restored.pop((self.name, name), _MISSING)
         if restored is not _MISSING:
             initial = restored  # saved at the last graceful stop
-        sig: SharedSignal[T] = SharedSignal(self, name, initial, client_writable=client_writable)
+        sig: SharedSignal[T] = SharedSignal(self, name, initial, writable=writable, max_length=max_length)
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
         if self.registry.link is not None:
@@ -221,11 +275,18 @@ class ScopeState:
         self.registry.on_change(self)
 
     def take_changes(self) -> dict[str, Any]:
-        """The changed signals by browser id, marked as sent."""
+        """The changed signals by browser id (with the revisions of writable ones), marked as sent."""
         out: dict[str, Any] = {}
+        revisions: dict[str, int] | None = None
         for sig in self.signals.values():
             if sig._changed:
                 out[sig.id] = sig.take_patch()
+                if sig.writable:
+                    if revisions is None:
+                        revisions = {}
+                    revisions[sig.id] = sig.revision
+        if revisions:
+            out[protocol.REVISION_SIGNAL] = revisions
         return out
 
     def restore_changes(self, changes: dict[str, Any]) -> None:

@@ -18,12 +18,13 @@ import asyncio
 import html as html_lib
 import inspect
 import re
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import brotli
 import orjson
@@ -119,6 +120,13 @@ class _Decoder:
             data = self._obj.unused_data
             self._obj = self._new()
         return out
+
+
+def _apps(app: App) -> Iterator[App]:
+    """An app and the apps mounted in it, at any depth."""
+    yield app
+    for _, mounted in app._mounts:
+        yield from _apps(mounted)
 
 
 def _forget_tabs(app: App) -> None:
@@ -264,7 +272,12 @@ class TestClient:
         self._owner = not isinstance(app.clock, ManualClock)
         if self._owner:
             self.clock = ManualClock()
-            app.start(self.clock)
+            try:
+                app.start(self.clock, self.loop)
+            except BaseException:
+                self.loop.close()  # a refused start (a database that cannot open) leaves nothing open
+                self._loop = None
+                raise
             if app.persists_in_db:
                 self.loop.run_until_complete(app.restore_from_db())
         else:
@@ -293,6 +306,22 @@ class TestClient:
             self._loop.close()
             self._loop = None
 
+    def settle(self, timeout: float = 5.0) -> None:
+        """Run the app's background work (async views rendering, spawned tasks) until none is left,
+        for at most ``timeout`` seconds of real time; the manual clock does not move."""
+        deadline = time.monotonic() + timeout
+        while self.app._tasks and time.monotonic() < deadline:
+            self.loop.run_until_complete(asyncio.wait(list(self.app._tasks), timeout=deadline - time.monotonic()))
+            self.clock.run_due()
+
+    def _settle_renders(self, timeout: float = 5.0) -> None:
+        """Let async views that are rendering finish, so a request's frames are all in when it returns."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+                ctx._pending is not None for app in _apps(self.app) for ctx in app.contexts.values()):
+            self.loop.run_until_complete(asyncio.sleep(0.001))
+            self.clock.run_due()
+
     # --- plain requests ----------------------------------------------------------------------------
 
     def request(
@@ -306,6 +335,8 @@ class TestClient:
         cookies: bool = True,
     ) -> Response | StreamResponse:
         path, _, query = path.partition("?")
+        if "%" in path:
+            path = unquote(path)  # as the servers give the core its path: percent-decoded
         base = self.app.config.base_path
         if base != "/" and path.startswith(base):
             path = "/" + path[len(base):]  # what a mounting front end or proxy does
@@ -326,6 +357,7 @@ class TestClient:
         if inspect.isawaitable(result):
             result = self.loop.run_until_complete(result)
         self.clock.run_due()
+        self._settle_renders()
         for name, value in result.headers:
             if name.lower() == "set-cookie":
                 cname, _, rest = value.partition("=")
@@ -388,9 +420,18 @@ class Tab:
         return self._sink is not None and not self._sink.closed
 
     def connect(self) -> Response | StreamResponse:
-        """Open the tab's stream with the signals the tab holds now."""
-        query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps(self._outgoing()).decode()})
+        """Open the tab's stream as the page does: a GET carrying the context id only. A server
+        that no longer holds the tab answers ``_via_revive``; the page then opens it with a POST
+        carrying its writable signals and its snapshot."""
+        query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps({protocol.CONTEXT_SIGNAL: self.id}).decode()})
         result = self.client.request("GET", f"{self.sse_url}?{query}")
+        if isinstance(result, Response) and _is_json(result) and result.status == 200:
+            patch = orjson.loads(decoded_body(result))
+            _merge(self.signals, patch)
+            if protocol.REVIVE_SIGNAL in patch:
+                payload = {k: v for k, v in self.signals.items()
+                           if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL}
+                result = self.client.request("POST", self.sse_url, json=payload)
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
             self.stream_coding = dict(result.headers).get("content-encoding", "identity")
@@ -417,9 +458,12 @@ class Tab:
         return self.connect()
 
     def disconnect(self) -> None:
-        """Drop the stream as a network failure or a closed tab would."""
+        """Drop the stream as a network failure or a closed tab would (the page notices, as its
+        markup does on a failed fetch: it shows itself disconnected and its actions carry the snapshot)."""
         sink, stream = self._sink, self._stream
         self._sink = self._stream = None
+        self.signals[protocol.DISCONNECTED_SIGNAL] = True
+        self.signals[protocol.FILTER_SIGNAL] = protocol.FILTER_DOWN
         if sink is not None and stream is not None and not sink.closed:
             sink.closed = True
             stream.closed()
@@ -440,6 +484,7 @@ class Tab:
         return self._sink.buffered if self._sink is not None else 0
 
     def _stream_ended(self, sink: _Sink) -> None:
+        self.signals[protocol.FILTER_SIGNAL] = protocol.FILTER_DOWN  # Datastar retries: the page is reconnecting
         if self._sink is sink and self._stream is not None:
             stream = self._stream
             self._sink = self._stream = None
@@ -484,7 +529,10 @@ class Tab:
         return self.sse_url[: -len("_sse")] if self.sse_url.endswith("_sse") else "/"
 
     def _outgoing(self) -> dict[str, Any]:
-        return {k: v for k, v in self.signals.items() if not k.startswith("_")}
+        """What the page's actions send: the signals ``_via_filter`` does not exclude (no ``_``
+        signal, but the snapshot while the stream is down or about to move)."""
+        excluded = re.compile(str(self.signals.get(protocol.FILTER_SIGNAL, protocol.FILTER_OPEN)))
+        return {k: v for k, v in self.signals.items() if not excluded.search(k)}
 
     # --- acting ------------------------------------------------------------------------------------
 
@@ -534,6 +582,10 @@ class Tab:
         if not name:
             raise AssertionError(f"{selector!r} is not bound to a signal (no data-bind)")
         self.signals[name] = value
+
+
+def _is_json(response: Response) -> bool:
+    return dict(response.headers).get("content-type", "").startswith("application/json")
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:

@@ -15,9 +15,9 @@ def make_app() -> App:
 
     @app.page("/")
     def page(c: Context) -> None:
-        count = c.signal(0, "count")
-        owned = c.signal("server", "owned", client_writable=False)
-        c.signal(0, "other")
+        count = c.signal(0, "count", writable=True)
+        owned = c.signal("server", "owned")
+        c.signal(0, "other", writable=True)
 
         @c.action
         def inc() -> None:
@@ -69,7 +69,8 @@ def test_decorator_forms_and_explicit_names() -> None:
     with TestClient(make_app()) as client:
         tab = client.open("/")
         assert set(tab.context.actions) >= {"inc", "named_by_decorator", "set_hundred", "slow"}
-        assert str(tab.context.actions["inc"]) == "@post('/_action/inc', {requestCancellation: 'disabled'})"
+        assert str(tab.context.actions["inc"]) == ("@post('/_action/inc', {requestCancellation: 'disabled', "
+                                                    "filterSignals: {exclude: $_via_filter}})")
         tab.action("named_by_decorator")
         assert tab.signals["count"] == 10
         tab.action("set_hundred")
@@ -96,7 +97,7 @@ def test_server_owned_signal_ignores_client_writes() -> None:
         tab = client.open("/")
         tab.action("touch_owned", owned="hacked")
         assert tab.context.signals["owned"].value == "server!"
-        assert tab.signals["owned"] == "server!"
+        assert tab.signals["_owned"] == "server!"
 
 
 def test_wrongly_typed_client_value_is_refused_and_not_echoed() -> None:
@@ -185,10 +186,10 @@ def test_bad_declarations_fail_with_clear_messages() -> None:
 
     @app.page("/bad-action")
     def bad_action(c: Context) -> None:
-        c.action(lambda a, b: None, "two")
+        c.action(lambda *values: None, "many")
 
     with TestClient(app) as client:
         with pytest.raises(DeclarationError, match=r"signal name 'my count' in page '/bad-signal'"):
             client.get("/bad-signal")
-        with pytest.raises(DeclarationError, match="takes 2 arguments"):
+        with pytest.raises(DeclarationError, match="parameter 'values' must be a plain or keyword-only parameter"):
             client.get("/bad-action")
