@@ -89,6 +89,8 @@ _LINGER = 2.0
 #: refused connections cannot hold the descriptors the caps are there to keep.
 _MAX_LINGERING_REFUSALS = 256
 
+#: The accept wait of a connection the registry took from the listen queue and judged young.
+_JUDGED = -2.0
 #: ``SO_LINGER`` on with a time of 0: ``close()`` sends RST and discards the send queue.
 _LINGER_OFF = struct.pack("ii", 1, 0)
 
@@ -181,6 +183,8 @@ class HttpProtocol(asyncio.Protocol):
         limits: ServerLimits,
         scheme: str = "http",
         preface: bytes = b"",
+        *,
+        judged: bool = False,
     ):
         self._app = app
         self._limits = limits
@@ -191,7 +195,9 @@ class HttpProtocol(asyncio.Protocol):
 
         self._state = IDLE
         self._sock: socket.socket | None = None  # for TCP_INFO: how long a request waited unread
-        self._accept_wait = -1.0  # >= 0: waited this long in the listen queue of an overloaded server
+        # >= 0: waited this long in the listen queue of an overloaded server (its first request gets
+        # a 503); _JUDGED: taken from the queue by the registry, which judged it young.
+        self._accept_wait = _JUDGED if judged else -1.0
         #: The exchange being answered (None: nothing owed); the queue holds the ones behind it.
         self._exchange: Exchange | None = None
         # A list, not a deque: an empty deque costs 600 bytes per connection, and this holds at
@@ -275,7 +281,7 @@ class HttpProtocol(asyncio.Protocol):
         # (a passed connection was accepted long ago by another worker: its wait means nothing;
         # TLS read its handshake after accept). Its first request is refused once read, unless
         # it is for a path never shed.
-        if self._scheme == "http" and not self._preface:
+        if self._scheme == "http" and not self._preface and self._accept_wait != _JUDGED:
             self._accept_wait = registry.late_accept(sock)
         if sock is not None:
             # OSError: a Unix socket; AttributeError: a transport without a real socket.

@@ -38,6 +38,12 @@ logger = logging.getLogger("pyvia.server")
 QUEUE_SAMPLE = 8
 #: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
+#: While overloaded, a request (or a new connection) that waited more than this share of
+#: ``shed_after`` is answered 503 when it is read: loop turns then stay about that long, so what
+#: is served waited at most that, and its answer, or a 503, comes within ``shed_after``.
+SERVE_WITHIN = 0.25
+#: Overload holds while loop turns stay longer than this share of ``shed_after``.
+_STILL_BUSY = SERVE_WITHIN / 2
 #: Seconds a connection refused from the listen queue keeps reading (and dropping) after its 503,
 #: and how many may do so at once (the lingering close of HttpProtocol, for raw sockets).
 _RAW_LINGER = 2.0
@@ -213,8 +219,9 @@ class ConnectionRegistry:
         self._was_late = False
         self._was_slow = False
         self._busy_until = 0.0
-        #: True while loop turns keep running long: two probes in a row over half ``shed_after``,
-        #: and for twice ``shed_after`` after the last such pair (so shedding does not flap).
+        #: True while loop turns keep running long: two probes in a row later than
+        #: ``SERVE_WITHIN`` of ``shed_after``, then while they stay half that late, then for twice
+        #: ``shed_after`` more (so shedding does not flap).
         self.busy = False
         #: True while the listen backlog is overloaded (see :meth:`late_accept`).
         self.queue_late = False
@@ -375,13 +382,13 @@ class ConnectionRegistry:
 
     def late_accept(self, sock: socket.socket | None) -> float:
         """How long a connection just accepted waited in the listen queue, when its request must be
-        answered 503 (else -1): longer than half of ``shed_after`` while the server is
+        answered 503 (else -1): longer than ``SERVE_WITHIN`` of ``shed_after`` while the server is
         overloaded (:meth:`_late` says how that is judged). Count it with :meth:`shed_late`."""
         return self._late(sock)
 
     def late_request(self, sock: socket.socket | None) -> float:
         """How long a request about to be answered waited, when it must get a 503 instead (else
-        -1): it waited longer than half of ``shed_after`` (unread in its socket behind long loop
+        -1): it waited longer than ``SERVE_WITHIN`` of ``shed_after`` (unread in its socket behind long loop
         turns, or behind the requests ahead of it) while the server is overloaded. Count it with
         :meth:`shed_late`."""
         return self._late(sock)
@@ -452,7 +459,7 @@ class ConnectionRegistry:
             # this very turn delays), or the rest of it is served however late.
             self.busy = overloaded = True
             self._busy_until = self.loop.time() + 2 * shed_after
-        if overloaded and shed_after is not None and waited > shed_after / 2:
+        if overloaded and shed_after is not None and waited > shed_after * SERVE_WITHIN:
             return waited
         return -1.0
 
@@ -588,12 +595,14 @@ class ConnectionRegistry:
         # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
         self.lagging = lagging = late and self._was_late
         self._was_late = late
-        # Two long turns in a row (each over half the target): requests read late in such turns
+        # Two long turns in a row (each over SERVE_WITHIN of the target): requests read late in such turns
         # waited up to a turn each, while the first ones read in it did not, so the window's least
         # wait stays low: CoDel's rule alone would never see this queue.
-        slow = shed_after is not None and lag > shed_after / 2
-        if slow and self._was_slow:
-            self._busy_until = now + 2 * shed_after  # type: ignore[operator]
+        slow = shed_after is not None and lag > shed_after * SERVE_WITHIN
+        if shed_after is not None and ((slow and self._was_slow) or (self.busy and lag > shed_after * _STILL_BUSY)):
+            # Entered after two long turns in a row; kept while turns stay even half that long
+            # (shedding holds them near SERVE_WITHIN), and for twice shed_after after that.
+            self._busy_until = now + 2 * shed_after
         self.busy = now < self._busy_until
         self._was_slow = slow
         self.shedding = lagging or self.in_flight >= self.max_in_flight
@@ -610,10 +619,13 @@ class ConnectionRegistry:
         loaded server) and connections arrive faster than that, the listen queue grows for
         seconds, then overflows, and new connections get nothing at all (the attack saw 17 of 40
         unanswered after 10 s) while every open connection is served. So each probe looks at the
-        queue: when its first connection waited more than a quarter of ``shed_after``, it
-        accepts all that wait. While the server is overloaded those that waited past
-        ``shed_after`` get the 503 at once, written on the raw socket (no transport, no task: a
-        few microseconds each); the others go to ``hand_over`` to be served.
+        queue. While the server is overloaded it accepts all that waits and answers each with
+        the 503 at once, written on the raw socket (no transport, no task: a few microseconds
+        each), unless it asks for a path never shed or has sent nothing yet: a connection handed
+        to the loop is read three or four turns later, too late to be served in time, so what
+        the overloaded server serves of new connections is what uvloop accepts itself, judged at
+        its accept. Otherwise, when the first connection waited more than ``SERVE_WITHIN`` of
+        ``shed_after``, it hands what waits to ``hand_over`` (up to 64 a probe) to be served.
         """
         self._listening.append((sock, hand_over))
 
@@ -645,14 +657,17 @@ class ConnectionRegistry:
                 waited = _last_data_age(conn)
                 if waited < self._window_min:
                     self._window_min = waited
-                if overloaded and waited > shed_after / 2 and not self._asks_exempt(conn):
+                # One taken from the queue is read three or four turns later (the loop adopts it in
+                # a task, then reads it), too late while overloaded: refused, young or not. What the
+                # overloaded server serves of new connections is what uvloop accepts itself.
+                if overloaded and not self._asks_exempt(conn) and _has_data(conn):
                     refused += 1
                     self._refuse_raw(conn, str(peer[0]) if isinstance(peer, tuple) else "", waited)
                     continue
                 conn.setblocking(False)
                 hand_over(conn)
                 handed += 1
-                if waited < shed_after / 4:
+                if not overloaded and waited < shed_after * SERVE_WITHIN:
                     break  # a short queue: uvloop keeps up with it
         return refused
 
@@ -670,10 +685,11 @@ class ConnectionRegistry:
     def _refuse_raw(self, conn: socket.socket, client: str, waited: float) -> None:
         """The 503 of a connection that waited too long, written on the socket itself.
 
-        Then a lingering close, as for any refusal: the write side ends (FIN) and what the client
-        still sends is read and dropped for a moment, because closing with unread bytes (or with
-        bytes on the way) sends RST, which can destroy the 503 before the client reads it. Past
-        ``_MAX_RAW_LINGER`` refusals lingering at once, the socket closes at once.
+        The request it sent is read first. When that was a whole head without a body, the socket
+        closes at once; otherwise a lingering close, as for any refusal: the write side ends (FIN)
+        and what the client still sends is read and dropped for a moment, because closing with
+        unread bytes (or bytes on the way) sends RST, which can destroy the 503 before the client
+        reads it. Past ``_MAX_RAW_LINGER`` refusals lingering at once, the socket closes at once.
         """
         self.shed_requests += 1
         self.refused_connections += 1
@@ -685,17 +701,19 @@ class ConnectionRegistry:
             waited,
             self.limits.shed_after,
         )
+        sent = b""
         try:
             conn.setblocking(False)
             with contextlib.suppress(OSError):
-                conn.recv(65536)
+                sent = conn.recv(65536)
             conn.send(self.refusal)
             conn.shutdown(socket.SHUT_WR)
         except OSError:
             conn.close()
             return
-        if len(self._raw) >= _MAX_RAW_LINGER:
-            conn.close()
+        whole = sent.endswith(b"\r\n\r\n") and b"content-length" not in sent.lower() and b"chunked" not in sent.lower()
+        if whole or len(self._raw) >= _MAX_RAW_LINGER:
+            conn.close()  # nothing more is on the way: no RST can follow
             return
         fd = conn.fileno()
 
@@ -777,6 +795,14 @@ def _last_data_age(sock: socket.socket) -> float:
     except (OSError, AttributeError, ValueError, TypeError):
         return 0.0
     return float(struct.unpack_from("I", info, 52)[0]) / 1000 if len(info) >= 56 else 0.0
+
+
+def _has_data(sock: socket.socket) -> bool:
+    """Whether the client of a just-accepted socket has sent anything yet (read without taking it)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing yet (EAGAIN), or it has gone
+        return False
 
 
 def _first(*values: int | None) -> int:

@@ -184,7 +184,7 @@ async def serve(
                 ssl_handshake_timeout=handshake_timeout,
             )
             if ssl_context is None:  # while overloaded the probe drains the queue uvloop accepts from slowly
-                registry.listen(sock, _HandOver(loop, lambda: HttpProtocol(app, registry, limits, scheme)))
+                registry.listen(sock, _HandOver(loop, lambda: HttpProtocol(app, registry, limits, scheme, judged=True)))
         else:
             acceptor.start(backlog)
             server = acceptor
