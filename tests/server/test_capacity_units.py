@@ -350,8 +350,9 @@ def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -
 
 
 def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_first_requests() -> None:
-    # shed_after 0.5: two probes more than 0.25 s late in a row make the server busy; a request on
-    # an open connection that waited over 0.25 s is then answered 503; one that did not is served.
+    # shed_after 0.5: probes more than 0.125 s late for a whole 0.5 s make the server busy; a
+    # request on an open connection that waited over 0.125 s is then answered 503; one that did
+    # not is served.
     loop = FakeLoop()
     registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.probe(loop.now)  # the first probe sets when the next one is due
@@ -364,11 +365,15 @@ def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_fir
     transport.socket = sock  # type: ignore[assignment]
     protocol.connection_made(transport)
     protocol.data_received(get("/"))  # the first request is the accept's to judge
-    loop.now += 0.3
-    registry.probe(loop.now)  # one long turn: a pause, nothing changes
+    loop.now += 0.6
+    registry.probe(loop.now)  # one long turn: a pause (a collection), nothing changes
     assert not registry.busy
+    loop.now += 0.025
+    registry.probe(loop.now)
     loop.now += 0.3
     registry.probe(loop.now)
+    loop.now += 0.3
+    registry.probe(loop.now)  # long turns for a whole shed_after: overloaded
     assert registry.busy
     sock.waited_ms = 400
     protocol.data_received(get("/"))
@@ -389,10 +394,11 @@ def test_a_long_turn_after_another_makes_the_server_busy_before_the_next_probe()
     registry.probe(loop.now)  # the first probe sets when the next one is due
     loop.now += 0.025
     registry.probe(loop.now)  # on time
-    loop.now += 0.3
-    registry.probe(loop.now)  # the previous turn was long
+    for _ in range(2):
+        loop.now += 0.175
+        registry.probe(loop.now)  # two long turns, 0.3 s together: not yet a whole shed_after
     assert not registry.busy
-    assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # over shed_after, in a long turn
+    assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # over shed_after, in a third one
     assert registry.busy
     for _ in range(_QUEUE_SAMPLE):
         assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # every request is measured now

@@ -144,7 +144,8 @@ class ConnectionRegistry:
         "_sample_in",
         "_waiter",
         "_was_late",
-        "_was_slow",
+        "_slow_since",
+        "_slow_turns",
         "_window_end",
         "_window_min",
         "accepted",
@@ -217,11 +218,12 @@ class ConnectionRegistry:
         self._window_min = _NEVER
         self._window_end = 0.0
         self._was_late = False
-        self._was_slow = False
+        self._slow_turns = 0  # long loop turns in a row, as the probes saw them
+        self._slow_since = 0.0  # when the first of them began
         self._busy_until = 0.0
-        #: True while loop turns keep running long: two probes in a row later than
-        #: ``SERVE_WITHIN`` of ``shed_after``, then while they stay half that late, then for twice
-        #: ``shed_after`` more (so shedding does not flap).
+        #: True while loop turns keep running long: probes later than ``SERVE_WITHIN`` of
+        #: ``shed_after`` for a whole ``shed_after`` (two at least), then while they stay half that
+        #: late, then for twice ``shed_after`` more (so shedding does not flap).
         self.busy = False
         #: True while the listen backlog is overloaded (see :meth:`late_accept`).
         self.queue_late = False
@@ -454,9 +456,9 @@ class ConnectionRegistry:
         if waited < self._window_min:
             self._window_min = waited
         shed_after = self.limits.shed_after
-        if not overloaded and self._was_slow and shed_after is not None and waited > shed_after:
-            # A long turn right after another one: overloaded now, not at the next probe (which
-            # this very turn delays), or the rest of it is served however late.
+        if not overloaded and self._slow_turns >= 2 and shed_after is not None and waited > shed_after:
+            # A long turn right after others: overloaded now, not at the next probe (which this
+            # very turn delays), or the rest of it is served however late.
             self.busy = overloaded = True
             self._busy_until = self.loop.time() + 2 * shed_after
         if overloaded and shed_after is not None and waited > shed_after * SERVE_WITHIN:
@@ -595,16 +597,25 @@ class ConnectionRegistry:
         # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
         self.lagging = lagging = late and self._was_late
         self._was_late = late
-        # Two long turns in a row (each over SERVE_WITHIN of the target): requests read late in such turns
-        # waited up to a turn each, while the first ones read in it did not, so the window's least
-        # wait stays low: CoDel's rule alone would never see this queue.
+        # Long turns (each over SERVE_WITHIN of the target) for a whole shed_after, two at least:
+        # requests read late in such turns waited up to a turn each, while the first ones read in
+        # it did not, so the window's least wait stays low: CoDel's rule alone would never see this
+        # queue. One pause (a collection), or the two slow turns of a cold start, is not that.
         slow = shed_after is not None and lag > shed_after * SERVE_WITHIN
-        if shed_after is not None and ((slow and self._was_slow) or (self.busy and lag > shed_after * _STILL_BUSY)):
-            # Entered after two long turns in a row; kept while turns stay even half that long
-            # (shedding holds them near SERVE_WITHIN), and for twice shed_after after that.
+        if slow:
+            if not self._slow_turns:
+                self._slow_since = now - lag
+            self._slow_turns += 1
+        else:
+            self._slow_turns = 0
+        if shed_after is not None and (
+            (self._slow_turns >= 2 and now - self._slow_since >= shed_after)
+            or (self.busy and lag > shed_after * _STILL_BUSY)
+        ):
+            # Kept while turns stay even half that long (shedding holds them near SERVE_WITHIN),
+            # and for twice shed_after after that, so shedding does not flap.
             self._busy_until = now + 2 * shed_after
         self.busy = now < self._busy_until
-        self._was_slow = slow
         self.shedding = lagging or self.in_flight >= self.max_in_flight
         self._probe_due = now + self._probe_every
         if self._measure_queue:
@@ -625,7 +636,7 @@ class ConnectionRegistry:
         to the loop is read three or four turns later, too late to be served in time, so what
         the overloaded server serves of new connections is what uvloop accepts itself, judged at
         its accept. Otherwise, when the first connection waited more than ``SERVE_WITHIN`` of
-        ``shed_after``, it hands what waits to ``hand_over`` (up to 64 a probe) to be served.
+        ``shed_after``, it hands what waits to ``hand_over`` (up to 16 a probe: each brings its work into the next turns) to be served.
         """
         self._listening.append((sock, hand_over))
 
@@ -633,7 +644,7 @@ class ConnectionRegistry:
         """Forget the listening sockets (the server stopped accepting)."""
         self._listening = []
 
-    def drain_backlog(self, limit: int = 4096, hand_over_at_most: int = 64) -> int:
+    def drain_backlog(self, limit: int = 4096, hand_over_at_most: int = 16) -> int:
         """Accept what waits in the listen queues (see :meth:`listen`); how many were refused.
 
         Every connection taken is a sample of the wait (:meth:`_late`'s window), so a standing
@@ -657,6 +668,12 @@ class ConnectionRegistry:
                 waited = _last_data_age(conn)
                 if waited < self._window_min:
                     self._window_min = waited
+                if not overloaded and self._slow_turns >= 2 and waited > shed_after * SERVE_WITHIN:
+                    # The queue is not kept short and turns have been long more than once: the
+                    # onset of an overload, before it has lasted a whole shed_after. What is handed
+                    # to the loop now would be served several long turns later.
+                    overloaded = self.busy = True
+                    self._busy_until = self.loop.time() + 2 * shed_after
                 # One taken from the queue is read three or four turns later (the loop adopts it in
                 # a task, then reads it), too late while overloaded: refused, young or not. What the
                 # overloaded server serves of new connections is what uvloop accepts itself.
