@@ -664,6 +664,7 @@ class HttpProtocol(asyncio.Protocol):
         self.deadline = 0.0
         request = exchange.request
         registry = self._registry
+        registry.dispatched += 1
         shedding = registry.shedding
         # A connection's first request was judged when it was accepted (how long it waited in the
         # listen queue); what it waits after that is the server's own turns, not a queue to shed.

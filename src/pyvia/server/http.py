@@ -106,9 +106,10 @@ class ServerLimits:
       connections in the listen queue (uvloop accepts one per loop turn, so the probe takes
       over the queue when it is not kept short) and requests on open connections behind long
       loop turns; ``TCP_INFO`` (Linux) says how long each waited unread. Shedding starts only
-      for *sustained* overload: two loop turns in a row longer than a quarter of ``shed_after``,
-      or a whole ``shed_after`` window in which every sampled request or connection waited more
-      than half of it (CoDel's rule, with a fixed target). Then every request that waited more
+      for *sustained* overload: loop turns longer than a quarter of ``shed_after``, each
+      carrying many requests, for a whole ``shed_after``; or a whole ``shed_after`` window in
+      which every sampled request or connection (four at least) waited more than half of it
+      (CoDel's rule, with a fixed target). Then every request that waited more
       than a quarter of ``shed_after`` is answered 503 when it is read (a new connection's,
       before the app sees it; those still in the listen queue at once, on the raw socket), so
       turns stay about that long and what is served waited at most that. A loop late by ``shed_after``

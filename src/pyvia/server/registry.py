@@ -44,6 +44,10 @@ _TCP_INFO = getattr(socket, "TCP_INFO", None)
 SERVE_WITHIN = 0.25
 #: Overload holds while loop turns stay longer than this share of ``shed_after``.
 _STILL_BUSY = SERVE_WITHIN / 2
+#: Requests a long turn must carry to count as the queue of an overload (not a slow handler).
+_LOADED_TURN = 8
+#: Samples a window must hold for its least wait to stand for a queue (CoDel's standing queue).
+_QUEUE_SAMPLES = 4
 #: Seconds a connection refused from the listen queue keeps reading (and dropping) after its 503,
 #: and how many may do so at once (the lingering close of HttpProtocol, for raw sockets).
 _RAW_LINGER = 2.0
@@ -130,6 +134,7 @@ class ConnectionRegistry:
     __slots__ = (
         "_busy_until",
         "_connections",
+        "_dispatched_seen",
         "_exempt",
         "_handle",
         "_interval",
@@ -142,16 +147,18 @@ class ConnectionRegistry:
         "_probe_every",
         "_raw",
         "_sample_in",
-        "_waiter",
-        "_was_late",
         "_slow_since",
         "_slow_turns",
+        "_waiter",
+        "_was_late",
         "_window_end",
         "_window_min",
+        "_window_samples",
         "accepted",
         "busy",
         "by_ip",
         "connections",
+        "dispatched",
         "hosts",
         "hosts_refused",
         "in_flight",
@@ -216,9 +223,13 @@ class ConnectionRegistry:
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
         self._sample_in = 1
         self._window_min = _NEVER
+        self._window_samples = 0
         self._window_end = 0.0
         self._was_late = False
-        self._slow_turns = 0  # long loop turns in a row, as the probes saw them
+        #: Requests handed to the app (or shed) so far; the probe compares it to what it last saw.
+        self.dispatched = 0
+        self._dispatched_seen = 0
+        self._slow_turns = 0  # long loop turns in a row, each carrying many requests
         self._slow_since = 0.0  # when the first of them began
         self._busy_until = 0.0
         #: True while loop turns keep running long: probes later than ``SERVE_WITHIN`` of
@@ -453,6 +464,7 @@ class ConnectionRegistry:
         if len(info) < 56:
             return -1.0
         waited = float(struct.unpack_from("I", info, 52)[0]) / 1000
+        self._window_samples += 1
         if waited < self._window_min:
             self._window_min = waited
         shed_after = self.limits.shed_after
@@ -466,8 +478,10 @@ class ConnectionRegistry:
         return -1.0
 
     def _judge_backlog(self, now: float) -> None:
-        """At the end of each window: overloaded if its least wait was over ``shed_after``; back to
-        normal once a window saw a wait of half that or less (or no accept at all)."""
+        """At the end of each window: overloaded if its least wait was over half of ``shed_after``
+        and it held a queue's worth of samples (a few connections that waited through a cold
+        start are not a standing queue); back to normal once a window saw a wait of a quarter of
+        it or less (or no sample at all)."""
         if now < self._window_end:
             return
         least = self._window_min
@@ -476,8 +490,9 @@ class ConnectionRegistry:
         if self.queue_late:
             self.queue_late = least > target / 4
         else:
-            self.queue_late = least != _NEVER and least > target / 2
+            self.queue_late = self._window_samples >= _QUEUE_SAMPLES and least > target / 2
         self._window_min = _NEVER
+        self._window_samples = 0
         self._window_end = now + target
 
     def shed(self, client: str, path: str) -> None:
@@ -600,8 +615,11 @@ class ConnectionRegistry:
         # Long turns (each over SERVE_WITHIN of the target) for a whole shed_after, two at least:
         # requests read late in such turns waited up to a turn each, while the first ones read in
         # it did not, so the window's least wait stays low: CoDel's rule alone would never see this
-        # queue. One pause (a collection), or the two slow turns of a cold start, is not that.
-        slow = shed_after is not None and lag > shed_after * SERVE_WITHIN
+        # queue. Such a turn must carry many requests: one pause (a collection), a slow handler or
+        # the slow turns of a cold start (templates compiled, first imports) are not a queue.
+        carried = self.dispatched - self._dispatched_seen
+        self._dispatched_seen = self.dispatched
+        slow = shed_after is not None and lag > shed_after * SERVE_WITHIN and carried >= _LOADED_TURN
         if slow:
             if not self._slow_turns:
                 self._slow_since = now - lag
@@ -636,7 +654,8 @@ class ConnectionRegistry:
         to the loop is read three or four turns later, too late to be served in time, so what
         the overloaded server serves of new connections is what uvloop accepts itself, judged at
         its accept. Otherwise, when the first connection waited more than ``SERVE_WITHIN`` of
-        ``shed_after``, it hands what waits to ``hand_over`` (up to 16 a probe: each brings its work into the next turns) to be served.
+        ``shed_after``, it hands what waits to ``hand_over`` (up to 16 a probe: each brings its
+        work into the next turns) to be served.
         """
         self._listening.append((sock, hand_over))
 
@@ -666,6 +685,7 @@ class ConnectionRegistry:
                     logger.debug("draining the listen queue: %s", exc)
                     break
                 waited = _last_data_age(conn)
+                self._window_samples += 1
                 if waited < self._window_min:
                     self._window_min = waited
                 if not overloaded and self._slow_turns >= 2 and waited > shed_after * SERVE_WITHIN:
