@@ -16,6 +16,7 @@ import heapq
 import inspect
 import logging
 import math
+import re
 import secrets
 import socket
 import time
@@ -1779,9 +1780,34 @@ def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Cal
     return lambda req: mw(req, call_next)
 
 
+_PATH_INT = re.compile(r"-?[0-9]{1,19}\Z")
+_PATH_FLOAT = re.compile(r"-?(?:[0-9]{1,300}(?:\.[0-9]{0,300})?|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?\Z")
+
+
+def _path_int(text: str) -> int:
+    """A whole number that fits 64 bits, in ASCII digits: what a database key can be. Anything
+    else (thousands of digits, ``1_000``, other scripts' digits) is no such page (404)."""
+    if _PATH_INT.match(text) is None:
+        raise ValueError(text)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(text)
+    return value
+
+
+def _path_float(text: str) -> float:
+    """A finite decimal number; ``nan``, ``inf`` and overflowing exponents are no such page."""
+    if _PATH_FLOAT.match(text) is None:
+        raise ValueError(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 _CASTS: dict[Any, Callable[[str], Any]] = {
-    int: int,
-    float: float,
+    int: _path_int,
+    float: _path_float,
     bool: lambda v: v.lower() in ("1", "true", "yes", "on"),
     str: str,
 }

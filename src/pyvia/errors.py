@@ -76,15 +76,23 @@ class DeclarationError(UsageError, ValueError):
 
 
 class ClientError(PyviaError):
-    """The request is at fault; answered with :attr:`status` and :attr:`public_message`."""
+    """The request is at fault; answered with :attr:`status` and :attr:`public_message`.
+
+    ``detail`` goes to the log; with ``public=True`` it is meant for the user and goes in the
+    answer too (``"Bad Request: todo id '12x' is not a whole number"``): say what was wrong
+    with the input, never anything of the server.
+    """
 
     status = 400
     public_message = "Bad Request"
 
-    def __init__(self, detail: str = "", *, headers: list[tuple[str, str]] | None = None) -> None:
+    def __init__(self, detail: str = "", *, headers: list[tuple[str, str]] | None = None,
+                 public: bool = False) -> None:
         super().__init__(detail or self.public_message)
         self.detail = detail or self.public_message
         self.headers = headers or []
+        if public and detail:
+            self.public_message = f"{type(self).public_message}: {detail}"
 
 
 class MalformedRequest(ClientError):

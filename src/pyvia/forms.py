@@ -22,7 +22,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 from urllib.parse import parse_qsl
 
 from python_multipart.exceptions import FormParserError
@@ -139,20 +139,11 @@ _BOUNDARY = re.compile(r"boundary=(\"[^\"]+\"|[^;\s]+)", re.IGNORECASE)
 
 
 def _too_large(reason: str) -> PayloadTooLarge:
-    return _public(PayloadTooLarge(reason))
+    return PayloadTooLarge(reason, public=True)  # a limit or a defect of the input, nothing of the server
 
 
 def _malformed(reason: str) -> MalformedRequest:
-    return _public(MalformedRequest(reason))
-
-
-_E = TypeVar("_E", bound=ClientError)
-
-
-def _public(exc: _E) -> _E:
-    """The reason goes in the answer too: it names a limit or a defect, nothing of the server."""
-    exc.public_message = f"{type(exc).public_message}: {exc.detail}"
-    return exc
+    return MalformedRequest(reason, public=True)
 
 
 def _boundary(request: Request) -> bytes:
