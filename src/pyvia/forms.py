@@ -317,17 +317,22 @@ class _Multipart:
         self.content_type = ctype.decode("latin-1") if ctype else "application/octet-stream"
         self.size = 0
         self.sink = bytearray()
-        if self.filename is not None:
-            self.file_count += 1
-            if self.file_count > self.limits.max_files:
-                raise _too_large(f"a form with more than {self.limits.max_files} files")
-        else:
+        if self.filename:  # a nameless one is a file only if it has content (see on_part_data)
+            self._count_file()
+        elif self.filename is None:
             self.field_count += 1
             if self.field_count > self.limits.max_fields:
                 raise _too_large(f"a form with more than {self.limits.max_fields} fields")
 
+    def _count_file(self) -> None:
+        self.file_count += 1
+        if self.file_count > self.limits.max_files:
+            raise _too_large(f"a form with more than {self.limits.max_files} files")
+
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         size = end - start
+        if self.filename == "" and self.size == 0 and size:
+            self._count_file()
         self.size += size
         limits = self.limits
         if self.filename is None:
@@ -354,8 +359,7 @@ class _Multipart:
             self.fields[self.name] = sink.decode(errors="replace")
             return
         if self.filename == "" and self.size == 0:
-            self.file_count -= 1  # a file input left empty: the browser sends a nameless empty part
-            return
+            return  # a file input left empty: the browser sends a nameless empty part, not a file
         if isinstance(sink, bytearray):
             file: IO[bytes] = io.BytesIO(sink)
         else:
