@@ -15,7 +15,7 @@ app = App(title="Counter", template_dir=Path(__file__).parent / "templates")
 @app.page("/")
 def counter(c: Context) -> None:
     count = c.signal(0, "count")
-    step = c.signal(1, "step")
+    step = c.signal(1, "step", writable=True)
 
     @c.action
     def increment() -> None:

@@ -72,8 +72,8 @@ def listing(stored: dict[str, StoredFile]) -> list[dict[str, object]]:
 def uploads(c: Context) -> None:
     stored: dict[str, StoredFile] = c.session_data.setdefault("uploads", {})
     files = c.signal(listing(stored), "files", scope=Scope.SESSION)  # every tab of this browser
-    status = c.signal("", "status", client_writable=False)
-    failed = c.signal(False, "failed", client_writable=False)
+    status = c.signal("", "status")
+    failed = c.signal(False, "failed")
 
     def report(message: str, *, error: bool) -> None:
         status.value, failed.value = message, error

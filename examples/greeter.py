@@ -11,7 +11,7 @@ app = App(title="Greeter")
 @app.page("/")
 def greeter(c: Context) -> None:
     name = c.signal("", "name")
-    greeting = c.signal("", "greeting", client_writable=False)
+    greeting = c.signal("", "greeting")
 
     @c.action
     def greet() -> None:

@@ -54,7 +54,7 @@ def logout(c: Context) -> None:
 @app.page("/")
 def login_page(c: Context) -> None:
     user = c.session_data.get("user")
-    error = c.signal("", "error", client_writable=False)
+    error = c.signal("", "error")
 
     @c.action
     def login() -> None:

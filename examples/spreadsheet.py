@@ -156,9 +156,9 @@ def sheet(c: Context) -> None:
     clipboard = c.signal(c.session_data.get("clipboard", ""), "clipboard", scope=Scope.SESSION)
     scroll_top = c.signal(0, "scroll_top")  # px; the browser writes it on scroll
     draft = c.signal("", "draft")  # the editor's text
-    editing = c.signal(False, "editing", client_writable=False)
-    row = c.signal(1, "row", client_writable=False)
-    col = c.signal(0, "col", client_writable=False)
+    editing = c.signal(False, "editing")
+    row = c.signal(1, "row")
+    col = c.signal(0, "col")
     me = secrets.token_hex(4)  # this tab among the cursors
     color = session_color(c.session_id)
 

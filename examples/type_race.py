@@ -103,7 +103,7 @@ def rooms_changed(c: Context) -> None:
 def rooms(c: Context) -> None:
     c.scope(Scope.ROUTE)
     wanted = c.signal("", "wanted")
-    problem = c.signal("", "problem", client_writable=False)
+    problem = c.signal("", "problem")
 
     @c.action
     def go() -> None:

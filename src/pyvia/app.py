@@ -25,6 +25,8 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
+
 from pyvia import forms, protocol
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
@@ -52,6 +54,7 @@ from pyvia.errors import (
     RateLimited,
     RouteError,
     ServiceError,
+    TabGone,
 )
 from pyvia.forms import FORM_TYPES, Form, FormLimits, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
@@ -84,6 +87,7 @@ from pyvia.session import (
     load_secret,
 )
 from pyvia.signals import check_name
+from pyvia.snapshot import Snapshots
 from pyvia.state import GlobalState, SessionData, SessionStore
 from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow, Stream
@@ -122,6 +126,20 @@ _OPS_PATHS: dict[str, Callable[[Any], Response]] = {
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
+
+
+class _Grave:
+    """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
+
+    __slots__ = ("deadline", "seq", "snapshot", "tab_state")
+
+    def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None) -> None:
+        self.deadline = deadline
+        self.tab_state = tab_state
+        #: The number of the last snapshot the browser was sent: an older one is a replay.
+        self.seq = seq
+        #: The server's own snapshot of the tab's server-owned signals (dropped past the budget).
+        self.snapshot = snapshot
 
 
 class _Revived:
@@ -305,8 +323,9 @@ class App:
         self._seq = 0
         self._destroy_queue: deque[Context] = deque()
         self._destroying = False
-        # destroyed ids -> (revival deadline, tab_state); insertion order is expiry order
-        self._graveyard: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        # destroyed ids -> what revives them; insertion order is expiry order
+        self._graveyard: OrderedDict[str, _Grave] = OrderedDict()
+        self._graveyard_bytes = 0  # of the snapshots it holds
         self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
@@ -403,6 +422,7 @@ class App:
     def _set_base(self, base: str) -> None:
         self._base = base
         self._ids = ContextIds(self._secret, base)
+        self._snapshots = Snapshots(self._secret, base, max_bytes=self.config.max_snapshot_bytes)
         self._sse_url = base + SSE_PATH[1:]
         self._close_url = base + CLOSE_PATH[1:]
         if self._bundle is not None:
@@ -451,11 +471,13 @@ class App:
         check_broadcast_target(scope)
         self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
 
-    def signal(self, initial: Any, name: str, *, scope: str) -> SharedSignal[Any]:
+    def signal(self, initial: Any, name: str, *, scope: str, writable: bool = False,
+               max_length: int | None = None) -> SharedSignal[Any]:
         """A shared signal reached from outside any tab (timers, background tasks), like ``c.signal``.
 
         ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
-        even without members while the app holds it this way.
+        even without members while the app holds it this way. Server-owned unless ``writable``,
+        as every signal; a page declaring it must declare it the same way.
         """
         if scope in (TAB, ROUTE, SESSION):
             raise DeclarationError(f"app.signal needs a concrete scope, not {scope!r}")
@@ -464,7 +486,7 @@ class App:
         check_name("signal", name, f"scope {scope!r}")
         state = self.scopes.state(scope)
         state.kept = True
-        return state.signal(name, initial)
+        return state.signal(name, initial, writable=writable, max_length=max_length)
 
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
@@ -1081,8 +1103,7 @@ class App:
             )
         content = ctx.render_view(False)
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, protocol.DISCONNECTED_SIGNAL: True}
-        seed.update(ctx.changed_signals(all_signals=True))
-        seed.update(ctx.shared_values())
+        seed.update(ctx.seed_signals())
         bundle = self.bundle
         nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
         head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url,
@@ -1169,8 +1190,7 @@ class App:
                 view = ctx._view_frame()
             except Exception as exc:  # the tab still connects; the next render may succeed
                 self._report(exc, ctx, "render", reraise=False)
-            signals.update(ctx.changed_signals(all_signals=True))
-            signals.update(ctx.shared_values())
+            signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
         ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
@@ -1356,8 +1376,7 @@ class App:
         if self.link is not None:
             self.link.release(ctx.id)
         if self.config.revival_window > 0:
-            self._graveyard[ctx.id] = (self._now() + self.config.revival_window, ctx.tab_state)
-            self._graveyard.move_to_end(ctx.id)
+            self._bury(ctx)
         # drop what closures hold, so a destroyed context leaves no reference cycle
         ctx._signals = {}
         ctx._shared = {}
@@ -1370,13 +1389,39 @@ class App:
         ctx._on_disconnect = []
         ctx._on_connect = []
 
+    def _bury(self, ctx: Context) -> None:
+        """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
+        server-owned signals (the newest, which the browser may not have got), within a budget."""
+        try:
+            snapshot = ctx.final_snapshot()
+        except TypeError:
+            snapshot = None  # a value that is not JSON: the page could not show it either
+        self._unbury(ctx.id)
+        grave = _Grave(self._now() + self.config.revival_window, ctx.tab_state, ctx.snapshot_seq, snapshot)
+        self._graveyard[ctx.id] = grave
+        if snapshot is not None:
+            self._graveyard_bytes += len(snapshot)
+            if self._graveyard_bytes > self.config.max_snapshot_bytes * 2048:  # 32 MiB at the default bound
+                for old in self._graveyard.values():  # the oldest first
+                    if old.snapshot is not None:
+                        self._graveyard_bytes -= len(old.snapshot)
+                        old.snapshot = None
+                        if self._graveyard_bytes <= self.config.max_snapshot_bytes * 1024:
+                            break
+
+    def _unbury(self, ctx_id: str) -> _Grave | None:
+        grave = self._graveyard.pop(ctx_id, None)
+        if grave is not None and grave.snapshot is not None:
+            self._graveyard_bytes -= len(grave.snapshot)
+        return grave
+
     def _prune_records(self, now: float) -> None:
         grave = self._graveyard
         while grave:
             first = next(iter(grave.values()))
-            if first[0] > now and len(grave) <= _GRAVEYARD_CAP:
+            if first.deadline > now and len(grave) <= _GRAVEYARD_CAP:
                 break
-            grave.popitem(last=False)
+            self._unbury(next(iter(grave)))
         sent = self._reload_sent
         while sent and (next(iter(sent.values())) <= now or len(sent) > _GRAVEYARD_CAP):
             sent.popitem(last=False)
@@ -1392,6 +1437,10 @@ class App:
     # --- streams ---------------------------------------------------------------------------------
 
     def _open_stream(self, request: Request) -> Any:
+        if request.method not in ("GET", "HEAD", "POST"):
+            raise MethodNotAllowed(headers=[("allow", "GET, POST")])
+        if request.method == "POST":
+            self._check_origin(request)  # its body may write the tab's writable signals
         signals = request_signals(request, None)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         if not isinstance(ctx_id, str) or not ctx_id:
@@ -1401,17 +1450,51 @@ class App:
         if ctx is None:
             if self.link is not None:
                 return self._take_over(request, ctx_id, session_id, signals)
-            return _then(self._revive(request, ctx_id, session_id, signals),
-                         lambda found: self._stream_for(request, found) if found is not None
-                         else self._reload_stream(ctx_id))
+            return self._revive_stream(request, ctx_id, session_id, signals)
         return self._stream_for(request, ctx)
+
+    def _revive_stream(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """A stream for a tab this server does not hold: revived from what this server kept of it,
+        else from the browser's snapshot, which a stream request carries only when asked for."""
+        grave = self._graveyard.get(ctx_id)
+        restore = self._snapshots.open(ctx_id, grave.snapshot) if grave is not None and grave.snapshot else None
+        if restore is None:
+            if self._verify_id(ctx_id, session_id) is None:
+                return self._reload_stream(ctx_id)
+            if request.method != "POST" or "last-event-id" in request.headers:
+                return self._ask_for_snapshot()  # a GET, or a retry whose body was made before
+            restore = self._browser_snapshot(ctx_id, signals, grave)
+            if restore is False:
+                return self._reload_stream(ctx_id)
+        return _then(self._revive(request, ctx_id, session_id, signals, restore or None),
+                     lambda found: self._stream_for(request, found) if found is not None
+                     else self._reload_stream(ctx_id))
+
+    def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None
+                          ) -> tuple[int, dict[str, Any]] | bool | None:
+        """The snapshot the reviving stream sent: ``(seq, values)``, None if it sent none, False if
+        it is forged, made for another tab, or older than one this server sent (a replay)."""
+        raw = signals.get(protocol.SNAPSHOT_SIGNAL)
+        if raw is None:
+            return None
+        opened = self._snapshots.open(ctx_id, raw)
+        if opened is None or (grave is not None and opened[0] < grave.seq):
+            log.warning("refused a %s snapshot for a tab (its page reloads)",
+                        "forged" if opened is None else "replayed")
+            return False
+        return opened
+
+    def _ask_for_snapshot(self) -> Response:
+        """Tell the page to open its stream again with its writable signals and its snapshot."""
+        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), protocol.DISCONNECTED_SIGNAL: True})
+        return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
 
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
                          signals: dict[str, Any]) -> Any:
         """A stream for a tab another worker holds: pass it the connection when it is a worker of
-        this machine no busier than this one, else take the tab over (with its tab state); revive
-        it here when that worker is gone. (The stream is the tab's long-lived connection, which
-        the balanced accept spread: where it landed is a fine home for the tab too.)"""
+        this machine no busier than this one, else take the tab over (with its tab state and its
+        signals); revive it here when that worker is gone. (The stream is the tab's long-lived
+        connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
         assert self.link is not None
         owner = await self.link.owner(ctx_id, cached=False)
         if owner is not None and await self.link.pass_connection(owner, request, balanced=True):
@@ -1419,31 +1502,42 @@ class App:
             return PASSED
         await self._follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
-            state = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
-            self._vouch(ctx_id, state or {})
-        found = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+            handed = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
+            self._vouch(ctx_id, handed or {})
+        found = self.contexts.get(ctx_id)
         if found is None:
-            return self._reload_stream(ctx_id)
+            return await _settled(self._revive_stream(request, ctx_id, session_id, signals))
         return await _settled(self._stream_for(request, found))
 
-    def _vouch(self, ctx_id: str, tab_state: dict[str, Any]) -> None:
+    def _vouch(self, ctx_id: str, handed: dict[str, Any]) -> None:
         """The directory names an owner (alive or dead) for this tab, so it lived recently: let
-        ``_revive`` bring it back here, with ``tab_state``, as it would a tab destroyed here."""
+        ``_revive`` bring it back here, with what its owner handed over, as it would a tab
+        destroyed here."""
         if ctx_id not in self._graveyard:
-            self._graveyard[ctx_id] = (self._now() + self.config.revival_window, tab_state)
+            tab_state = handed.get("tab_state")
+            snapshot = handed.get("snapshot")
+            seq = handed.get("seq")
+            self._graveyard[ctx_id] = _Grave(
+                self._now() + self.config.revival_window, tab_state if isinstance(tab_state, dict) else {},
+                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None)
+            if isinstance(snapshot, str):
+                self._graveyard_bytes += len(snapshot)
 
     def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
-        """Another worker took this tab's stream: let the tab go, giving it its tab state."""
+        """Another worker took this tab's stream: let the tab go, giving it its tab state and a
+        snapshot of its server-owned signals."""
         ctx = self.contexts.get(ctx_id)
         if ctx is None:
-            record = self._graveyard.pop(ctx_id, None)
-            return _json_or_empty(record[1]) if record is not None else None
+            grave = self._unbury(ctx_id)
+            if grave is None:
+                return None
+            return {"tab_state": _json_or_empty(grave.tab_state), "snapshot": grave.snapshot, "seq": grave.seq}
         if Scope.session(ctx.session_id) != session_hash:
             return None
         state = _json_or_empty(ctx.tab_state)
         self.destroy(ctx)
-        self._graveyard.pop(ctx_id, None)
-        return state
+        grave = self._unbury(ctx_id)
+        return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
         if ctx.session_id != self._session_of(request):
@@ -1457,51 +1551,61 @@ class App:
 
         return self._with_middleware(request, ctx.route, endpoint)
 
-    def _reload_stream(self, ctx_id: str) -> StreamResponse:
-        """A stream for a tab that cannot be revived: reload once, then tell it to stop trying."""
-        first = ctx_id not in self._reload_sent
-        if first:
-            self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
-            script = "window.location.reload()"
-        else:
-            script = "document.getElementById('via-boot')?.remove()"
+    def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
+        """A stream for a tab that cannot be revived: reload once; then 204, which tells the page's
+        stream to stop retrying."""
+        if ctx_id in self._reload_sent:
+            return Response(204)
+        self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
-            sink.write(protocol.execute_script(script))
+            sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
 
         return StreamResponse(list(protocol.SSE_HEADERS), on_open=on_open, on_close=lambda: None)
 
-    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
-        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be."""
+    def _verify_id(self, ctx_id: str, session_id: str | None) -> tuple[str, dict[str, str]] | None:
+        """The route and params of a context id this app signed for ``session_id``, if it may revive."""
         if session_id is None or self.config.revival_window <= 0:
             return None
-        record = self._graveyard.get(ctx_id)
-        now = self._now()
-        if record is None:
+        grave = self._graveyard.get(ctx_id)
+        if grave is None:
             # Unknown here: made by an earlier process (or its record expired). It died at least
             # as long ago as this process has run, so past the window it is too old to revive.
-            if now - self._started_at > self.config.revival_window:
+            if self._now() - self._started_at > self.config.revival_window:
                 return None
-        elif record[0] < now:
+        elif grave.deadline < self._now():
             return None
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
             verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
+        return verified
+
+    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any],
+                restore: tuple[int, dict[str, Any]] | None) -> Any:
+        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be.
+
+        ``restore`` holds the values of its server-owned signals (a verified snapshot); the
+        writable ones come from ``signals``, the browser's.
+        """
+        verified = self._verify_id(ctx_id, session_id)
+        if verified is None:
             return None
+        assert session_id is not None  # checked by _verify_id
         pattern, params = verified
         route = self.router.page(pattern)
         if route is None:
             return None
+        grave = self._graveyard.get(ctx_id)
         request.kind = "revival"
         request.path_params = params
 
         def endpoint(req: Request) -> Any:
             ctx = Context(self, ctx_id, route, params, session_id, req)
-            if record is not None:
-                ctx.tab_state = record[1]
+            if grave is not None:
+                ctx.tab_state = grave.tab_state
             kwargs = _bind(route, params, ctx, req)
             return _then(route.handler(**kwargs), lambda result: _Revived(ctx))
 
@@ -1512,11 +1616,13 @@ class App:
             if existing is not None:  # a concurrent revival of the same tab won
                 return existing
             ctx = result.ctx
+            if restore is not None:
+                ctx.restore_snapshot(*restore)
             ctx.apply_client_signals(signals)
             for sig in ctx._signals.values():
                 sig._changed = True
             ctx.revived = True
-            self._graveyard.pop(ctx_id, None)
+            self._unbury(ctx_id)
             self._register(ctx)
             log.info("revived a tab of %s", route.pattern)
             return ctx
@@ -1570,9 +1676,23 @@ class App:
         if not named:
             raise ContextNotFound("action without via_ctx")
         if ctx is None:
-            return _then(self._revive(request, ctx_id, session_id, signals),
+            return _then(self._revive_for_action(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
+
+    def _revive_for_action(self, request: Request, ctx_id: str, session_id: str | None,
+                           signals: dict[str, Any]) -> Any:
+        """An action for a tab this server does not hold: revived if this server kept its snapshot.
+        Otherwise only the browser has the tab's values, and it sends them when its stream revives
+        the tab; until then the action is refused (409), never run on values the tab never had."""
+        grave = self._graveyard.get(ctx_id)
+        restore = self._snapshots.open(ctx_id, grave.snapshot) if grave is not None and grave.snapshot else None
+        if restore is None:
+            verified = self._verify_id(ctx_id, session_id)
+            if verified is None:
+                raise ContextNotFound("unknown tab")
+            raise TabGone(f"an action for a tab of {verified[0]!r} this server does not hold; its stream revives it")
+        return self._revive(request, ctx_id, session_id, signals, restore)
 
     def _refuse_early(self, request: Request) -> None:
         """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
@@ -1639,7 +1759,8 @@ class App:
         if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
             self._vouch(ctx_id, {})
-        ctx = self.contexts.get(ctx_id) or await _settled(self._revive(request, ctx_id, session_id, signals))
+        ctx = self.contexts.get(ctx_id) or await _settled(
+            self._revive_for_action(request, ctx_id, session_id, signals))
         return await _settled(self._run_action(request, ctx, name, signals))
 
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:

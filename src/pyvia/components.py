@@ -58,12 +58,13 @@ class Component:
             raise DeclarationError(f"name {name!r} in component {self.name!r} must not contain '__'")
         return f"{self.name}__{name}"
 
-    def signal(self, initial: T, name: str, *, scope: str = TAB, client_writable: bool | None = None) -> Signal[T]:
+    def signal(self, initial: T, name: str, *, scope: str = TAB, writable: bool = False,
+               max_length: int | None = None) -> Signal[T]:
         """Declare a signal of this component (or a shared one, exactly as on the page)."""
         if scope != TAB:
-            sig = self.ctx.signal(initial, name, scope=scope, client_writable=client_writable)
+            sig = self.ctx.signal(initial, name, scope=scope, writable=writable, max_length=max_length)
         else:
-            sig = self.ctx._tab_signal(initial, self._id(name), client_writable)
+            sig = self.ctx._tab_signal(initial, self._id(name), writable, max_length)
         self._signals[name] = sig
         return sig
 

@@ -58,8 +58,9 @@ class Config:
     action_burst: float = 2400.0
     #: Proxies (addresses or CIDRs) whose ``Forwarded``/``X-Forwarded-For`` name the client.
     trusted_proxies: Sequence[str] = ()
-    #: Tab signals are server-owned unless declared ``client_writable=True``.
-    strict_tab_signals: bool = False
+    #: The largest snapshot of a tab's server-owned signals the browser keeps for its revival
+    #: (bytes of JSON); a tab whose values are larger revives with its handler's values.
+    max_snapshot_bytes: int = 16 << 10
     #: An async action still running after this is cancelled and answered 504.
     action_timeout: float = 60.0
     #: ``nosniff``, ``Referrer-Policy`` and ``X-Frame-Options`` on pages.
@@ -140,6 +141,9 @@ class Config:
                 raise ConfigError(f"{name}={value!r}: must be a number >= 0")
         if not isinstance(self.action_timeout, (int, float)) or self.action_timeout <= 0:
             raise ConfigError(f"action_timeout={self.action_timeout!r}: must be a number of seconds > 0")
+        if not isinstance(self.max_snapshot_bytes, int) or isinstance(self.max_snapshot_bytes, bool) \
+                or self.max_snapshot_bytes < 0:
+            raise ConfigError(f"max_snapshot_bytes={self.max_snapshot_bytes!r}: must be a byte count >= 0")
         if not isinstance(self.max_unsent_bytes, int) or self.max_unsent_bytes < 0:
             raise ConfigError(f"max_unsent_bytes={self.max_unsent_bytes!r}: must be a byte count >= 0")
         if self.encoder_budget is not None and (not isinstance(self.encoder_budget, int) or self.encoder_budget < 0):

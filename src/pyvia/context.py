@@ -109,6 +109,8 @@ class Context:
         "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
+        # the browser's copy: the last snapshot's number
+        "_snapshot_seq",
         # lifecycle, driven by the App
         "state", "deadline", "last_action", "revived", "stream",
         # user data
@@ -150,6 +152,7 @@ class Context:
         self.request = request
         self._cookies_out: list[str] = []
         self._batch: list[bytes] | None = None
+        self._snapshot_seq = 0
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
@@ -166,51 +169,55 @@ class Context:
     # --- declarations ---------------------------------------------------------------------------
 
     @overload
-    def signal(self, initial: T, name: str, *, client_writable: bool | None = None) -> Signal[T]: ...
-
-    @overload
-    def signal(self, initial: T, name: str, *, scope: str, client_writable: bool | None = None
+    def signal(self, initial: T, name: str, *, writable: bool = False, max_length: int | None = None
                ) -> Signal[T]: ...
 
-    def signal(self, initial: T, name: str, *, scope: str = TAB, client_writable: bool | None = None
-               ) -> Signal[T]:
+    @overload
+    def signal(self, initial: T, name: str, *, scope: str, writable: bool = False, max_length: int | None = None
+               ) -> Signal[T]: ...
+
+    def signal(self, initial: T, name: str, *, scope: str = TAB, writable: bool = False,
+               max_length: int | None = None) -> Signal[T]:
         """Declare a signal of this tab, or (with ``scope=``) one shared by every tab of a scope.
 
-        A tab signal declared again gets the new value; a shared one keeps the shared value, and
-        declaring it joins this tab to its scope. Tab signals take the browser's values unless
-        ``client_writable=False``; shared ones only when ``client_writable=True``.
+        It is server-owned: the browser shows it, only the server writes it. ``writable=True``
+        makes it an input the user edits: the browser's value comes back with each action (at
+        most ``max_length`` characters or items; more answers 413 naming it). A tab signal
+        declared again gets the new value; a shared one keeps the shared value, and declaring it
+        joins this tab to its scope.
         """
         if scope != TAB:
-            return self._shared_signal(initial, name, scope, bool(client_writable))
+            return self._shared_signal(initial, name, scope, writable, max_length)
         if "__" in name:
             raise DeclarationError(
                 f"signal name {name!r} in page {self.route.pattern!r} must not contain '__' "
                 "(it separates a scope or component from a name in browser ids)"
             )
-        return self._tab_signal(initial, name, client_writable)
+        return self._tab_signal(initial, name, writable, max_length)
 
-    def _tab_signal(self, initial: T, name: str, client_writable: bool | None) -> Signal[T]:
-        writable = (not self.app.config.strict_tab_signals) if client_writable is None else client_writable
+    def _tab_signal(self, initial: T, name: str, writable: bool, max_length: int | None) -> Signal[T]:
         existing = self._signals.get(name)
         if existing is not None:
-            existing.value = initial
-            existing.client_writable = writable
+            if existing.writable != writable:
+                raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} is declared twice, "
+                                       "once writable and once not")
+            existing._value = existing._sent = initial
+            existing._changed = True
             return existing
         check_name("signal", name, f"page {self.route.pattern!r}")
         if name in self._actions:
             raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} has an action's name")
-        sig: Signal[T] = Signal(name, initial, client_writable=writable)
+        sig: Signal[T] = Signal(name, initial, writable=writable, max_length=max_length)
         self._signals[name] = sig
         return sig
 
-    def _shared_signal(self, initial: T, name: str, scope: str, client_writable: bool) -> SharedSignal[T]:
+    def _shared_signal(self, initial: T, name: str, scope: str, writable: bool,
+                       max_length: int | None) -> SharedSignal[T]:
         check_name("signal", name, f"page {self.route.pattern!r}")
         concrete = resolve(scope, self.route.pattern, self.session_id)
         state = self.app.scopes.state(concrete)
         new = scope == SESSION and self.request is not None and NEW_SESSION in self.request.state
-        sig = state.signal(name, initial, client_writable=client_writable, new=new)
-        if client_writable:
-            sig.client_writable = True
+        sig = state.signal(name, initial, writable=writable, max_length=max_length, new=new)
         if self._signals.get(name) is not None or self._actions.get(name) is not None:
             raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
         self._shared[sig.id] = sig
@@ -460,15 +467,97 @@ class Context:
             return protocol.patch_elements(body_of(markup), "body", "inner")
         return protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
 
-    def changed_signals(self, *, all_signals: bool = False) -> dict[str, Any]:
+    def seed_signals(self) -> dict[str, Any]:
+        """Every signal of the page's first HTML: tab and shared values whole, with their revisions
+        and the snapshot; all marked as sent."""
         out: dict[str, Any] = {}
+        revisions: dict[str, int] = {}
+        owned = False
         for sig in self._signals.values():
-            if all_signals:  # a page or a new stream: every value whole
-                out[sig.id] = sig._sent = sig._value
-                sig._changed = False
-            elif sig._changed:
+            out[sig.id] = sig._sent = sig._value
+            sig._changed = False
+            if sig.writable:
+                if sig.revision:
+                    revisions[sig.id] = sig.revision
+            else:
+                owned = True
+        self._add_shared(out, revisions)
+        return self._finish_patch(out, revisions, owned)
+
+    def full_signals(self) -> dict[str, Any]:
+        """What a stream that may have missed frames gets: every server-owned value and every writable
+        one the server wrote, whole. (Writable values the server never wrote are the user's: sending
+        them back would undo keystrokes.)"""
+        out: dict[str, Any] = {}
+        revisions: dict[str, int] = {}
+        owned = False
+        for sig in self._signals.values():
+            if sig.writable:
+                if not sig.revision:
+                    continue
+                revisions[sig.id] = sig.revision
+            else:
+                owned = True
+            out[sig.id] = sig._sent = sig._value
+            sig._changed = False
+        self._add_shared(out, revisions)
+        return self._finish_patch(out, revisions, owned)
+
+    def changed_signals(self) -> dict[str, Any]:
+        """The tab signals changed since they were last sent, as a merge patch, marked as sent."""
+        out: dict[str, Any] = {}
+        revisions: dict[str, int] | None = None
+        owned = False
+        for sig in self._signals.values():
+            if sig._changed:
                 out[sig.id] = sig.take_patch()
+                if sig.writable:
+                    if revisions is None:
+                        revisions = {}
+                    revisions[sig.id] = sig.revision
+                else:
+                    owned = True
+        if not out:
+            return out
+        return self._finish_patch(out, revisions, owned)
+
+    def _add_shared(self, out: dict[str, Any], revisions: dict[str, int]) -> None:
+        for sid, sig in self._shared.items():
+            out[sid] = sig._value
+            if sig.writable and sig.revision:
+                revisions[sid] = sig.revision
+
+    def _finish_patch(self, out: dict[str, Any], revisions: dict[str, int] | None, owned: bool) -> dict[str, Any]:
+        if revisions:
+            out[protocol.REVISION_SIGNAL] = revisions
+        if owned:
+            out[protocol.SNAPSHOT_SIGNAL] = self._snapshot()
         return out
+
+    def _snapshot(self) -> str | None:
+        """A new signed snapshot of the server-owned tab signals (None past the size bound)."""
+        values = {name: sig._value for name, sig in self._signals.items() if not sig.writable}
+        self._snapshot_seq += 1
+        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
+
+    def restore_snapshot(self, seq: int, values: Mapping[str, Any]) -> None:
+        """Give the server-owned tab signals the values of a verified snapshot (a revival)."""
+        self._snapshot_seq = max(self._snapshot_seq, seq)
+        for name, value in values.items():
+            sig = self._signals.get(name)
+            if sig is not None and not sig.writable:
+                sig._value = value
+                sig._changed = True
+
+    def final_snapshot(self) -> str | None:
+        """A snapshot of the values now, numbered as the last one sent (kept when the tab is destroyed)."""
+        values = {name: sig._value for name, sig in self._signals.items() if not sig.writable}
+        return self.app._snapshots.make(self.id, self._snapshot_seq, values) if values else None
+
+    @property
+    def snapshot_seq(self) -> int:
+        """The number of the last snapshot the browser was sent (a revival refuses older ones)."""
+        return self._snapshot_seq
 
     # --- sending ---------------------------------------------------------------------------------
 
@@ -544,20 +633,32 @@ class Context:
             self.stream.send(b"".join(batch), None, self.app.clock.now())
 
     def apply_client_signals(self, values: Mapping[str, Any]) -> None:
-        """Write the browser's values into client-writable signals; unknown ids are ignored."""
+        """Write the browser's values into the writable signals; other ids are ignored.
+
+        A value is dropped when the browser posted it before it had seen the server's last write
+        of that signal (its ``via_rev`` is older), so the server's write wins.
+        """
+        revisions = values.get(protocol.REVISION_SIGNAL)
+        if not isinstance(revisions, dict):
+            revisions = {}
         signals = self._signals
         shared = self._shared
         for key, value in values.items():
             sig = signals.get(key)
             if sig is None:
                 sig = shared.get(key)
-                if sig is not None and sig.client_writable and sig._value != value:
-                    sig.accept_client_value(value)
-            elif sig.client_writable:
-                sig.accept_client_value(value)
-
-    def shared_values(self) -> dict[str, Any]:
-        return {sid: sig._value for sid, sig in self._shared.items()}
+                if sig is None or sig._value == value:
+                    continue
+            if not sig.writable:
+                continue
+            seen = revisions.get(key, 0)
+            if type(seen) is not int:
+                seen = 0
+            if seen < sig.revision:
+                continue  # posted before the server's write reached the browser
+            if seen > sig.revision and not isinstance(sig, SharedSignal):
+                sig.revision = seen  # a revived tab: the browser saw writes of an earlier process
+            sig.accept_client_value(value)
 
     # --- running user code ----------------------------------------------------------------------
 

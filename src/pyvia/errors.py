@@ -13,7 +13,9 @@
     │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
     │  ├─ NotFound             404
     │  ├─ MethodNotAllowed     405
+    │  ├─ TabGone              409  (an action for a tab this server does not hold: it reconnects first)
     │  ├─ PayloadTooLarge      413
+    │  │  └─ SignalTooLarge    413  (a writable signal over its ``max_length``; names the signal)
     │  └─ RateLimited          429  (with ``Retry-After``)
     ├─ ServiceError        the server cannot serve now; ``.status`` 503 and ``.retry_after``
     │  ├─ ActionTimeout    504  an action ran past ``action_timeout``
@@ -51,6 +53,8 @@ __all__ = [
     "RateLimited",
     "RouteError",
     "ServiceError",
+    "SignalTooLarge",
+    "TabGone",
     "UsageError",
 ]
 
@@ -123,6 +127,22 @@ class MethodNotAllowed(ClientError):
 class PayloadTooLarge(ClientError):
     status = 413
     public_message = "Content Too Large"
+
+
+class TabGone(ClientError):
+    """The action's tab is not on this server (a restart, a crash): its stream revives it first."""
+
+    status = 409
+    public_message = "This page lost its connection to the server. Try again in a moment."
+
+
+class SignalTooLarge(PayloadTooLarge):
+    """A writable signal got more than its ``max_length``; the answer says which and how much."""
+
+    def __init__(self, detail: str, *, signal: str) -> None:
+        super().__init__(detail)
+        self.signal = signal
+        self.public_message = detail
 
 
 class RateLimited(ClientError):

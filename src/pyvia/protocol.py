@@ -24,6 +24,14 @@ PATCH_SIGNALS = "datastar-patch-signals"
 DATASTAR_PARAM = "datastar"
 CONTEXT_SIGNAL = "via_ctx"
 DISCONNECTED_SIGNAL = "_disconnected"
+#: ``{signal id: revision}`` of the server writes of writable signals the browser has applied;
+#: it comes back with every action, so a value posted before a server write is dropped.
+REVISION_SIGNAL = "via_rev"
+#: The signed snapshot of the tab's server-owned signals; sent only when the stream revives.
+SNAPSHOT_SIGNAL = "_via_snap"
+#: Set by the server when it no longer holds the tab: the page then opens its stream with a POST
+#: carrying its writable signals and its snapshot, and the tab is revived from them.
+REVIVE_SIGNAL = "_via_revive"
 
 #: Datastar 1.0 element patch modes; ``outer`` is the default and is not sent.
 MODES = frozenset({"outer", "inner", "replace", "prepend", "append", "before", "after", "remove"})
@@ -107,15 +115,18 @@ def keep_alive() -> bytes:
 
 # --- signals in --------------------------------------------------------------------------------
 
-#: Payload limits (bytes of the JSON text, nesting depth, keys per object, string length).
+#: Payload limits: bytes of the JSON text, nesting depth, items of one object or list.
 MAX_SIGNAL_BYTES = 1 << 20
 MAX_SIGNAL_DEPTH = 16
-MAX_SIGNAL_KEYS = 1000
-MAX_STRING_LENGTH = 1 << 18
+MAX_SIGNAL_ITEMS = 10_000
 
 
 def parse_signals(raw: bytes | str) -> dict[str, Any]:
-    """Decode a Datastar signals payload: a JSON object within the payload limits."""
+    """Decode a Datastar signals payload: a JSON object within the payload limits.
+
+    Raises :class:`PayloadTooLarge` past ``MAX_SIGNAL_BYTES`` and :class:`MalformedRequest` for
+    anything else wrong, naming the signal where one is at fault; never anything else.
+    """
     if not raw:
         return {}
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode(errors="surrogatepass"))
@@ -127,22 +138,48 @@ def parse_signals(raw: bytes | str) -> dict[str, Any]:
         raise MalformedRequest(f"signals are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise MalformedRequest("signals must be a JSON object")
-    _check_shape(value, 0)
+    if len(value) > MAX_SIGNAL_ITEMS:
+        raise MalformedRequest(f"more than {MAX_SIGNAL_ITEMS:,} signals")
+    for key, item in value.items():
+        _check_shape(key, item, 1)
     return value
 
 
-def _check_shape(value: Any, depth: int) -> None:
+def _check_shape(key: str, value: Any, depth: int) -> None:
     if depth > MAX_SIGNAL_DEPTH:
-        raise MalformedRequest(f"signals nested deeper than {MAX_SIGNAL_DEPTH}")
+        raise MalformedRequest(f"signal {key!r} is nested deeper than {MAX_SIGNAL_DEPTH}")
     if isinstance(value, dict):
-        if len(value) > MAX_SIGNAL_KEYS:
-            raise MalformedRequest(f"signal object with more than {MAX_SIGNAL_KEYS} keys")
+        if len(value) > MAX_SIGNAL_ITEMS:
+            raise MalformedRequest(f"signal {key!r} holds an object of more than {MAX_SIGNAL_ITEMS:,} keys")
         for item in value.values():
-            _check_shape(item, depth + 1)
+            _check_shape(key, item, depth + 1)
     elif isinstance(value, list):
-        if len(value) > MAX_SIGNAL_KEYS:
-            raise MalformedRequest(f"signal list with more than {MAX_SIGNAL_KEYS} items")
+        if len(value) > MAX_SIGNAL_ITEMS:
+            raise MalformedRequest(f"signal {key!r} holds a list of more than {MAX_SIGNAL_ITEMS:,} items")
         for item in value:
-            _check_shape(item, depth + 1)
-    elif isinstance(value, str) and len(value) > MAX_STRING_LENGTH:
-        raise MalformedRequest(f"signal string longer than {MAX_STRING_LENGTH}")
+            _check_shape(key, item, depth + 1)
+
+
+# --- the page's seed -----------------------------------------------------------------------------
+
+#: What Datastar's expression compiler would rewrite or split inside the seed's string literals:
+#: ``@name(`` becomes an action call and ``$name`` a signal read, ``;`` splits statements, and its
+#: escape markers start with U+1F595. Their JSON escapes mean the same string and contain none of them.
+_SEED_ESCAPES = (
+    (b"@", b"\\u0040"),
+    (b"$", b"\\u0024"),
+    (b";", b"\\u003b"),
+    ("\U0001f595".encode(), b"\\ud83d\\udd95"),
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+)
+
+
+def seed_json(signals: dict[str, Any]) -> str:
+    """The signals of a page's ``data-signals`` attribute, as a JSON object Datastar evaluates to
+    exactly these values whatever the strings hold (not yet HTML-escaped)."""
+    raw = orjson.dumps(signals)
+    for char, escape in _SEED_ESCAPES:
+        if char in raw:
+            raw = raw.replace(char, escape)
+    return raw.decode()

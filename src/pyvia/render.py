@@ -15,9 +15,10 @@ from os import PathLike
 from typing import Any
 
 import jinja2
-import orjson
 from jinja2.runtime import new_context
 from markupsafe import Markup
+
+from pyvia.protocol import seed_json
 
 VIEW_ID = "via-view"
 _HTML_TAG = re.compile(r"<html[\s>]", re.IGNORECASE)
@@ -77,8 +78,16 @@ class Templates:
 
 
 def signals_attr(values: Mapping[str, Any]) -> str:
-    """The escaped value of a ``data-signals`` attribute."""
-    return html.escape(orjson.dumps(values).decode(), quote=True)
+    """The escaped value of a ``data-signals`` attribute: any value, whatever its strings hold."""
+    return html.escape(seed_json(dict(values)), quote=True)
+
+
+#: How the stream is opened: Datastar's own retries keep it open for good (and send the id of
+#: the last event they got, so the server can resume), backing off to at most 8 s between tries.
+_STREAM_OPTIONS = "openWhenHidden: true, retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000"
+#: A stream error or a failed try shows the tab as disconnected until the next stream's first event.
+_LOST = ("['retrying', 'error'].includes(evt.detail.type) && evt.detail.el.id.startsWith('via-') "
+         "&& ($_disconnected = true)")
 
 
 def bootstrap_head(
@@ -87,19 +96,20 @@ def bootstrap_head(
 ) -> str:
     """The tags that seed the tab's signals, load Datastar and keep the stream open.
 
-    The stream is opened with ``retryMaxCount: 0`` and re-opened by a one-second interval
-    while it is down, so every reconnect carries the signals the browser holds *now* (Datastar's
-    own retries resend the first request's), which revival needs after a restart.
+    The stream's request carries the context id only. A server that no longer holds the tab (a
+    restart, another worker) answers it with ``_via_revive``; the second tag then opens the stream
+    with a POST whose body holds the writable signals and the signed snapshot of the server-owned
+    ones, read at that moment, and the tab is revived from them.
     """
-    # a failed connect (server restarting) is expected: the interval retries, nothing to report
-    get = f"@get('{sse_url}', {{openWhenHidden: true, retryMaxCount: 0}}).catch(() => {{}})"
+    get = f"@get('{sse_url}', {{filterSignals: {{include: /^via_ctx$/}}, {_STREAM_OPTIONS}}}).catch(() => {{}})"
+    post = (f"@post('{sse_url}', {{filterSignals: {{exclude: /(^|\\.)_(?!via_snap)/}}, {_STREAM_OPTIONS}}})"
+            ".catch(() => {})")
     nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
     return (
-        f'<meta id="via-boot" data-signals="{signals_attr(signals)}" '
-        f'data-indicator="_connecting" data-init="{html.escape(get)}" '
-        f'data-on-interval__duration.1s="{html.escape("$_connecting || " + get)}" '
-        f'data-effect="$_disconnected = !$_connecting" '
+        f'<meta id="via-boot" data-signals="{signals_attr(signals)}" data-init="{html.escape(get)}" '
+        f'data-on:datastar-fetch="{html.escape(_LOST)}" '
         f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
+        f'<meta id="via-revive" data-effect="{html.escape("$_via_revive && " + post)}">\n'
         f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"{nonce_attr}>'
         "</script>"
     )

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pyvia import protocol
 from pyvia.errors import DeclarationError
 from pyvia.signals import Signal
 
@@ -104,8 +105,8 @@ def check_broadcast_target(scope: str) -> str:
     return scope
 
 
-def signal_id(scope: str, name: str) -> str:
-    """The browser id of a scoped signal: readable, and distinct from every tab signal id."""
+def signal_key(scope: str, name: str) -> str:
+    """The key of a scoped signal: readable, and distinct from every tab signal's name."""
     if scope.startswith("route:"):
         prefix = "route"  # a tab is on one route and in one session, so the kind is enough
     elif scope.startswith("session:"):
@@ -125,10 +126,11 @@ class SharedSignal(Signal[T]):
 
     __slots__ = ("scope",)
 
-    def __init__(self, scope: ScopeState, name: str, initial: T, *, client_writable: bool) -> None:
-        super().__init__(name, initial, client_writable=client_writable)
+    def __init__(self, scope: ScopeState, name: str, initial: T, *, writable: bool,
+                 max_length: int | None = None) -> None:
+        super().__init__(name, initial, writable=writable, max_length=max_length,
+                         key=signal_key(scope.name, name))
         self.scope = scope
-        self.id = signal_id(scope.name, name)
 
     @property
     def value(self) -> T:
@@ -144,6 +146,8 @@ class SharedSignal(Signal[T]):
     def _set_local(self, new: T) -> None:
         self._value = new
         self._changed = True
+        if self.writable:
+            self.revision += 1
         self.scope.touch(self)
 
     def increment(self, by: int = 1) -> int:
@@ -199,17 +203,22 @@ class ScopeState:
         self.kept = False  # asked for outside a context: survives having no members
         self.last_flush = 0.0
 
-    def signal(self, name: str, initial: T, *, client_writable: bool = False, new: bool = False) -> SharedSignal[T]:
+    def signal(self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None,
+               new: bool = False) -> SharedSignal[T]:
         """The scope's signal ``name``, declared now with ``initial`` unless it exists. ``new``: the
         scope was made by the request declaring it (a session just made), so no other worker
         can hold a value yet."""
         existing = self.signals.get(name)
         if existing is not None:
+            if existing.writable != writable:
+                raise DeclarationError(
+                    f"signal {name!r} of scope {self.name!r} is declared both writable and server-owned; "
+                    "declare it the same way everywhere (app.signal included)")
             return existing
         restored = self.registry.restored.pop((self.name, name), _MISSING)
         if restored is not _MISSING:
             initial = restored  # saved at the last graceful stop
-        sig: SharedSignal[T] = SharedSignal(self, name, initial, client_writable=client_writable)
+        sig: SharedSignal[T] = SharedSignal(self, name, initial, writable=writable, max_length=max_length)
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
         if self.registry.link is not None:
@@ -221,11 +230,18 @@ class ScopeState:
         self.registry.on_change(self)
 
     def take_changes(self) -> dict[str, Any]:
-        """The changed signals by browser id, marked as sent."""
+        """The changed signals by browser id (with the revisions of writable ones), marked as sent."""
         out: dict[str, Any] = {}
+        revisions: dict[str, int] | None = None
         for sig in self.signals.values():
             if sig._changed:
                 out[sig.id] = sig.take_patch()
+                if sig.writable:
+                    if revisions is None:
+                        revisions = {}
+                    revisions[sig.id] = sig.revision
+        if revisions:
+            out[protocol.REVISION_SIGNAL] = revisions
         return out
 
     def restore_changes(self, changes: dict[str, Any]) -> None:

@@ -1,8 +1,16 @@
 """Signals: values that live both in a tab's context and in the browser's Datastar store.
 
-A signal's id is its name (validated once at declaration), so a revived context declares the
-same ids and the page already in the browser keeps working. Names starting with ``_`` are
-Datastar-local (never sent by the browser) and ``via_`` is reserved for the framework.
+A signal is **server-owned** unless declared ``writable=True``. The server never takes the
+browser's value of a server-owned signal, and the browser never sends one: its id in the
+browser's store starts with ``_``, which Datastar leaves out of every request. A writable signal
+(an input the user edits) keeps its name as its id, and its value comes back with each action.
+
+Every server write of a writable signal bumps its ``revision``; the revision travels with the
+value (``via_rev``), and a value the browser posted before it saw that write is dropped. So the
+server's write wins over a post that crossed it, at any network latency.
+
+A signal's id is derived from its name only, so a revived context declares the same ids and the
+page already in the browser keeps working. ``via_`` is reserved for the framework.
 """
 
 from __future__ import annotations
@@ -13,14 +21,19 @@ from typing import Any, Generic, TypeVar
 
 from markupsafe import Markup
 
-from pyvia.errors import DeclarationError
+from pyvia.errors import DeclarationError, SignalTooLarge
 
 T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED_PREFIX = "via_"
+#: The largest integer a browser holds exactly (JavaScript numbers are doubles).
+MAX_SAFE_INTEGER = (1 << 53) - 1
+#: What a writable signal accepts unless declared with ``max_length``: characters of a string,
+#: items of a list or dict.
+DEFAULT_MAX_LENGTH = 1 << 18
 
-__all__ = ["Signal", "check_name"]
+__all__ = ["DEFAULT_MAX_LENGTH", "MAX_SAFE_INTEGER", "Signal", "check_name", "wire_id"]
 
 
 def check_name(kind: str, name: str, where: str) -> str:
@@ -35,23 +48,32 @@ def check_name(kind: str, name: str, where: str) -> str:
     return name
 
 
+def wire_id(key: str, writable: bool) -> str:
+    """The id in the browser's store: ``key`` for a writable signal, ``_key`` for a server-owned one
+    (Datastar never sends signals whose name starts with ``_``)."""
+    return key if writable else "_" + key
+
+
 class Signal(Generic[T]):
     """A reactive value of one tab. Assigning :attr:`value` marks it for the next sync.
 
-    ``client_writable`` signals take the values the browser sends with each action or
-    reconnect, after a type check against the declared initial value; refused values are
-    neither stored nor echoed.
+    A ``writable`` signal takes the values the browser sends with each action, after a type check
+    against its current value and its ``max_length``; refused values are neither stored nor echoed.
     """
 
-    __slots__ = ("_changed", "_sent", "_value", "client_writable", "id", "name")
+    __slots__ = ("_changed", "_sent", "_value", "id", "max_length", "name", "revision", "writable")
 
-    def __init__(self, name: str, initial: T, *, client_writable: bool = True) -> None:
+    def __init__(self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None,
+                 key: str | None = None) -> None:
         self.name = name
-        self.id = name
+        self.id = wire_id(key or name, writable)
         self._value: T = initial
         self._sent: Any = initial  # what the browser holds, as far as this process knows
         self._changed = True
-        self.client_writable = client_writable
+        self.writable = writable
+        #: Server writes of a writable signal so far; the browser echoes the one it has seen.
+        self.revision = 0
+        self.max_length = DEFAULT_MAX_LENGTH if max_length is None else max_length
 
     @property
     def value(self) -> T:
@@ -61,6 +83,8 @@ class Signal(Generic[T]):
     def value(self, new: T) -> None:
         self._value = new
         self._changed = True
+        if self.writable:
+            self.revision += 1
 
     def set(self, new: T) -> None:
         """Set the value (same as assigning :attr:`value`)."""
@@ -108,7 +132,16 @@ class Signal(Generic[T]):
 
     # template helpers -------------------------------------------------------------------------
     def bind(self) -> Markup:
-        """The attribute that two-way binds an input to this signal: ``data-bind="id"``."""
+        """The attribute that two-way binds an input to this signal: ``data-bind="id"``.
+
+        Only a writable signal can be bound: what the user types into a server-owned one would
+        never reach the server.
+        """
+        if not self.writable:
+            raise DeclarationError(
+                f"signal {self.name!r} is server-owned, so an input bound to it would never reach the server; "
+                f"declare it with writable=True to bind an input"
+            )
         return Markup(f'data-bind="{self.id}"')
 
     def ref(self) -> str:
@@ -126,9 +159,18 @@ class Signal(Generic[T]):
 
     # client input -----------------------------------------------------------------------------
     def accept_client_value(self, value: Any) -> bool:
-        """Store a value sent by the browser if it has the declared type; return whether it did."""
-        current = self._value
-        coerced = _coerce(current, value)
+        """Store a value sent by the browser if it has the declared type; return whether it did.
+
+        Raises :class:`~pyvia.errors.SignalTooLarge` for a value over ``max_length``: the user
+        sent it on purpose, so it is refused out loud rather than dropped.
+        """
+        if isinstance(value, (str, list, dict)) and len(value) > self.max_length:
+            unit = "characters" if isinstance(value, str) else "items"
+            raise SignalTooLarge(
+                f"signal {self.name!r} got {len(value):,} {unit}; it takes at most {self.max_length:,}",
+                signal=self.name,
+            )
+        coerced = _coerce(self._value, value)
         if coerced is _REFUSED:
             return False
         self._value = self._sent = coerced  # the browser holds it already
@@ -153,28 +195,21 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def _coerce(current: Any, value: Any) -> Any:
-    """Coerce ``value`` to the type of ``current``, or return ``_REFUSED``."""
+    """Coerce ``value`` to the type of ``current``, or return ``_REFUSED``.
+
+    Total: any JSON value gives a value that renders and serialises, or ``_REFUSED``. Integers
+    stay within what a browser holds exactly (``MAX_SAFE_INTEGER``), floats are finite.
+    """
     if current is None:
         return value
     if isinstance(current, bool):
         return value if isinstance(value, bool) else _REFUSED
     if isinstance(current, int):
-        if isinstance(value, bool):
-            return _REFUSED
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                return _REFUSED
-        return _REFUSED
+        return _client_int(value)
     if isinstance(current, float):
         try:
             if isinstance(value, str):
-                number = float(value.strip())
+                number = float(value.strip()) if len(value) <= 64 else math.inf
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 number = float(value)
             else:
@@ -193,3 +228,24 @@ def _coerce(current: Any, value: Any) -> Any:
     if isinstance(current, dict):
         return value if isinstance(value, dict) else _REFUSED
     return value
+
+
+def _client_int(value: Any) -> Any:
+    """An integer from the browser (a number, or the text of one), if a browser can hold it exactly."""
+    if isinstance(value, bool):
+        return _REFUSED
+    if isinstance(value, float):
+        if not value.is_integer():
+            return _REFUSED
+        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not 0 < len(text) <= 17:  # 2**53 has 16 digits; a sign makes 17
+            return _REFUSED
+        try:
+            value = int(text)
+        except ValueError:
+            return _REFUSED
+    elif not isinstance(value, int):
+        return _REFUSED
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _REFUSED

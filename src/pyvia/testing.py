@@ -383,9 +383,18 @@ class Tab:
         return self._sink is not None and not self._sink.closed
 
     def connect(self) -> Response | StreamResponse:
-        """Open the tab's stream with the signals the tab holds now."""
-        query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps(self._outgoing()).decode()})
+        """Open the tab's stream as the page does: a GET carrying the context id only. A server
+        that no longer holds the tab answers ``_via_revive``; the page then opens it with a POST
+        carrying its writable signals and its snapshot."""
+        query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps({protocol.CONTEXT_SIGNAL: self.id}).decode()})
         result = self.client.request("GET", f"{self.sse_url}?{query}")
+        if isinstance(result, Response) and _is_json(result) and result.status == 200:
+            patch = orjson.loads(decoded_body(result))
+            _merge(self.signals, patch)
+            if protocol.REVIVE_SIGNAL in patch:
+                payload = {k: v for k, v in self.signals.items()
+                           if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL}
+                result = self.client.request("POST", self.sse_url, json=payload)
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
             self.stream_coding = dict(result.headers).get("content-encoding", "identity")
@@ -529,6 +538,10 @@ class Tab:
         if not name:
             raise AssertionError(f"{selector!r} is not bound to a signal (no data-bind)")
         self.signals[name] = value
+
+
+def _is_json(response: Response) -> bool:
+    return dict(response.headers).get("content-type", "").startswith("application/json")
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:

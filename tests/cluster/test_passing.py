@@ -361,7 +361,7 @@ def test_many_new_connections_landing_on_another_node_are_all_answered(two_local
     tab.wait_for(r'"_disconnected":false')
     statuses = asyncio.run(_hammer(b, [tab], 300, 16))  # each on its own connection, passed to a
     assert statuses == [200] * 300
-    tab.wait_for(r'"route__count":300\b')
+    tab.wait_for(r'"_route__count":300\b')
     assert _passed(b, 300) == 300
     tab.close()
 

@@ -258,7 +258,7 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
     for i, tab in enumerate(tabs):
         assert tab.failures == [], tab.failures
         assert tab.signals["count"] == acted[i]
-        assert tab.signals["global__total"] == sum(acted)  # shared state saved by the old, restored by the new
+        assert tab.signals["_global__total"] == sum(acted)  # shared state saved by the old, restored by the new
         assert len(tab.ends) == 1  # each stream ended once, by the old worker
     ends = sorted(tab.ends[0] for tab in tabs)
     assert ends[-1] - ends[0] > 0.4  # spread over --reload-spread 1, not all at once

@@ -189,12 +189,12 @@ def test_a_shared_counter_and_a_broadcast_reach_tabs_on_both_nodes(two_nodes) ->
         tab = first if i % 2 else second
         assert tab.act(a if i % 3 else b, "bump") == 200
     for tab in (first, second):
-        tab.wait_for(r'"route__count":20\b')
+        tab.wait_for(r'"_route__count":20\b')
     # global state read by the view, then an explicit broadcast: the other node renders it too
     assert first.act(a, "visit") == 200
     assert first.act(a, "announce") == 200
     second.wait_for(r"visits 1<")
-    assert Tab(b).seed["route__count"] == 20  # a new page on the other node starts from the shared value
+    assert Tab(b).seed["_route__count"] == 20  # a new page on the other node starts from the shared value
     first.close()
     second.close()
 
@@ -219,7 +219,7 @@ def test_list_appends_from_both_nodes_lose_nothing(two_nodes) -> None:
         thread.join(60)
     assert statuses == [200] * 75
     for port in (a, b):
-        items = Tab(port).seed["route__items"]
+        items = Tab(port).seed["_route__items"]
         assert sorted(items) == sorted(f"{p}{i}" for p in "abc" for i in range(25))
         for p in "abc":  # each writer's appends in its order
             assert [x for x in items if x[0] == p] == [f"{p}{i}" for i in range(25)]
@@ -334,11 +334,11 @@ def test_a_session_scoped_count_keeps_its_clicks_across_a_new_session_id(two_nod
     while (status := second.act(b, "buy")) == 403 and time.monotonic() < deadline:
         time.sleep(0.02)  # the news travels through the engine
     assert status == 200
-    second.wait_for(r'"session__cart":2\b')
-    first.wait_for(r'"session__cart":2\b')
+    second.wait_for(r'"_session__cart":2\b')
+    first.wait_for(r'"_session__cart":2\b')
     assert first.act(a, "buy") == 200
-    first.wait_for(r'"session__cart":3\b')
-    second.wait_for(r'"session__cart":3\b')
+    first.wait_for(r'"_session__cart":3\b')
+    second.wait_for(r'"_session__cart":3\b')
     first.close()
     second.close()
 
@@ -351,11 +351,11 @@ def test_a_session_scoped_signal_is_shared_by_the_sessions_tabs_on_both_nodes(tw
     for tab, port in ((first, a), (second, b), (stranger, b)):
         tab.connect(port)
     assert first.act(a, "buy") == 200 and second.act(b, "buy") == 200
-    first.wait_for(r'"session__cart":2\b')
-    second.wait_for(r'"session__cart":2\b')
+    first.wait_for(r'"_session__cart":2\b')
+    second.wait_for(r'"_session__cart":2\b')
     assert stranger.act(b, "bump") == 200
-    stranger.wait_for(r'"route__count":1\b')
-    assert not re.search(r'"session__cart":[12]\b', stranger.received.decode())  # another session's cart
+    stranger.wait_for(r'"_route__count":1\b')
+    assert not re.search(r'"_session__cart":[12]\b', stranger.received.decode())  # another session's cart
     for tab in (first, second, stranger):
         tab.close()
 
@@ -440,7 +440,7 @@ def test_two_workers_count_1000_concurrent_clicks_exactly(engine: str, request: 
         assert statuses.count(200) == 1000, {s: statuses.count(s) for s in set(statuses)}
         owners = set()
         for tab in tabs:
-            tab.wait_for(r'"route__count":1000\b', timeout=20)
+            tab.wait_for(r'"_route__count":1000\b', timeout=20)
             owners.add(tab.wait_for(r'"pid":[1-9][0-9]*'))
         assert len(owners) == 2, "tabs on both workers got the broadcast"
         # kill one worker: the tabs it held revive on the other (or on its replacement)
@@ -449,7 +449,7 @@ def test_two_workers_count_1000_concurrent_clicks_exactly(engine: str, request: 
         for tab in tabs:
             tab.close()
         assert asyncio.run(_hammer(port, tabs, 10, 10)) == [200] * 10
-        assert Tab(port).seed["route__count"] == 1010
+        assert Tab(port).seed["_route__count"] == 1010
     finally:
         cluster.stop()
         for pid in list(children(cluster.proc.pid)):
@@ -468,7 +468,7 @@ def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url:
         tab = Tab(port)
         tab.connect(port)
         assert tab.act(port, "bump") == 200
-        tab.wait_for(r'"route__count":1\b')
+        tab.wait_for(r'"_route__count":1\b')
         redis.stop()
         deadline = time.monotonic() + 10
         while get_status(port, "/_health") != 503:
@@ -478,14 +478,14 @@ def test_an_engine_outage_keeps_local_tabs_working_and_resynchronises(redis_url:
         health = get_json(port, "/_health")
         assert health["status"] == "engine down" and health["engine"]["state"] == "down"
         assert tab.act(port, "bump") == 200
-        tab.wait_for(r'"route__count":2\b')
+        tab.wait_for(r'"_route__count":2\b')
         redis.start()  # same port, empty: the worker writes back what it holds
         deadline = time.monotonic() + 40
         while get_status(port, "/_health") != 200:
             assert time.monotonic() < deadline, "the engine never came back"
             time.sleep(0.1)
         assert tab.act(port, "bump") == 200
-        tab.wait_for(r'"route__count":3\b')
+        tab.wait_for(r'"_route__count":3\b')
 
         async def directory_entry() -> bytes | None:
             engine = create_engine(url, prefix="outage")

@@ -40,7 +40,7 @@ def test_shared_state_comes_back_from_the_database_after_a_graceful_restart(back
     restarted = make_app(backend.url)
     with TestClient(restarted) as client:
         signals = client.open("/").signals
-        assert signals["global__hits"] == 3 and signals["room_lobby__said"] == [0, 1, 2]
+        assert signals["_global__hits"] == 3 and signals["_room_lobby__said"] == [0, 1, 2]
         assert restarted.global_state["visits"] == 3
         assert restarted.session_data(session_id)["seen"] == 3
 

@@ -15,9 +15,9 @@ def make_app() -> App:
 
     @app.page("/")
     def page(c: Context) -> None:
-        count = c.signal(0, "count")
-        owned = c.signal("server", "owned", client_writable=False)
-        c.signal(0, "other")
+        count = c.signal(0, "count", writable=True)
+        owned = c.signal("server", "owned")
+        c.signal(0, "other", writable=True)
 
         @c.action
         def inc() -> None:
@@ -96,7 +96,7 @@ def test_server_owned_signal_ignores_client_writes() -> None:
         tab = client.open("/")
         tab.action("touch_owned", owned="hacked")
         assert tab.context.signals["owned"].value == "server!"
-        assert tab.signals["owned"] == "server!"
+        assert tab.signals["_owned"] == "server!"
 
 
 def test_wrongly_typed_client_value_is_refused_and_not_echoed() -> None:

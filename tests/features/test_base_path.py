@@ -37,7 +37,7 @@ def test_generated_urls_carry_the_base_path() -> None:
         assert "sendBeacon('/live/_session/close'" in tab.page
         assert "/live/_action/inc" in tab.html
         tab.click("#inc")
-        assert tab.signals["n"] == 1
+        assert tab.signals["_n"] == 1
         tab.action("export")
         assert tab.scripts[-1].startswith("/live/_download/")
 

@@ -35,17 +35,17 @@ def make_app() -> App:
 def test_components_have_namespaced_ids_and_patch_only_themselves() -> None:
     with TestClient(make_app()) as client:
         tab = client.open("/")
-        assert tab.signals["left__n"] == 0 and tab.signals["right__n"] == 0
+        assert tab.signals["_left__n"] == 0 and tab.signals["_right__n"] == 0
         assert '<div id="c-left"><b>left: 0</b>' in tab.html
         tab.new_events()
         tab.click("#left-inc")
         events = tab.new_events()
         assert events[0].selector is None and events[0].elements.startswith('<div id="c-left">')
-        assert events[1].signals == {"left__n": 1}
+        assert events[1].signals["_left__n"] == 1 and "_right__n" not in events[1].signals
         assert "left: 1" in tab.html and "right: 0" in tab.html
         tab.click("#right-inc")
         tab.click("#right-inc")
-        assert tab.signals["right__n"] == 2
+        assert tab.signals["_right__n"] == 2
 
 
 def test_named_components_keep_their_ids_and_values_across_revival() -> None:
@@ -57,7 +57,7 @@ def test_named_components_keep_their_ids_and_values_across_revival() -> None:
         assert ctx is not None and ctx.signals["left__n"].value == 1
         assert "left: 1" in tab.html
         tab.click("#left-inc")
-        assert tab.signals["left__n"] == 2
+        assert tab.signals["_left__n"] == 2
 
 
 def test_component_names_are_checked() -> None:

@@ -42,7 +42,7 @@ def test_streams_are_negotiated_and_decode_event_by_event(accept: str | None, co
         for _ in range(20):
             a.action("inc")
             app.flush_broadcasts()
-        assert b.signals["route__n"] == 20
+        assert b.signals["_route__n"] == 20
         assert "<li class='on'>1</li>" in b.html
         if coding != "identity":
             plain = sum(len(e.elements) for e in b.events)
@@ -74,7 +74,7 @@ def test_a_connected_tab_holds_no_encoder_until_a_later_event(coding: str) -> No
         assert app.compression.budget.stats()["created"] == 0
         a.action("inc")
         app.flush_broadcasts()
-        assert b.signals["route__n"] == 1
+        assert b.signals["_route__n"] == 1
         assert b.context.stream.encoder.is_active
         assert app.compression.budget.count == 2  # a and b: built by the first real event
 
@@ -101,7 +101,7 @@ def test_idle_stream_releases_its_encoder_and_keeps_working(coding: str) -> None
         assert app.compression.budget.stats()["releases"] >= 1
         a.action("inc")
         app.flush_broadcasts()
-        assert b.signals["route__n"] == 2  # a new frame started on the same stream
+        assert b.signals["_route__n"] == 2  # a new frame started on the same stream
         assert encoder.is_active
 
 
@@ -118,9 +118,9 @@ def test_over_budget_brotli_tabs_are_asked_to_reconnect_and_zstd_and_gzip_tabs_k
         assert not z_tab.context.stream.encoder.is_active and not g_tab.context.stream.encoder.is_active
         g_tab.action("inc")
         app.flush_broadcasts()
-        assert z_tab.signals["route__n"] == g_tab.signals["route__n"] == 2
+        assert z_tab.signals["_route__n"] == g_tab.signals["_route__n"] == 2
         br_tab.reconnect()
-        assert br_tab.signals["route__n"] == 2
+        assert br_tab.signals["_route__n"] == 2
 
 
 def test_bundle_is_served_precompressed_once_ready() -> None:

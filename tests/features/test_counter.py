@@ -11,7 +11,7 @@ from pyvia.testing import TestClient
 def test_page_seeds_context_id_and_signals() -> None:
     with TestClient(counter_app) as client:
         tab = client.open("/")
-        assert tab.signals["count"] == 0
+        assert tab.signals["_count"] == 0
         assert tab.signals["step"] == 1
         assert tab.id in counter_app.contexts
         assert "Count: <strong" in tab.html
@@ -22,12 +22,12 @@ def test_clicks_count_and_step_is_client_writable() -> None:
         tab = client.open("/")
         tab.click("#inc")
         tab.click("#inc")
-        assert tab.signals["count"] == 2
+        assert tab.signals["_count"] == 2
         tab.type("#step", 5)
         tab.click("#dec")
-        assert tab.signals["count"] == -3
+        assert tab.signals["_count"] == -3
         tab.click("#reset")
-        assert tab.signals["count"] == 0
+        assert tab.signals["_count"] == 0
 
 
 def test_tabs_are_private() -> None:
@@ -35,9 +35,9 @@ def test_tabs_are_private() -> None:
         a = client.open("/")
         b = client.open("/")
         a.click("#inc")
-        assert a.signals["count"] == 1
-        assert b.signals["count"] == 0
-        assert not [e for e in b.new_events() if e.signals.get("count")]
+        assert a.signals["_count"] == 1
+        assert b.signals["_count"] == 0
+        assert not [e for e in b.new_events() if e.signals.get("_count")]
 
 
 def test_action_changes_go_out_on_the_stream_not_the_response() -> None:
@@ -49,4 +49,5 @@ def test_action_changes_go_out_on_the_stream_not_the_response() -> None:
         assert response.body == b""
         events = tab.new_events()
         assert [e.type for e in events] == [protocol.PATCH_SIGNALS]
-        assert events[0].signals == {"count": 1}
+        assert events[0].signals["_count"] == 1
+        assert set(events[0].signals) == {"_count", protocol.SNAPSHOT_SIGNAL}  # the step was not echoed

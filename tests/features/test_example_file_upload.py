@@ -73,7 +73,7 @@ def test_several_files_in_one_post_are_listed_with_size_and_type() -> None:
         status = upload(tab, ("notes.txt", "text/plain", b"hello"), ("<data>.bin", "application/octet-stream", binary))
         assert status == 200
         assert tab.signals["status"] == "Uploaded 2 files (2.0 KiB)." and tab.signals["failed"] is False
-        listed = tab.signals["session__files"]
+        listed = tab.signals["_session__files"]
         assert [(f["name"], f["size"], f["type"]) for f in listed] == [
             ("notes.txt", 5, "text/plain"), ("<data>.bin", 2048, "application/octet-stream")]
         assert names(tab) == ["notes.txt", "&lt;data&gt;.bin"]  # escaped
@@ -95,9 +95,9 @@ def test_too_large_files_are_refused_with_a_clear_message() -> None:
         assert upload(tab, ("small.txt", "text/plain", b"ok"), ("huge.iso", "application/x-iso9660-image", big)) == 200
         assert tab.signals["failed"] is True
         assert tab.signals["status"] == "Over the 2.0 MiB limit per file: huge.iso (2.0 MiB). Nothing was uploaded."
-        assert tab.signals["session__files"] == []  # not even the small one
+        assert tab.signals["_session__files"] == []  # not even the small one
         assert upload(tab, ("exact.bin", "application/octet-stream", b"x" * MAX_FILE)) == 200
-        assert tab.signals["failed"] is False and len(tab.signals["session__files"]) == 1
+        assert tab.signals["failed"] is False and len(tab.signals["_session__files"]) == 1
 
 
 def test_a_post_without_files_asks_for_some() -> None:
@@ -112,8 +112,8 @@ def test_the_list_belongs_to_the_session_and_downloads_to_it_too() -> None:
         a1, a2, b = ann.open("/"), ann.open("/"), bob.open("/")
         upload(a1, ("ann.txt", "text/plain", b"ann's"))
         assert names(a2) == ["ann.txt"]  # the other tab of the same browser
-        assert names(b) == [] and b.signals["session__files"] == []
-        key = a1.signals["session__files"][0]["id"]
+        assert names(b) == [] and b.signals["_session__files"] == []
+        key = a1.signals["_session__files"][0]["id"]
 
         b.post(b.context.actions["download"].url + f"?id={key}")  # another session's id: nothing
         assert b.scripts == []
@@ -125,7 +125,7 @@ def test_the_list_belongs_to_the_session_and_downloads_to_it_too() -> None:
         a2.post(a2.context.actions["remove"].url + f"?id={key}")
         app.flush_broadcasts()
         assert names(a1) == [] and "No files yet." in a1.html
-        assert ann.open("/").signals["session__files"] == []
+        assert ann.open("/").signals["_session__files"] == []
 
 
 def test_only_the_newest_files_are_kept() -> None:
@@ -133,7 +133,7 @@ def test_only_the_newest_files_are_kept() -> None:
         tab = client.open("/")
         for i in range(MAX_KEPT + 3):
             upload(tab, (f"f{i}.txt", "text/plain", b"."))
-        assert [f["name"] for f in tab.signals["session__files"]] == [f"f{i}.txt" for i in range(3, MAX_KEPT + 3)]
+        assert [f["name"] for f in tab.signals["_session__files"]] == [f"f{i}.txt" for i in range(3, MAX_KEPT + 3)]
 
 
 def test_the_page_shows_progress_while_the_request_is_in_flight() -> None:

@@ -35,9 +35,9 @@ def test_votes_reach_everyone_and_each_browser_votes_once() -> None:
 
         a1.click("#vote-dark")
         app.flush_broadcasts()
-        assert a2.signals["session__choice"] == "dark"  # every tab of ann's browser knows
-        assert "session__choice" not in b.signals or b.signals["session__choice"] == ""
-        assert c.signals["route__votes_dark"] == 1
+        assert a2.signals["_session__choice"] == "dark"  # every tab of ann's browser knows
+        assert "_session__choice" not in b.signals or b.signals["_session__choice"] == ""
+        assert c.signals["_route__votes_dark"] == 1
         assert counts(c)["dark"] == 1 and widths(c) == {"dark": 100, "offline": 0, "export": 0, "api": 0}
 
         a2.click("#vote-api")  # the same browser again, from another tab: refused
@@ -50,7 +50,7 @@ def test_votes_reach_everyone_and_each_browser_votes_once() -> None:
         assert widths(a2) == {"dark": 33, "offline": 0, "export": 0, "api": 67}
         assert 'id="total">3<' in b.html
         assert a1.html == b.html  # one shared render: nothing in it belongs to one browser
-        assert b.signals["session__choice"] == "api" and a1.signals["session__choice"] == "dark"
+        assert b.signals["_session__choice"] == "api" and a1.signals["_session__choice"] == "dark"
 
 
 def test_the_vote_is_remembered_by_the_session_not_the_tab() -> None:
@@ -59,7 +59,7 @@ def test_the_vote_is_remembered_by_the_session_not_the_tab() -> None:
         tab.click("#vote-export")
         tab.expire()
         later = client.open("/")  # a new tab, once the others are gone
-        assert later.signals["session__choice"] == "export"
+        assert later.signals["_session__choice"] == "export"
         later.click("#vote-offline")
         app.flush_broadcasts()
         assert votes["export"].value == 1 and votes["offline"].value == 0
@@ -72,7 +72,7 @@ def test_unknown_options_are_ignored() -> None:
             assert tab.post(url).status == 200
         tab.action("vote", session__choice="", route__votes_dark=1000)  # what a tampered browser sends
         assert all(sig.value == 0 for sig in votes.values())
-        assert tab.signals["session__choice"] == ""
+        assert tab.signals["_session__choice"] == ""
         tab.click("#vote-offline")  # a real vote still counts
         assert votes["offline"].value == 1
 

@@ -195,8 +195,8 @@ def test_copy_and_paste_go_through_the_session_clipboard(database: Path) -> None
         select(a1, 1, 0)
         a1.action("copy")
         app.flush_broadcasts()
-        assert a2.signals["session__clipboard"] == "Item 0001"  # every tab of ann's browser
-        assert b.signals["session__clipboard"] == ""
+        assert a2.signals["_session__clipboard"] == "Item 0001"  # every tab of ann's browser
+        assert b.signals["_session__clipboard"] == ""
         select(a2, 10, 7)  # the other tab pastes it
         a2.action("paste")
         assert stored(database, 10, 7) == "Item 0001"
@@ -221,7 +221,7 @@ def test_the_other_tabs_cursors_are_drawn_in_their_session_colour() -> None:
         assert f'class="cell peer" style="--peer: {ann_color}" data-cell="6:3"' in a.html  # ann's other tab
         assert f'class="cell peer" style="--peer: {ann_color}" data-cell="6:3"' in b.html
         assert 'class="cell sel" data-cell="4:2"' in b.html  # bob's own selection is not a peer's
-        assert len(b.signals["route__cursors"]) == 3
+        assert len(b.signals["_route__cursors"]) == 3
         assert "3 here" in b.html
 
         b.expire()  # bob's tab is gone: its cursor goes with it

@@ -67,7 +67,7 @@ def test_prices_move_only_while_someone_watches() -> None:
         assert ticker.market.ticks == ticks + 3
         app.flush_broadcasts()
         expected = ticker.market.quotes()
-        assert a.signals["route__quotes"] == expected == b.signals["route__quotes"]
+        assert a.signals["_route__quotes"] == expected == b.signals["_route__quotes"]
         assert set(expected) == set(SYMBOLS)
         assert 'data-text="$route__quotes.ACME.price"' in a.html
         assert "data-class:up=\"$route__quotes.ACME.move == 'up'\"" in a.html
@@ -90,4 +90,4 @@ def test_a_new_tab_starts_from_the_current_quotes() -> None:
         client.clock.advance(1.0)
         late = client.open("/")
         app.flush_broadcasts()
-        assert late.signals["route__quotes"] == ticker.quotes.value == first.signals["route__quotes"]
+        assert late.signals["_route__quotes"] == ticker.quotes.value == first.signals["_route__quotes"]

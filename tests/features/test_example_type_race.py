@@ -89,8 +89,8 @@ def test_the_name_is_kept_for_the_session() -> None:
         a2 = ann.open("/room/sprint")
         b = bob.open("/room/lobby")
         app.flush_broadcasts()
-        assert a2.signals["session__username"] == "Ann"
-        assert b.signals["session__username"] == ""
+        assert a2.signals["_session__username"] == "Ann"
+        assert b.signals["_session__username"] == ""
         assert 'id="start"' in a1.html and 'id="start"' not in b.html  # no name, no start
         assert "Set your name to race." in b.html
         b.action("start")  # even if posted anyway
@@ -174,7 +174,7 @@ def test_each_room_is_its_own_race() -> None:
         advance(client, 0.1)
         assert room(lobby, "phase") == "countdown"
         assert room(marathon, "phase", "marathon") == "waiting"
-        assert "race_lobby__phase" not in marathon.signals
+        assert "_race_lobby__phase" not in marathon.signals
 
 
 def test_mounted_below_a_prefix_every_url_carries_it() -> None:
@@ -191,4 +191,4 @@ def test_mounted_below_a_prefix_every_url_carries_it() -> None:
         (name_form,) = tab.find("#name-form")
         assert "'/examples/type_race/_action/set_name'" in name_form.attrs["data-on:submit__prevent"]
         mounted.flush_broadcasts()
-        assert tab.signals["session__username"] == "Ann"
+        assert tab.signals["_session__username"] == "Ann"

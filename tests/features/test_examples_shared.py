@@ -38,7 +38,7 @@ def test_game_of_life_advances_while_watched_and_cells_toggle_for_everyone() -> 
         for _ in range(generations):
             expected = module.step(expected)
         assert app.global_state["board"] == expected
-        assert b.signals["route__generation"] == generations
+        assert b.signals["_route__generation"] == generations
         cell = 0
         was = app.global_state["board"][cell]
         a.post("/_action/toggle?cell=0")
@@ -71,8 +71,8 @@ def test_chat_rooms_session_names_presence_and_typing() -> None:
         ann.type("#name", "Ann")
         ann.submit("#name-form")
         ann_browser.clock.advance(0.05)
-        assert ann_other_tab.signals["session__username"] == "Ann"  # SESSION scope
-        assert "session__username" not in bob.signals or bob.signals["session__username"] == ""
+        assert ann_other_tab.signals["_session__username"] == "Ann"  # SESSION scope
+        assert "_session__username" not in bob.signals or bob.signals["_session__username"] == ""
         assert "Ann" in bob.html.split('id="present"')[1].split("</p>")[0]
         bob.type("#name", "Bob")
         bob.submit("#name-form")

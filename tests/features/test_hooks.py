@@ -88,7 +88,7 @@ def test_app_interval_drives_shared_state_and_survives_errors() -> None:
         tab = client.open("/")
         client.clock.advance(1.05)
         assert calls["n"] == 5
-        assert tab.signals["global__ticks"] == 4
+        assert tab.signals["_global__ticks"] == 4
         assert errors == [("timer", "flaky")]
 
 
@@ -122,7 +122,7 @@ def test_spawned_tasks_report_errors_and_start_stop_hooks_run() -> None:
         tab = client.open("/")
         tab.action("work")
         client.loop.run_until_complete(asyncio.sleep(0.01))
-        assert tab.signals["done"] == "yes"
+        assert tab.signals["_done"] == "yes"
         assert "task:boom:True" in seen
     assert seen[0] == "start" and seen[-1] == "stop"
 
@@ -153,7 +153,7 @@ def test_render_error_during_a_broadcast_spares_the_other_tabs() -> None:
         good.action("inc")
         app.flush_broadcasts()
         assert "<p id='n'>1</p>" in good.html
-        assert bad.signals["room_all__n"] == 1  # the signals still reached the failing tab
+        assert bad.signals["_room_all__n"] == 1  # the signals still reached the failing tab
         assert phases == ["render"]
 
 

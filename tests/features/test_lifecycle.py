@@ -91,8 +91,8 @@ def test_events_made_while_disconnected_wait_for_the_reconnect() -> None:
         assert tab.context is not None
         tab.new_events()
         tab.reconnect()
-        assert any(e.signals.get("ticks") == 100 for e in tab.new_events())
-        assert tab.signals["ticks"] == 100
+        assert any(e.signals.get("_ticks") == 100 for e in tab.new_events())
+        assert tab.signals["_ticks"] == 100
 
 
 def test_reconnect_timeout_counts_from_the_last_action() -> None:
@@ -114,7 +114,7 @@ def test_interval_runs_sends_changes_and_stops_on_destroy() -> None:
         tab = client.open("/")
         tab.action("start")
         client.clock.advance(3.5)
-        assert tab.signals["ticks"] == 3
+        assert tab.signals["_ticks"] == 3
         ctx = tab.context
         app.destroy(ctx)
         client.clock.advance(5)

@@ -40,7 +40,7 @@ def test_mounted_app_serves_under_its_prefix() -> None:
         assert "/examples/counter/_sse" in tab.page and "/examples/counter/datastar.js?v=" in tab.page
         assert "/examples/counter/_action/inc" in tab.html
         tab.click("#inc")
-        assert tab.signals["n"] == 1
+        assert tab.signals["_n"] == 1
         assert tab.id in inner.contexts and tab.id not in site.contexts
         assert client.get("/examples/counterx").status == 404
         client.clock.advance(3600)  # the mounted app runs on the same clock: a connected tab stays

@@ -40,12 +40,12 @@ def test_shared_state_survives_a_graceful_restart(tmp_path: Path) -> None:
     with TestClient(second) as client:
         client.cookies["via_session_id"] = cookie
         tab = client.open("/")
-        assert tab.signals["global__votes"] == 2
-        assert tab.signals["room_lobby__log"] == ["vote", "vote"]
+        assert tab.signals["_global__votes"] == 2
+        assert tab.signals["_room_lobby__log"] == ["vote", "vote"]
         assert second.global_state["total"] == 2
         assert second.session_data(cookie)["voted"] is True
         tab.action("vote")
-        assert tab.signals["global__votes"] == 3
+        assert tab.signals["_global__votes"] == 3
 
 
 def test_values_that_cannot_be_saved_are_skipped_not_fatal(tmp_path: Path) -> None:

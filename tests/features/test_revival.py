@@ -14,7 +14,7 @@ def make_app(runs: list[str] | None = None, **options: object) -> App:
         if runs is not None:
             runs.append(f"handler {item_id}")
         count = c.signal(0, "count")
-        secret = c.signal("initial", "secret", client_writable=False)
+        secret = c.signal("initial", "secret")
         visits = c.tab_state.setdefault("visits", 0)
         c.tab_state["visits"] = visits + 1
 
@@ -33,14 +33,14 @@ def destroy(client: TestClient, app: App) -> None:
         app.destroy(ctx)
 
 
-def test_stream_revives_destroyed_context_with_the_same_id_and_browser_values() -> None:
+def test_stream_revives_destroyed_context_with_the_same_id_and_its_server_owned_values() -> None:
     runs: list[str] = []
     app = make_app(runs)
     with TestClient(app) as client:
         tab = client.open("/items/7")
         tab.click("button") if tab.find("button") else tab.action("inc")
         tab.action("inc")
-        assert tab.signals["count"] == 2
+        assert tab.signals["_count"] == 2
         tab.disconnect()
         client.clock.advance(120)  # past grace and reconnect timeout
         assert tab.context is None
@@ -49,13 +49,13 @@ def test_stream_revives_destroyed_context_with_the_same_id_and_browser_values() 
         ctx = tab.context
         assert ctx is not None and ctx.id == tab.id
         assert runs == ["handler 7", "handler 7"]
-        assert ctx.signals["count"].value == 2  # client-writable: re-seeded from the browser
-        assert ctx.signals["secret"].value == "initial"  # server-owned: not taken from the browser
+        assert ctx.signals["count"].value == 2  # server-owned: from the snapshot this process kept
+        assert ctx.signals["secret"].value == "changed on server"
         events = tab.new_events()
         assert events[0].selector == "#via-view"
         assert "item 7 count 2 visits 2" in events[0].elements  # tab_state kept in-process
         tab.action("inc")
-        assert tab.signals["count"] == 3
+        assert tab.signals["_count"] == 3
 
 
 def test_revival_after_a_restart_needs_no_server_record() -> None:
@@ -76,7 +76,7 @@ def test_revival_after_a_restart_needs_no_server_record() -> None:
         assert tab.context.signals["count"].value == 2
         assert "item 3 count 2" in tab.html
         tab.action("inc")
-        assert tab.signals["count"] == 3
+        assert tab.signals["_count"] == 3
 
 
 def test_another_session_cannot_revive_or_use_a_tab() -> None:
@@ -104,8 +104,7 @@ def test_revival_refused_outside_the_window_reloads_once_then_stops_retrying() -
         client.clock.advance(61)
         tab.reconnect()
         assert tab.scripts == ["window.location.reload()"]
-        tab.reconnect()
-        assert tab.scripts[-1] == "document.getElementById('via-boot')?.remove()"
+        assert tab.reconnect().status == 204  # Datastar stops retrying on a 204
         assert app.contexts == {}
 
 

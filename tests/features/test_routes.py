@@ -116,7 +116,7 @@ def test_group_middleware_guards_pages_routes_and_actions() -> None:
         assert client.cookies["seen"] == "yes"
         del client.cookies["user"]
         assert tab.action("hit").status == 302  # middleware runs around actions too
-        assert tab.signals["hits"] == 1
+        assert tab.signals["_hits"] == 1
         assert "global action" in app.extra_calls and "global stream" in app.extra_calls
 
 
@@ -148,9 +148,9 @@ def test_multipart_upload_and_one_shot_download() -> None:
         response = client.post("/_action/upload", body=body,
                                headers={"content-type": f"multipart/form-data; boundary={boundary}"})
         assert response.status == 200
-        assert tab.signals["name"] == "a.txt:5:hello"
+        assert tab.signals["_name"] == "a.txt:5:hello"
         tab.action("export")
-        url = tab.signals["name"]
+        url = tab.signals["_name"]
         assert url.startswith("/_download/")
         other = TestClient(tab.client.app)
         other.get("/files")
@@ -199,4 +199,4 @@ def test_several_files_under_one_field_and_the_per_tab_connect_hook() -> None:
         response = client.post("/_action/upload", body=body,
                                headers={"content-type": f"multipart/form-data; boundary={b}"})
         assert response.status == 200
-        assert tab.signals["names"] == "a.txt:1,b.txt:2"
+        assert tab.signals["_names"] == "a.txt:1,b.txt:2"

@@ -15,11 +15,11 @@ def make_app(**options: object) -> App:
     def room(c: Context, name: str) -> None:
         c.scope(f"room:{name}")
         messages = c.signal([], "messages", scope=f"room:{name}")
-        draft = c.signal("", "draft")
+        draft = c.signal("", "draft", writable=True)
         visits = c.signal(0, "visits", scope=Scope.GLOBAL)
         mine = c.signal(0, "mine", scope=Scope.SESSION)
         route_hits = c.signal(0, "hits", scope=Scope.ROUTE)
-        note = c.signal("", "note", scope=f"room:{name}", client_writable=True)
+        note = c.signal("", "note", scope=f"room:{name}", writable=True)
 
         @c.action
         def send() -> None:
@@ -62,11 +62,11 @@ def test_custom_scope_shares_one_value_and_reaches_only_its_members() -> None:
         for t in (a, b, other):
             t.new_events()
         a.action("send", draft="hello")
-        assert b.signals["room_a__messages"] == ["hello"]
-        assert a.signals["room_a__messages"] == ["hello"]
+        assert b.signals["_room_a__messages"] == ["hello"]
+        assert a.signals["_room_a__messages"] == ["hello"]
         assert "<li>hello</li>" in b.html
         assert other.new_events() == []
-        assert "room_a__messages" not in other.signals
+        assert "_room_a__messages" not in other.signals
         assert a.signals["draft"] == ""  # the tab signal went to its own tab only
         assert "draft" not in [k for e in b.new_events() for k in e.signals]
 
@@ -77,7 +77,7 @@ def test_redeclaring_keeps_the_shared_value_and_new_tabs_get_it_in_the_page() ->
         a = client.open("/room/a")
         a.action("send", draft="first")
         late = client.open("/room/a")
-        assert late.signals["room_a__messages"] == ["first"]
+        assert late.signals["_room_a__messages"] == ["first"]
         assert "<li>first</li>" in late.html
 
 
@@ -91,11 +91,11 @@ def test_global_session_and_route_scopes() -> None:
         a.action("visit")
         a.action("visit")
         client.clock.advance(0.1)
-        assert lobby.signals["global__visits"] == 2  # GLOBAL: every page that declared it
-        assert same_session.signals["session__mine"] == 2  # SESSION: same browser session
-        assert stranger.signals.get("session__mine") == 0  # its own session's value, never ours
-        assert stranger.signals["route__hits"] == 2  # ROUTE: same pattern /room/{name}
-        assert "session__mine" not in lobby.signals
+        assert lobby.signals["_global__visits"] == 2  # GLOBAL: every page that declared it
+        assert same_session.signals["_session__mine"] == 2  # SESSION: same browser session
+        assert stranger.signals.get("_session__mine") == 0  # its own session's value, never ours
+        assert stranger.signals["_route__hits"] == 2  # ROUTE: same pattern /room/{name}
+        assert "_session__mine" not in lobby.signals
 
 
 def test_session_scope_name_is_a_hash_never_the_cookie() -> None:
@@ -112,7 +112,7 @@ def test_shared_signals_are_server_owned_unless_declared_client_writable() -> No
     with TestClient(app) as client:
         a, b = client.open("/room/a"), client.open("/room/a")
         a.action("send", draft="x", room_a__messages=["forged"])
-        assert b.signals["room_a__messages"] == ["x"]
+        assert b.signals["_room_a__messages"] == ["x"]
         a.action("send", draft="y", room_a__note="hi all")
         client.clock.advance(0.03)
         assert b.signals["room_a__note"] == "hi all"
@@ -133,7 +133,7 @@ def test_k_actions_in_one_tick_make_one_frame_per_tab() -> None:
         assert b.writes == before  # marked, not yet flushed: the tick has not passed
         client.clock.advance(0.03)
         assert b.writes == before + 1
-        assert b.signals["room_a__messages"] == [str(i) for i in range(6)]
+        assert b.signals["_room_a__messages"] == [str(i) for i in range(6)]
 
 
 def test_flush_broadcasts_forces_a_flush() -> None:
@@ -143,7 +143,7 @@ def test_flush_broadcasts_forces_a_flush() -> None:
         a.action("send", draft="0")
         a.action("send", draft="1")  # inside the tick: waiting
         assert app.flush_broadcasts() == 2
-        assert b.signals["room_a__messages"] == ["0", "1"]
+        assert b.signals["_room_a__messages"] == ["0", "1"]
 
 
 def test_throttle_delivers_the_last_state() -> None:
@@ -159,7 +159,7 @@ def test_throttle_delivers_the_last_state() -> None:
             client.clock.advance(0.1)
         assert b.new_events() == []
         client.clock.advance(0.3)
-        assert b.signals["room_a__messages"] == ["0", "1", "2", "3"]
+        assert b.signals["_room_a__messages"] == ["0", "1", "2", "3"]
 
 
 def test_wildcard_broadcast_reaches_every_matching_scope() -> None:
@@ -207,7 +207,7 @@ def test_live_scope_migration() -> None:
         mover.new_events()
         stay.action("send", draft="after")
         client.clock.advance(0.1)
-        assert received(mover, "room_a__messages") == []
+        assert received(mover, "_room_a__messages") == []
         app.broadcast("room:elsewhere")
         app.flush_broadcasts()
         assert mover.new_events()
@@ -225,7 +225,7 @@ def test_scope_signals_are_freed_with_the_last_member_and_app_signal_reaches_the
         b = client.open("/room/a")
         ticker.value = ["from a timer"]
         app.flush_broadcasts()
-        assert b.signals["room_a__messages"] == ["from a timer"]
+        assert b.signals["_room_a__messages"] == ["from a timer"]
         b.expire()
         assert app.scopes.get("room:a") is not None  # kept: the app holds it
 
@@ -355,5 +355,5 @@ def test_keys_removed_from_dict_signals_leave_the_browser_too() -> None:
         tab, other = client.open("/"), client.open("/")
         tab.action("fix")
         client.clock.advance(1)
-        assert tab.signals["errors"] == {"name": "short"}
-        assert tab.signals["route__board"] == other.signals["route__board"] == {"ann": 4}
+        assert tab.signals["_errors"] == {"name": "short"}
+        assert tab.signals["_route__board"] == other.signals["_route__board"] == {"ann": 4}

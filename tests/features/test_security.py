@@ -20,12 +20,17 @@ def make_app(**options: object) -> App:
     @app.page("/")
     def page(c: Context) -> None:
         n = c.signal(0, "n")
-        role = c.signal("guest", "role", client_writable=False)
-        name = c.signal("", "name")
+        role = c.signal("guest", "role")
+        name = c.signal("", "name", writable=True)
+        note = c.signal(0, "note", writable=True)
 
         @c.action
         def inc() -> None:
             n.value += 1
+
+        @c.action
+        def add() -> None:
+            note.value += 1
 
         @c.action
         def login() -> None:
@@ -84,15 +89,13 @@ def test_close_beacon_needs_the_origin_too() -> None:
         assert client.post("/_session/close", body=tab.id.encode()).status == 200
 
 
-def test_strict_mode_makes_tab_signals_server_owned() -> None:
-    with TestClient(make_app(strict_tab_signals=True)) as client:
-        tab = client.open("/")
-        tab.action("inc", n=100)
-        assert tab.context.signals["n"].value == 1
+def test_tab_signals_are_server_owned_unless_declared_writable() -> None:
     with TestClient(make_app()) as client:
         tab = client.open("/")
-        tab.action("inc", n=100)
-        assert tab.context.signals["n"].value == 101  # control
+        tab.action("inc", n=100, _n=100)  # what a tampered browser could send, under either id
+        assert tab.context.signals["n"].value == 1
+        tab.action("add", note=100)
+        assert tab.context.signals["note"].value == 101  # control: a writable one takes the value
 
 
 def test_oversized_and_deeply_nested_signals_are_refused() -> None:
@@ -175,8 +178,8 @@ def test_session_scoped_signals_go_on_under_the_new_session_id() -> None:
         tab.action("login")
         other_tab.action("buy")  # a tab declared before the new id: its signal is the session's still
         client.clock.advance(1)
-        assert tab.signals["session__cart"] == other_tab.signals["session__cart"] == 2
-        assert client.open("/").signals["session__cart"] == 2  # a tab opened with the new cookie
+        assert tab.signals["_session__cart"] == other_tab.signals["_session__cart"] == 2
+        assert client.open("/").signals["_session__cart"] == 2  # a tab opened with the new cookie
 
 
 def test_hung_async_action_times_out_with_504() -> None:

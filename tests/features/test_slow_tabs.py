@@ -35,12 +35,12 @@ def test_stalled_tab_gets_view_frames_coalesced_while_others_get_every_frame() -
         for _ in range(20):
             fast.action("inc")
             app.flush_broadcasts()
-        assert fast.signals["route__n"] == 20
+        assert fast.signals["_route__n"] == 20
         assert "<p id='n'>20</p>" in fast.html
         # the stalled tab's socket holds at most a few frames over its limit, not twenty renders
         assert slow.unread_bytes < 5000 + 2 * 2200
         slow.resume()
-        assert slow.signals["route__n"] == 20  # signal events are never dropped
+        assert slow.signals["_route__n"] == 20  # signal events are never dropped
         fast.action("inc")
         app.flush_broadcasts()
         assert "<p id='n'>21</p>" in slow.html  # the held view comes with the next frame that fits

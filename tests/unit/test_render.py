@@ -193,14 +193,20 @@ def _boot(signals: dict[str, object]) -> str:
 
 
 def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
-    tags = _parse(_boot({"via_ctx": "id1", "count": 0}))
-    assert [t for t, _ in tags] == ["meta", "script"]
-    meta, script = tags[0][1], tags[1][1]
+    tags = _parse(_boot({"via_ctx": "id1", "_count": 0}))
+    assert [t for t, _ in tags] == ["meta", "meta", "script"]
+    meta, revive, script = tags[0][1], tags[1][1], tags[2][1]
     assert meta["id"] == "via-boot"
-    assert json.loads(meta["data-signals"] or "") == {"via_ctx": "id1", "count": 0}
+    assert json.loads(meta["data-signals"] or "") == {"via_ctx": "id1", "_count": 0}
     assert script == {"type": "module", "src": "/datastar.js?v=1", "integrity": "sha384-abc",
                       "crossorigin": "anonymous"}
-    assert meta["data-init"] == "@get('/_sse', {openWhenHidden: true, retryMaxCount: 0}).catch(() => {})"
+    # the stream's request carries the context id only; Datastar's retries keep it open
+    assert meta["data-init"] == ("@get('/_sse', {filterSignals: {include: /^via_ctx$/}, openWhenHidden: true, "
+                                 "retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000}).catch(() => {})")
+    # asked to, the page opens it again with a POST carrying its writable signals and its snapshot
+    assert revive["id"] == "via-revive"
+    assert (revive["data-effect"] or "").startswith("$_via_revive && @post('/_sse', {filterSignals: "
+                                                    "{exclude: /(^|\\.)_(?!via_snap)/}")
 
 
 @pytest.mark.parametrize(
@@ -209,7 +215,7 @@ def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
 def test_signal_values_cannot_break_out_of_the_attribute(value: str) -> None:
     markup = _boot({"msg": value})
     tags = _parse(markup)
-    assert [t for t, _ in tags] == ["meta", "script"]
+    assert [t for t, _ in tags] == ["meta", "meta", "script"]
     assert json.loads(tags[0][1]["data-signals"] or "") == {"msg": value}
     assert "<script>" not in markup
 

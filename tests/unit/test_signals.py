@@ -7,7 +7,7 @@ import math
 import pytest
 from markupsafe import Markup, escape
 
-from pyvia.errors import DeclarationError
+from pyvia.errors import DeclarationError, SignalTooLarge
 from pyvia.signals import Signal, check_name
 
 # --- check_name ----------------------------------------------------------------------------------
@@ -67,10 +67,10 @@ def test_declaration_error_is_a_value_error() -> None:
 def test_new_signal_holds_initial_value_and_is_unsynced() -> None:
     sig = Signal("count", 5)
     assert sig.value == 5
-    assert sig.id == "count"
+    assert sig.id == "_count"  # server-owned: Datastar never sends a signal whose id starts with "_"
     assert sig.name == "count"
     assert sig.has_changed
-    assert sig.client_writable
+    assert not sig.writable
 
 
 def test_mark_synced_clears_the_change_flag() -> None:
@@ -95,8 +95,23 @@ def test_set_is_assignment() -> None:
     assert sig.has_changed
 
 
-def test_client_writable_can_be_turned_off() -> None:
-    assert not Signal("total", 0, client_writable=False).client_writable
+def test_a_writable_signal_keeps_its_name_as_its_id() -> None:
+    sig = Signal("draft", "", writable=True)
+    assert sig.writable
+    assert sig.id == "draft"
+
+
+def test_server_writes_of_a_writable_signal_are_numbered() -> None:
+    draft = Signal("draft", "", writable=True)
+    assert draft.revision == 0
+    draft.value = "a"
+    draft.set("")
+    assert draft.revision == 2
+    assert draft.accept_client_value("typed")  # the browser's value is not a server write
+    assert draft.revision == 2
+    count = Signal("count", 0)
+    count.value = 3
+    assert count.revision == 0  # a server-owned signal never takes a value, so it needs no number
 
 
 def test_signal_has_no_instance_dict() -> None:
@@ -140,8 +155,7 @@ def test_as_float(value: object, expected: float) -> None:
 
 
 def test_as_float_of_an_int_too_large_for_a_float_is_the_default() -> None:
-    sig = Signal("n", 0)
-    assert sig.accept_client_value("1" + "0" * 400)
+    sig = Signal("n", 10**400)
     assert sig.as_float(default=-1.0) == -1.0
 
 
@@ -177,14 +191,20 @@ def test_as_bool(value: object, expected: bool) -> None:
 
 
 def test_bind_is_a_safe_data_bind_attribute() -> None:
-    attr = Signal("email", "").bind()
+    attr = Signal("email", "", writable=True).bind()
     assert isinstance(attr, Markup)
     assert attr == 'data-bind="email"'
     assert escape(attr) == 'data-bind="email"'  # not escaped again in a template
 
 
 def test_ref_is_the_datastar_expression() -> None:
-    assert Signal("count", 0).ref() == "$count"
+    assert Signal("count", 0).ref() == "$_count"
+    assert Signal("draft", "", writable=True).ref() == "$draft"
+
+
+def test_a_server_owned_signal_cannot_be_bound_to_an_input() -> None:
+    with pytest.raises(DeclarationError, match="'count' is server-owned.*writable=True"):
+        Signal("count", 0).bind()
 
 
 def test_html_escapes_the_value() -> None:
@@ -246,6 +266,13 @@ _REFUSALS = [
     (0, {"a": 1}),
     (0, math.inf),
     (0, math.nan),
+    (0, 1e308),  # an int too large for a browser to hold exactly (and for orjson to write)
+    (0, 2**64),
+    (0, 2**53),
+    (0, -(2**53)),
+    (0, "9" * 17),
+    (0, "1" + "0" * 5000),
+    (1.5, "1" * 5000),
     (1.5, "abc"),
     (1.5, True),
     (1.5, None),
@@ -292,6 +319,25 @@ def test_accepted_client_value_is_not_echoed_back() -> None:
     assert sig.accept_client_value(3)
     assert sig.value == 3
     assert not sig.has_changed
+
+
+def test_the_largest_exact_integers_are_accepted() -> None:
+    sig = Signal("n", 0)
+    assert sig.accept_client_value(2**53 - 1) and sig.value == 2**53 - 1
+    assert sig.accept_client_value(str(-(2**53 - 1))) and sig.value == -(2**53 - 1)
+
+
+def test_a_value_over_max_length_is_refused_out_loud_with_the_signal_named() -> None:
+    draft = Signal("draft", "", writable=True, max_length=5)
+    assert draft.accept_client_value("12345")
+    with pytest.raises(SignalTooLarge, match="signal 'draft' got 6 characters; it takes at most 5") as exc:
+        draft.accept_client_value("123456")
+    assert exc.value.status == 413
+    assert exc.value.signal == "draft"
+    assert draft.value == "12345"
+    tags = Signal("tags", [], writable=True, max_length=2)
+    with pytest.raises(SignalTooLarge, match="3 items"):
+        tags.accept_client_value([1, 2, 3])
 
 
 def test_type_check_follows_the_declared_initial_not_the_current_value() -> None:
