@@ -71,7 +71,7 @@ def post(action: Action, **query: object) -> str:
 @app.page("/")
 def todo(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab on this page
-    draft = c.signal("", "draft")
+    draft = c.signal("", "draft", writable=True)  # the input the user types in
     show = c.signal("all", "show")  # this tab's filter; the browser keeps it across a revival
 
     def write(sql: str, *params: object) -> None:

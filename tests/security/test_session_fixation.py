@@ -10,10 +10,12 @@ the planted id. On main the id was adopted and the attacker downloaded the file.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -21,7 +23,7 @@ from playwright.sync_api import Browser, expect
 from pyvia.session import SessionIds
 from tests.browser.conftest import browser  # noqa: F401  # the Chromium fixture
 from tests.cluster.test_worker_ports import free_ports
-from tests.helpers import RawClient
+from tests.helpers import RawClient, RawResponse
 from tests.processes import ServerProcess, free_port, wait_for_port
 from tests.server.test_app_over_http import open_page, open_stream
 
@@ -116,6 +118,15 @@ def cookie_after(port: int, cookie: str | None) -> str:
     return session_cookie_of((response.header("set-cookie") or "").split(";", 1)[0])
 
 
+def revival_answer(port: int, ctx: str, cookie: str) -> RawResponse:
+    """What a tab's stream request gets from a server that does not hold the tab: a request for
+    its snapshot (its id is this session's), or a stream that reloads the page (it is not)."""
+    with RawClient("127.0.0.1", port) as client:
+        query = quote(json.dumps({"via_ctx": ctx}))
+        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        return client.read_response()
+
+
 def test_an_issued_session_survives_a_restart_with_the_same_secret_only(tmp_path: Path) -> None:
     env = {"XDG_STATE_HOME": str(tmp_path)}
     server = ServerProcess("examples.counter:app", free_port(), secret=SECRET, env=env)
@@ -125,17 +136,14 @@ def test_an_issued_session_survives_a_restart_with_the_same_secret_only(tmp_path
         session = session_cookie_of(cookie)
         server.restart()
         assert cookie_after(server.port, cookie) == session  # recognised with no record kept
-        stream, head = open_stream("127.0.0.1", server.port, seed, cookie)  # and its tab revives
-        try:
-            assert head.status == 200
-            first = stream.read_until(b"\n\n").decode()
-            assert "window.location.reload()" not in first
-        finally:
-            stream.close()
+        asked = revival_answer(server.port, seed["via_ctx"], cookie)
+        assert asked.header("content-type") == "application/json"  # its tab is this session's:
+        assert "_via_revive" in json.loads(asked.body)  # the server asks for its snapshot to revive it
         server.stop()
         server.env["PYVIA_SECRET"] = "another-secret"
         server.start()
         assert cookie_after(server.port, cookie) != session  # another secret never issued it
+        assert b"window.location.reload()" in revival_answer(server.port, seed["via_ctx"], cookie).body
     finally:
         server.stop()
 
