@@ -123,7 +123,9 @@ def revival_answer(port: int, ctx: str, cookie: str) -> RawResponse:
     its snapshot (its id is this session's), or a stream that reloads the page (it is not)."""
     with RawClient("127.0.0.1", port) as client:
         query = quote(json.dumps({"via_ctx": ctx}))
-        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        client.send(
+            f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode()
+        )
         return client.read_response()
 
 
