@@ -18,7 +18,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
-from pyvia import Action, App, ClientError, Context, Scope
+from pyvia import Action, App, Context, Scope, UserError
 
 app = App(title="Todo", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 32rem; }
@@ -84,7 +84,7 @@ def todo(c: Context) -> None:
         SQLite cannot store, ``abc``, ``²``) is a 400 with the reason, not a crash."""
         value = str(c.input("id", ""))
         if ROW_ID.match(value) is None:
-            raise ClientError(f"todo id {value[:40]!r} is not a whole number of up to 18 digits", public=True)
+            raise UserError(f"todo id {value[:40]!r} is not a whole number of up to 18 digits")
         return int(value)
 
     @c.action

@@ -22,7 +22,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import parse_qsl
 
 from python_multipart.exceptions import FormParserError
@@ -135,15 +135,23 @@ class Form:
 
 
 _EMPTY = Form({}, {})
+_Refusal = TypeVar("_Refusal", MalformedRequest, PayloadTooLarge)
 _BOUNDARY = re.compile(r"boundary=(\"[^\"]+\"|[^;\s]+)", re.IGNORECASE)
 
 
 def _too_large(reason: str) -> PayloadTooLarge:
-    return PayloadTooLarge(reason, public=True)  # a limit or a defect of the input, nothing of the server
+    return _shown(PayloadTooLarge(reason))
 
 
 def _malformed(reason: str) -> MalformedRequest:
-    return MalformedRequest(reason, public=True)
+    return _shown(MalformedRequest(reason))
+
+
+def _shown(exc: _Refusal) -> _Refusal:
+    """The reason goes in the answer (and the page's alert): it names a limit or a defect of the
+    input, nothing of the server."""
+    exc.public_message = f"{type(exc).public_message}: {exc.detail}"
+    return exc
 
 
 def _boundary(request: Request) -> bytes:
