@@ -121,23 +121,26 @@ def uploads(c: Context) -> None:
     def on_file(action_url: str, key: object) -> str:
         return f"@post('{action_url}?id={key}', {{requestCancellation: 'disabled'}})"
 
-    # Checked in the browser before anything is sent; the server checks again.
+    # Checked in the browser before anything is sent; the server checks again. The status line is
+    # server-owned: what the page writes into it here shows in this browser only, until the
+    # server's next message.
+    st, bad = status.ref(), failed.ref()
     submit = f"""
       const picked = [...document.getElementById('picker').files];
       const big = picked.filter(f => f.size > {MAX_FILE});
-      if (!picked.length) {{ $status = 'Choose one or more files first.'; $failed = true }}
+      if (!picked.length) {{ {st} = 'Choose one or more files first.'; {bad} = true }}
       else if (big.length) {{
         const names = big.map(f => f.name).join(', ');
-        $status = 'Over the {human(MAX_FILE)} limit per file: ' + names + '. Nothing was sent.';
-        $failed = true;
+        {st} = 'Over the {human(MAX_FILE)} limit per file: ' + names + '. Nothing was sent.';
+        {bad} = true;
       }} else {{
         const bytes = picked.reduce((n, f) => n + f.size, 0);
         $_sending = 'Uploading ' + picked.length + ' file(s), ' + (bytes / 1024).toFixed(1) + ' KiB…';
-        $status = '';
+        {st} = '';
         @post('{upload.url}', {{contentType: 'form', requestCancellation: 'disabled'}}).then(() => el.reset());
       }}"""
     refused = ("evt.detail.el === el && evt.detail.type === 'error' && "
-               "($status = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', $failed = true)")
+               f"({st} = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', {bad} = true)")
 
     def view() -> str:
         rows = "".join(

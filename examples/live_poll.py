@@ -45,7 +45,7 @@ def poll(c: Context) -> None:
     c.scope(Scope.ROUTE)
     counts = {key: c.signal(0, f"votes_{key}", scope=Scope.ROUTE) for key in OPTIONS}  # join them
     choice = c.signal(c.session_data.get("vote", ""), "choice", scope=Scope.SESSION)
-    mine = choice.ref()  # $session__choice
+    mine = choice.ref()  # $_session__choice
 
     @c.action
     def vote() -> None:

@@ -68,8 +68,8 @@ def post(action: Action, **query: object) -> str:
 @app.page("/")
 def todo(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab on this page
-    draft = c.signal("", "draft")
-    show = c.signal("all", "show")  # this tab's filter; the browser keeps it across a revival
+    draft = c.signal("", "draft", writable=True, max_length=MAX_TITLE)  # the new item's title
+    show = c.signal("all", "show")  # this tab's filter; a revived tab gets it back from its snapshot
 
     def write(sql: str, *params: object) -> None:
         with db() as conn:
