@@ -43,19 +43,27 @@ def database_url() -> str:
     return os.environ.get("PYVIA_CHAT_DB") or str(Path(tempfile.gettempdir()) / "pyvia-chat.sqlite3")
 
 
-app = App(title="Chat", db_url=database_url(), head=["""<style>
+app = App(
+    title="Chat",
+    db_url=database_url(),
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 44rem; }
   #messages { list-style: none; padding: 0; max-height: 60vh; overflow-y: auto; }
   #messages li { padding: .15rem 0; overflow-wrap: anywhere; white-space: pre-wrap; }
   #typing { color: #666; min-height: 1.2em; }
   #draft { width: 30rem; max-width: 70%; }
-</style>"""])
+</style>"""
+    ],
+)
 
 
 @app.db.on_open
 async def schema(db: Database) -> None:
-    await db.execute("CREATE TABLE IF NOT EXISTS messages ("
-                     " id INTEGER PRIMARY KEY, room TEXT NOT NULL, who TEXT NOT NULL, body TEXT NOT NULL)")
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS messages ("
+        " id INTEGER PRIMARY KEY, room TEXT NOT NULL, who TEXT NOT NULL, body TEXT NOT NULL)"
+    )
     await db.execute("CREATE INDEX IF NOT EXISTS messages_by_room ON messages (room, id)")
 
 
@@ -100,6 +108,19 @@ class Room:
         self.typing: dict[str, float] = {}  # name -> when they last typed
         self.lock = asyncio.Lock()  # one message stored and sent at a time, so ids arrive in order
 
+    def add(self, message: Message) -> None:
+        """Keep ``message`` among the latest. The one that falls off the front stays on the pages
+        that show older messages too (they list it as one of theirs now)."""
+        if len(self.recent) == LATEST:
+            dropped = self.recent[0]
+            for viewer in self.viewers.values():
+                if viewer.older and viewer.since <= dropped.id:
+                    viewer.older.append(dropped)
+                    del viewer.older[: len(viewer.older) - (MAX_SHOWN - LATEST)]
+                    viewer.since = dropped.id + 1
+        self.recent.append(message)
+        self.oldest = self.oldest or message.id
+
     def shown(self, viewer: Viewer) -> list[Message]:
         """The messages ``viewer``'s page lists: its older ones, then the live ones, without a gap."""
         recent = self.recent
@@ -125,8 +146,9 @@ async def room_of(name: str) -> Room:
     room = rooms.get(name)
     if room is not None:
         return room
-    rows = await app.db.fetch("SELECT id, who, body FROM messages WHERE room = $1 ORDER BY id DESC LIMIT $2",
-                              name, LATEST)
+    rows = await app.db.fetch(
+        "SELECT id, who, body FROM messages WHERE room = $1 ORDER BY id DESC LIMIT $2", name, LATEST
+    )
     oldest = await app.db.fetchval("SELECT min(id) FROM messages WHERE room = $1", name)
     recent = [Message(row["id"], row["who"], row["body"]) for row in reversed(rows)]
     return rooms.setdefault(name, Room(name, recent, oldest or 0))  # another tab may have loaded it meanwhile
@@ -185,8 +207,12 @@ def room_scope(room: str) -> str:
 @app.page("/chat/{name}")
 async def chat(c: Context, name: str) -> None:
     if not ROOM_NAME.match(name):
-        c.view(lambda: '<p id="problem">A room name is 1 to 30 lowercase letters, digits or dashes. '
-                       '<a href="/">The rooms</a></p>')
+        c.view(
+            lambda: (
+                '<p id="problem">A room name is 1 to 30 lowercase letters, digits or dashes. '
+                '<a href="/">The rooms</a></p>'
+            )
+        )
         return
     c.scope(room_scope(name))  # the room's tabs are app.clients(room_scope(name))
     room = await room_of(name)
@@ -194,6 +220,7 @@ async def chat(c: Context, name: str) -> None:
     username = c.signal(c.session_data.get("name", ""), "username", scope=Scope.SESSION)
     name_field = c.signal(c.session_data.get("name", ""), "name", writable=True, max_length=MAX_NAME)
     draft = c.signal("", "draft", writable=True, max_length=MAX_TEXT)
+    hint = c.signal("", "hint")  # why a message was not sent
 
     @c.on_cleanup
     def leave() -> None:
@@ -202,7 +229,11 @@ async def chat(c: Context, name: str) -> None:
             rooms.pop(room.name, None)  # the database keeps it; nothing else needs it in memory
         show_presence(room)
 
-    c.on_connect(lambda: (catch_up(room, viewer), show_presence(room)))
+    @c.on_connect
+    def connected() -> None:
+        catch_up(room, viewer)  # what was said between the page and its stream
+        show_presence(room)
+
     c.on_disconnect(lambda: show_presence(room))
 
     @c.action
@@ -210,19 +241,21 @@ async def chat(c: Context, name: str) -> None:
         chosen = name_field.as_str().strip()
         if chosen:
             c.session_data["name"] = username.value = chosen
+            hint.value = ""
             for open_room in rooms.values():  # every room this browser is in shows the new name
                 show_presence(open_room)
 
     @c.action
     async def send() -> None:
         text, who = draft.as_str().strip(), username.as_str()
+        hint.value = "" if who or not text else "Set your name first."
         if not text or not who:
             return
         async with room.lock:
-            new_id = await app.db.fetchval("INSERT INTO messages (room, who, body) VALUES ($1, $2, $3) RETURNING id",
-                                           room.name, who, text)
-            room.recent.append(Message(new_id, who, text))
-            room.oldest = room.oldest or new_id
+            new_id = await app.db.fetchval(
+                "INSERT INTO messages (room, who, body) VALUES ($1, $2, $3) RETURNING id", room.name, who, text
+            )
+            room.add(Message(new_id, who, text))
             for other in room.connected():
                 catch_up(room, other)
         draft.value = ""
@@ -245,9 +278,12 @@ async def chat(c: Context, name: str) -> None:
             return
         if not viewer.older:
             viewer.since = shown[0].id  # pin the live part where the older ones end
-        rows = await app.db.fetch("SELECT id, who, body FROM messages WHERE room = $1 AND id < $2"
-                                  " ORDER BY id DESC LIMIT $3", room.name, shown[0].id,
-                                  min(OLDER, MAX_SHOWN - len(shown)))
+        rows = await app.db.fetch(
+            "SELECT id, who, body FROM messages WHERE room = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+            room.name,
+            shown[0].id,
+            min(OLDER, MAX_SHOWN - len(shown)),
+        )
         earlier = [Message(row["id"], row["who"], row["body"]) for row in reversed(rows)]
         if earlier:
             viewer.older = [*earlier, *viewer.older]
@@ -281,6 +317,7 @@ async def chat(c: Context, name: str) -> None:
            data-on:input__debounce.300ms="{is_typing}">
     <button>Send</button>
   </form>
+  <p id="hint" data-text="{hint.ref()}">{html.escape(hint.as_str())}</p>
 </main>"""
 
     c.view(view)

@@ -2,9 +2,10 @@
 
 ``c.component(setup, "apples")`` runs ``setup(comp)``, which declares on ``comp`` what a page
 declares on ``c``. Its ids get the component's name as a prefix (signal ``apples__n``, which the
-browser holds as ``_apples__n`` because only the server writes it; action ``apples__inc``), so one ``counter`` function serves two components; its HTML sits in
-``<div id="c-apples">`` and ``comp.sync()`` re-renders and patches that element alone. Each
-component counts its renders: click around and watch only one number move.
+browser holds as ``_apples__n`` because only the server writes it; action ``apples__inc``), so
+one ``counter`` function serves two components; its HTML sits in ``<div id="c-apples">`` and
+``comp.sync()`` re-renders and patches that element alone. Each component counts its renders:
+click around and watch only one number move.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ with app.group("/area", middleware=[require_user]) as area:
   <p>Only logged-in users see this page. Your notes, kept in your session:</p>
   <ul id="notes">{"".join(f"<li>{html.escape(n)}</li>" for n in notes)}</ul>
   <form id="note-form" data-on:submit__prevent="{add_note}">
-    <input id="draft" {draft.bind()} maxlength="{MAX_NOTE}" placeholder="A note" autocomplete="off"> <button>Add</button>
+    <input id="draft" {draft.bind()} maxlength="{MAX_NOTE}" placeholder="A note" autocomplete="off">
+    <button>Add</button>
   </form>
 </main>""")
 

@@ -291,7 +291,8 @@ def sheet(c: Context) -> None:
     <span id="people">{people} {len(cursors.value)} here</span>
   </div>
   <div class="head"><div></div>{"".join(f"<div>{name}</div>" for name in COLUMNS)}</div>
-  <div id="viewport" data-on:scroll__throttle.60ms.trailing="{scroll_top.ref()} = Math.round(el.scrollTop); {post(scroll)}"
+  <div id="viewport"
+       data-on:scroll__throttle.60ms.trailing="{scroll_top.ref()} = Math.round(el.scrollTop); {post(scroll)}"
        data-effect="el.scrollTop = {scroll_top.ref()}">
     <div id="rows" data-on:click="{html.escape(click)}" data-on:dblclick="{html.escape(double_click)}">
       <div id="window" style="top: {first * ROW_H}px">{rows}</div>

@@ -127,7 +127,8 @@ def rooms(c: Context) -> None:
   <h1>Type race</h1>
   <ul id="rooms">{items}</ul>
   <form id="go-form" data-on:submit__prevent="{go}">
-    <input id="wanted" {wanted.bind()} maxlength="{MAX_NAME}" placeholder="another room" autocomplete="off"> <button>Go</button>
+    <input id="wanted" {wanted.bind()} maxlength="{MAX_NAME}" placeholder="another room" autocomplete="off">
+    <button>Go</button>
   </form>
   <p id="problem" data-text="{problem.ref()}"></p>
 </main>"""
@@ -236,7 +237,8 @@ def race(c: Context, name: str) -> None:
   <p><a href="{app.url("/")}">All rooms</a></p>
   <h1>Room {html.escape(name)}</h1>
   <form id="name-form" data-on:submit__prevent="{set_name}">
-    <input id="name" {name_field.bind()} maxlength="{MAX_NAME}" placeholder="Your name" autocomplete="off"> <button>Set name</button>
+    <input id="name" {name_field.bind()} maxlength="{MAX_NAME}" placeholder="Your name" autocomplete="off">
+    <button>Set name</button>
     <span id="me" data-text="{username.ref()}">{html.escape(username.value)}</span>
   </form>
   <div id="phase" class="{phase.value}">{banner}</div>

@@ -85,7 +85,8 @@ def listed(tab: Tab) -> list[str]:
         if event.type != protocol.PATCH_ELEMENTS:
             continue
         if event.selector == "#via-view":
-            items = re.findall(r'<li id="m-\d+">(.*?)</li>', event.elements.split('id="messages"', 1)[1].split("</ul>")[0])
+            listing = event.elements.split('id="messages"', 1)[1].split("</ul>")[0]
+            items = re.findall(r'<li id="m-\d+">(.*?)</li>', listing)
         elif event.selector == "#messages" and event.mode == "append":
             items += re.findall(r'<li id="m-\d+">(.*?)</li>', event.elements)
         elif event.selector == "#messages" and event.mode == "prepend":
