@@ -47,7 +47,7 @@ def test_gallery_page_shows_the_source_beside_the_live_example(client: TestClien
 def test_mounted_examples_work_under_their_prefix(client: TestClient) -> None:
     tab = client.open("/examples/counter/")
     tab.click("#inc")
-    assert tab.signals["count"] == 1
+    assert tab.signals["_count"] == 1
     a, b = client.open("/examples/shared_counter/"), client.open("/examples/shared_counter/")
     a.click("#inc")
     client.clock.advance(0.05)
