@@ -86,7 +86,7 @@ class Viewer:
 
     def __init__(self, ctx: Context, since: int) -> None:
         self.ctx = ctx
-        self.older: list[Message] = []  # loaded with "Show older messages", oldest first
+        self.older: list[Message] = []  # shown before the live part, oldest first
         self.since = since  # the live part: the room's latest messages from this id on
         self.last = 0  # the newest message this tab was sent
 
@@ -109,15 +109,17 @@ class Room:
         self.lock = asyncio.Lock()  # one message stored and sent at a time, so ids arrive in order
 
     def add(self, message: Message) -> None:
-        """Keep ``message`` among the latest. The one that falls off the front stays on the pages
-        that show older messages too (they list it as one of theirs now)."""
+        """Keep ``message`` among the latest. The one that falls off the front is still listed by
+        the pages that show it: they keep it among their older ones."""
         if len(self.recent) == LATEST:
             dropped = self.recent[0]
             for viewer in self.viewers.values():
-                if viewer.older and viewer.since <= dropped.id:
+                if viewer.since <= dropped.id:
                     viewer.older.append(dropped)
-                    del viewer.older[: len(viewer.older) - (MAX_SHOWN - LATEST)]
                     viewer.since = dropped.id + 1
+                    if len(viewer.older) > MAX_SHOWN - LATEST:  # the page keeps at most MAX_SHOWN
+                        oldest = viewer.older.pop(0)
+                        viewer.ctx.patch_elements("", f"#m-{oldest.id}", "remove")
         self.recent.append(message)
         self.oldest = self.oldest or message.id
 
@@ -285,8 +287,8 @@ async def chat(c: Context, name: str) -> None:
             min(OLDER, MAX_SHOWN - len(shown)),
         )
         earlier = [Message(row["id"], row["who"], row["body"]) for row in reversed(rows)]
+        viewer.older = [*earlier, *viewer.older]
         if earlier:
-            viewer.older = [*earlier, *viewer.older]
             c.patch_elements("".join(m.markup() for m in earlier), "#messages", "prepend")
         c.patch_elements(older_line(room.shown(viewer)))
 
@@ -303,6 +305,7 @@ async def chat(c: Context, name: str) -> None:
         return f"""
 <main id="chat">
   <h1>#{html.escape(name)}</h1>
+  <p id="offline" data-show="$_disconnected" style="display: none">Reconnecting…</p>
   <form id="name-form" data-on:submit__prevent="{set_name}">
     <input id="name" placeholder="Your name" maxlength="{MAX_NAME}" autocomplete="off" {name_field.bind()}>
     <button>Set name</button>

@@ -66,13 +66,13 @@ def stored(path: Path, room: str) -> list[tuple[str, str]]:
         return conn.execute("SELECT who, body FROM messages WHERE room = ? ORDER BY id", (room,)).fetchall()
 
 
-def _items(markup: str) -> list[str]:
-    return re.findall(r'<li id="m-\d+">(.*?)</li>', markup, re.DOTALL)
+def _items(markup: str) -> list[tuple[str, str]]:
+    return re.findall(r'<li id="(m-\d+)">(.*?)</li>', markup, re.DOTALL)
 
 
 def listed(tab: Tab) -> list[str]:
     """The messages as the browser lists them: the last full render of the view, then what was
-    appended to (or prepended before) ``#messages`` since."""
+    appended to, prepended before or removed from ``#messages`` since."""
     items = _items(tab.page.split('id="messages"', 1)[1].split("</ul>", 1)[0])
     for event in tab.events:
         if event.type != protocol.PATCH_ELEMENTS:
@@ -83,7 +83,9 @@ def listed(tab: Tab) -> list[str]:
             items += _items(event.elements)
         elif event.selector == "#messages" and event.mode == "prepend":
             items[:0] = _items(event.elements)
-    return items
+        elif event.selector and event.selector.startswith("#m-") and event.mode == "remove":
+            items = [item for item in items if item[0] != event.selector[1:]]
+    return [text for _, text in items]
 
 
 def action_body(tab: Tab) -> bytes:
@@ -115,7 +117,7 @@ def test_a_message_is_stored_and_appended_to_every_tab_of_the_room(database: Pat
         for tab in (ann, ann_again, bob):
             (patch,) = [e for e in tab.new_events() if e.type == protocol.PATCH_ELEMENTS and e.selector == "#messages"]
             assert patch.mode == "append"
-            assert _items(patch.elements) == ["<b>Ann</b>: hello &lt;all&gt;"]  # the new message alone
+            assert [text for _, text in _items(patch.elements)] == ["<b>Ann</b>: hello &lt;all&gt;"]  # alone
             assert listed(tab) == ["<b>Ann</b>: hello &lt;all&gt;"]
         assert listed(elsewhere) == [] and not [e for e in elsewhere.new_events() if e.selector == "#messages"]
         assert ann.signals["draft"] == ""  # the server cleared the input
@@ -268,3 +270,36 @@ def test_room_names_are_checked_and_rooms_leave_memory_with_their_last_tab(datab
         tab.expire()
         assert "lobby" not in chat.rooms
         assert join(client, "lobby", "Ann").find("#show-older") == []
+
+
+def test_older_messages_join_the_latest_without_a_gap_or_a_repeat(database: Path) -> None:
+    seed(database, "lobby", 300, length=20)
+    chat = load_chat()
+    with TestClient(chat.app) as client:
+        tab = join(client, "lobby", "Ann")
+        for text in ("new 1", "new 2", "new 3"):  # the room keeps the latest 100: three fall off
+            assert say(tab, text) == 200
+        tab.click("#show-older")
+        numbers = [int(item.split(": ")[1][:5]) for item in listed(tab) if "new" not in item]
+        assert numbers == list(range(100, 300))  # each once, in order
+        assert listed(tab)[-3:] == ["<b>Ann</b>: new 1", "<b>Ann</b>: new 2", "<b>Ann</b>: new 3"]
+        tab.submit("#name-form", name="Ann")  # a whole render lists the same
+        client.clock.advance(0.05)
+        assert len(listed(tab)) == 203 and len(set(listed(tab))) == 203
+
+
+def test_a_page_open_for_long_keeps_at_most_max_shown_messages(database: Path) -> None:
+    seed(database, "lobby", 200, length=10)
+    chat = load_chat()
+    with TestClient(chat.app) as client:
+        tab = join(client, "lobby", "Ann")
+        watcher = client.open("/chat/lobby")
+        for i in range(chat.MAX_SHOWN + 10):
+            assert say(tab, f"m{i}") == 200
+        for page in (tab, watcher):
+            shown = listed(page)
+            assert len(shown) == chat.MAX_SHOWN  # the oldest were removed as new ones came
+            assert shown[0] == "<b>Ann</b>: m10" and shown[-1] == f"<b>Ann</b>: m{chat.MAX_SHOWN + 9}"
+        watcher.submit("#name-form", name="Bob")  # a whole render lists the same
+        client.clock.advance(0.05)
+        assert len(listed(watcher)) == chat.MAX_SHOWN and listed(watcher)[0] == "<b>Ann</b>: m10"
