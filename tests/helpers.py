@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import ssl
 import threading
@@ -316,3 +317,11 @@ def make_protocol(
     transport = FakeTransport()
     protocol.connection_made(transport)
     return protocol, transport, registry
+
+
+def signals_event(chunk: bytes) -> dict[str, Any]:
+    """The signals of one ``datastar-patch-signals`` event (a chunk holding exactly that event)."""
+    head, _, data = chunk.decode().partition("\ndata: signals ")
+    assert head == "event: datastar-patch-signals" and data.endswith("\n\n"), chunk
+    signals: dict[str, Any] = json.loads(data)
+    return signals

@@ -123,6 +123,8 @@ _OPS_PATHS: dict[str, Callable[[Any], Response]] = {
     "/_ready": ready_response,
     "/metrics": metrics_response,
 }
+#: What a page is told when its stream is down or about to end: actions carry its snapshot.
+_STREAM_DOWN = {protocol.DISCONNECTED_SIGNAL: True, protocol.FILTER_SIGNAL: protocol.FILTER_DOWN}
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
@@ -131,11 +133,14 @@ __all__ = ["App", "RouteGroup"]
 class _Grave:
     """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
 
-    __slots__ = ("deadline", "seq", "snapshot", "tab_state")
+    __slots__ = ("deadline", "restored", "seq", "snapshot", "tab_state")
 
-    def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None) -> None:
+    def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None,
+                 *, restored: bool = False) -> None:
         self.deadline = deadline
         self.tab_state = tab_state
+        #: Made by an earlier process: the page may hold a newer snapshot, so it is asked too.
+        self.restored = restored
         #: The number of the last snapshot the browser was sent: an older one is a replay.
         self.seq = seq
         #: The server's own snapshot of the tab's server-owned signals (dropped past the budget).
@@ -680,6 +685,10 @@ class App:
         """
         self.draining = True
         self.metrics.stop_monitors()
+        moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
+        now = self._now()
+        for ctx in self._connected.values():  # their streams end soon: the actions meanwhile carry the snapshot
+            ctx.stream.send(moving, None, now)
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
         if self._sweep_handle is not None:
@@ -736,11 +745,18 @@ class App:
                     await asyncio.sleep(spread / steps)
                 for ctx in tabs[start:start + per_step]:
                     if self._connected.get(ctx.id) is ctx:  # not gone on its own meanwhile
-                        ctx.stream.close()
+                        self._end_stream(ctx)
                         self._disconnected(ctx)
         for ctx in list(self._connected.values()):
-            ctx.stream.close()
+            self._end_stream(ctx)
             self._disconnected(ctx)
+
+    @staticmethod
+    def _end_stream(ctx: Context) -> None:
+        """End a tab's stream on purpose: the page is told first, so its actions carry the tab's
+        snapshot until its stream is back (wherever it lands, the tab can be revived)."""
+        ctx.stream.send(protocol.patch_signals(_STREAM_DOWN), None, ctx.app.now())
+        ctx.stream.close()
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.
@@ -1093,7 +1109,7 @@ class App:
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
         content = ctx.render_view(False)
-        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, protocol.DISCONNECTED_SIGNAL: True}
+        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.bundle
         nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
@@ -1173,7 +1189,7 @@ class App:
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False}
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN}
         view = None
         if full:
             ctx.revived = False
@@ -1291,7 +1307,7 @@ class App:
         signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
         sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
         rows = save_state(self.config.persist_path, global_state=dict(self.global_state), signals=signals,  # type: ignore[arg-type]  # checked by the caller
-                          sessions=sessions)
+                          sessions=sessions, tabs=self._tab_records())
         log.info("kept %d values of shared state in %s", rows, self.config.persist_path)
 
     @property
@@ -1305,23 +1321,46 @@ class App:
         signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
         sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
         rows = await save_state_to_db(self.db, global_state=dict(self.global_state), signals=signals,
-                                      sessions=sessions)
+                                      sessions=sessions, tabs=self._tab_records())
         log.info("kept %d values of shared state in the database", rows)
 
     async def restore_from_db(self) -> None:
         """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
-        global_state, signals, sessions = await load_state_from_db(self.db)
+        global_state, signals, sessions, tabs = await load_state_from_db(self.db)
         self.global_state._data.update(global_state)
         self.scopes.restored.update(signals)
         for sid, data in sessions.items():
             self.sessions.get(sid)._data.update(data)
+        self._restore_tabs(tabs)
 
     def _restore(self) -> None:
-        global_state, signals, sessions = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
+        global_state, signals, sessions, tabs = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
         self.global_state.update(global_state)
         self.scopes.restored.update(signals)
         for sid, data in sessions.items():
             self.sessions.get(sid).update(data)
+        self._restore_tabs(tabs)
+
+    def _tab_records(self) -> list[tuple[str, dict[str, Any]]]:
+        """What revives each live or recently destroyed tab, for the next process (a graceful restart)."""
+        records = []
+        for ctx in self.contexts.values():
+            try:
+                snapshot = ctx.final_snapshot()
+            except TypeError:
+                snapshot = None
+            records.append((ctx.id, {"tab_state": _json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq,
+                                     "snapshot": snapshot}))
+        for ctx_id, grave in self._graveyard.items():
+            if ctx_id not in self.contexts:
+                records.append((ctx_id, {"tab_state": _json_or_empty(grave.tab_state), "seq": grave.seq,
+                                         "snapshot": grave.snapshot}))
+        return records[-_GRAVEYARD_CAP:]
+
+    def _restore_tabs(self, tabs: dict[str, dict[str, Any]]) -> None:
+        """The tab records an earlier process kept: they revive the tabs that come back here."""
+        for ctx_id, record in tabs.items():
+            self._vouch(ctx_id, record, restored=True)
 
     def _reclaim_encoders(self) -> None:
         """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;
@@ -1448,18 +1487,25 @@ class App:
         """A stream for a tab this server does not hold: revived from what this server kept of it,
         else from the browser's snapshot, which a stream request carries only when asked for."""
         grave = self._graveyard.get(ctx_id)
-        restore = self._snapshots.open(ctx_id, grave.snapshot) if grave is not None and grave.snapshot else None
-        if restore is None:
+        restore = self._kept_snapshot(ctx_id, grave)
+        if restore is None or (grave is not None and grave.restored):
             if self._verify_id(ctx_id, session_id) is None:
                 return self._reload_stream(ctx_id)
             if request.method != "POST" or "last-event-id" in request.headers:
                 return self._ask_for_snapshot()  # a GET, or a retry whose body was made before
-            restore = self._browser_snapshot(ctx_id, signals, grave)
-            if restore is False:
+            sent = self._browser_snapshot(ctx_id, signals, grave)
+            if sent is False:
                 return self._reload_stream(ctx_id)
+            restore = _newest(restore, sent)
         return _then(self._revive(request, ctx_id, session_id, signals, restore or None),
                      lambda found: self._stream_for(request, found) if found is not None
                      else self._reload_stream(ctx_id))
+
+    def _kept_snapshot(self, ctx_id: str, grave: _Grave | None) -> tuple[int, dict[str, Any]] | None:
+        """The snapshot this server kept of a tab (its own, handed over or restored), opened."""
+        if grave is None or grave.snapshot is None:
+            return None
+        return self._snapshots.open(ctx_id, grave.snapshot)
 
     def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None
                           ) -> tuple[int, dict[str, Any]] | bool | None:
@@ -1477,7 +1523,7 @@ class App:
 
     def _ask_for_snapshot(self) -> Response:
         """Tell the page to open its stream again with its writable signals and its snapshot."""
-        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), protocol.DISCONNECTED_SIGNAL: True})
+        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **_STREAM_DOWN})
         return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
 
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
@@ -1500,17 +1546,18 @@ class App:
             return await _settled(self._revive_stream(request, ctx_id, session_id, signals))
         return await _settled(self._stream_for(request, found))
 
-    def _vouch(self, ctx_id: str, handed: dict[str, Any]) -> None:
+    def _vouch(self, ctx_id: str, handed: dict[str, Any], *, restored: bool = False) -> None:
         """The directory names an owner (alive or dead) for this tab, so it lived recently: let
         ``_revive`` bring it back here, with what its owner handed over, as it would a tab
-        destroyed here."""
+        destroyed here. ``restored``: the record comes from an earlier process, which may have
+        sent the page a newer snapshot after it was made."""
         if ctx_id not in self._graveyard:
             tab_state = handed.get("tab_state")
             snapshot = handed.get("snapshot")
             seq = handed.get("seq")
             self._graveyard[ctx_id] = _Grave(
                 self._now() + self.config.revival_window, tab_state if isinstance(tab_state, dict) else {},
-                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None)
+                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None, restored=restored)
             if isinstance(snapshot, str):
                 self._graveyard_bytes += len(snapshot)
 
@@ -1659,17 +1706,24 @@ class App:
 
     def _revive_for_action(self, request: Request, ctx_id: str, session_id: str | None,
                            signals: dict[str, Any]) -> Any:
-        """An action for a tab this server does not hold: revived if this server kept its snapshot.
-        Otherwise only the browser has the tab's values, and it sends them when its stream revives
-        the tab; until then the action is refused (409), never run on values the tab never had."""
+        """An action for a tab this server does not hold: revived from what this server kept of it,
+        or from the snapshot the page sends with its actions while its stream is down. Without
+        either the action is refused (409) until the stream revives the tab: it never runs on
+        values the tab never had."""
         grave = self._graveyard.get(ctx_id)
-        restore = self._snapshots.open(ctx_id, grave.snapshot) if grave is not None and grave.snapshot else None
+        restore = self._kept_snapshot(ctx_id, grave)
+        if protocol.SNAPSHOT_SIGNAL in signals:
+            sent = self._browser_snapshot(ctx_id, signals, grave)
+            if sent is False:
+                raise ContextNotFound("a tab whose snapshot was refused")
+            restore = _newest(restore, sent)
         if restore is None:
             verified = self._verify_id(ctx_id, session_id)
             if verified is None:
                 raise ContextNotFound("unknown tab")
-            raise TabGone(f"an action for a tab of {verified[0]!r} this server does not hold; its stream revives it")
-        return self._revive(request, ctx_id, session_id, signals, restore)
+            raise TabGone(f"an action for a tab of {verified[0]!r} this server does not hold, "
+                          "without its snapshot; its stream revives it")
+        return self._revive(request, ctx_id, session_id, signals, restore or None)
 
     def _check_action(self, request: Request) -> None:
         """The Origin check and the rate limit, on the worker that runs the action (one that
@@ -1805,6 +1859,14 @@ class App:
         if found is None:
             raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
         return found
+
+
+def _newest(kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, Any]] | None
+            ) -> tuple[int, dict[str, Any]] | None:
+    """The later of two snapshots of one tab (by number; the server's own when they tie)."""
+    if kept is None or (sent is not None and sent[0] > kept[0]):
+        return sent
+    return kept
 
 
 async def _settled(result: Any) -> Any:

@@ -67,8 +67,10 @@ class Action:
     def __str__(self) -> str:
         # Datastar aborts a request still in flight when the same element posts again; the
         # server may have run it anyway, so a quick second click would lose the first one's
-        # outcome on the client. Every click is an intent: never cancel.
-        return f"@post('{self.url}', {{requestCancellation: 'disabled'}})"
+        # outcome on the client. Every click is an intent: never cancel. While the stream is
+        # down the request also carries the tab's snapshot (``_via_filter``), so a server that
+        # no longer holds the tab can revive it and run the action.
+        return f"@post('{self.url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
 
     def __html__(self) -> str:
         return str(self).replace("'", "&#39;")
@@ -472,17 +474,13 @@ class Context:
         and the snapshot; all marked as sent."""
         out: dict[str, Any] = {}
         revisions: dict[str, int] = {}
-        owned = False
         for sig in self._signals.values():
             out[sig.id] = sig._sent = sig._value
             sig._changed = False
-            if sig.writable:
-                if sig.revision:
-                    revisions[sig.id] = sig.revision
-            else:
-                owned = True
+            if sig.writable and sig.revision:
+                revisions[sig.id] = sig.revision
         self._add_shared(out, revisions)
-        return self._finish_patch(out, revisions, owned)
+        return self._finish_patch(out, revisions, True)  # even an empty snapshot: it vouches for the tab
 
     def full_signals(self) -> dict[str, Any]:
         """What a stream that may have missed frames gets: every server-owned value and every writable
@@ -552,7 +550,7 @@ class Context:
     def final_snapshot(self) -> str | None:
         """A snapshot of the values now, numbered as the last one sent (kept when the tab is destroyed)."""
         values = {name: sig._value for name, sig in self._signals.items() if not sig.writable}
-        return self.app._snapshots.make(self.id, self._snapshot_seq, values) if values else None
+        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
 
     @property
     def snapshot_seq(self) -> int:

@@ -1,4 +1,4 @@
-"""Shared state that survives a graceful restart: global state, shared signals and session data.
+"""Shared state that survives a graceful restart: global state, shared signals, session data, tabs.
 
 On a graceful stop the App writes them to one SQLite file (``persist_path``), or, when the app has
 a database (``[db] url``) and no ``persist_path``, to its table ``pyvia_state`` through
@@ -6,6 +6,10 @@ a database (``[db] url``) and no ``persist_path``, to its table ``pyvia_state`` 
 holds that state. Shared signals come back lazily: the first declaration of a (scope, name) after the
 restart takes the saved value instead of its initial one. Values must be JSON-serializable
 (orjson); others are skipped with a warning rather than losing the rest.
+
+Tabs are kept as what revives them (their tab state and the snapshot of their server-owned
+signals), so an action that reaches the restarted process before its tab's stream does finds
+the tab there.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ log = logging.getLogger("pyvia")
 
 __all__ = ["load_state", "load_state_from_db", "save_state", "save_state_to_db"]
 
+#: (global state, shared signals by (scope, name), session data by id, tab records by context id)
+State = tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]
+
 _SCHEMA = "CREATE TABLE IF NOT EXISTS state (kind TEXT, key TEXT, value BLOB, PRIMARY KEY (kind, key))"
 
 
@@ -37,12 +44,20 @@ def _encode(kind: str, key: str, value: Any) -> tuple[str, str, bytes] | None:
         return None
 
 
-def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
-               sessions: Iterable[tuple[str, dict[str, Any]]]) -> int:
-    """Replace the file's contents with this state in one transaction; return the rows written."""
+def _rows(global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
+          sessions: Iterable[tuple[str, dict[str, Any]]],
+          tabs: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, bytes]]:
     rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
     rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
     rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
+    rows += [r for r in (_encode("tab", ctx_id, record) for ctx_id, record in tabs) if r]
+    return rows
+
+
+def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
+               sessions: Iterable[tuple[str, dict[str, Any]]], tabs: Iterable[tuple[str, dict[str, Any]]] = ()) -> int:
+    """Replace the file's contents with this state in one transaction; return the rows written."""
+    rows = _rows(global_state, signals, sessions, tabs)
     with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
         db.execute(_SCHEMA)
         db.execute("DELETE FROM state")
@@ -50,22 +65,22 @@ def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Itera
     return len(rows)
 
 
-def load_state(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]:
-    """(global state, shared signal values by (scope, name), session data) saved at the last stop."""
+def load_state(path: str | Path) -> State:
+    """(global state, shared signal values by (scope, name), session data, tabs) saved at the last stop."""
     if not Path(path).exists():
-        return {}, {}, {}
+        return {}, {}, {}, {}
     with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
         db.execute(_SCHEMA)
         return _decode_rows(db.execute("SELECT kind, key, value FROM state"), "\0")
 
 
-def _decode_rows(rows: Iterable[tuple[str, str, Any]], separator: str
-                 ) -> tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]:
-    """Saved rows back into (global state, signals by (scope, name), sessions); ``separator``
+def _decode_rows(rows: Iterable[tuple[str, str, Any]], separator: str) -> State:
+    """Saved rows back into (global state, signals by (scope, name), sessions, tabs); ``separator``
     joins a signal's scope and name in its key."""
     global_state: dict[str, Any] = {}
     signals: dict[tuple[str, str], Any] = {}
     sessions: dict[str, dict[str, Any]] = {}
+    tabs: dict[str, dict[str, Any]] = {}
     for kind, key, value in rows:
         decoded = orjson.loads(value)
         if kind == "global":
@@ -75,20 +90,18 @@ def _decode_rows(rows: Iterable[tuple[str, str, Any]], separator: str
             signals[(scope, name)] = decoded
         elif kind == "session" and isinstance(decoded, dict):
             sessions[key] = decoded
-    return global_state, signals, sessions
+        elif kind == "tab" and isinstance(decoded, dict):
+            tabs[key] = decoded
+    return global_state, signals, sessions, tabs
 
 
 _DB_SCHEMA = "CREATE TABLE IF NOT EXISTS pyvia_state (kind TEXT, key TEXT, value TEXT, PRIMARY KEY (kind, key))"
 
-State = tuple[dict[str, Any], dict[tuple[str, str], Any], dict[str, dict[str, Any]]]
-
-
 async def save_state_to_db(db: Database, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
-                           sessions: Iterable[tuple[str, dict[str, Any]]]) -> int:
+                           sessions: Iterable[tuple[str, dict[str, Any]]],
+                           tabs: Iterable[tuple[str, dict[str, Any]]] = ()) -> int:
     """``save_state`` into the app's database (SQLite or PostgreSQL), in one transaction."""
-    rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
-    rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
-    rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
+    rows = _rows(global_state, signals, sessions, tabs)
     async with db.transaction() as tx:
         await tx.execute(_DB_SCHEMA)
         await tx.execute("DELETE FROM pyvia_state")

@@ -32,6 +32,12 @@ SNAPSHOT_SIGNAL = "_via_snap"
 #: Set by the server when it no longer holds the tab: the page then opens its stream with a POST
 #: carrying its writable signals and its snapshot, and the tab is revived from them.
 REVIVE_SIGNAL = "_via_revive"
+#: What a framework action leaves out of its request (a pattern of signal ids): every ``_`` signal
+#: while the stream is open, all but the snapshot while it is down or about to move (the server
+#: that gets the action may then not hold the tab).
+FILTER_SIGNAL = "_via_filter"
+FILTER_OPEN = "(^|\\.)_"
+FILTER_DOWN = "(^|\\.)_(?!via_snap)"
 
 #: Datastar 1.0 element patch modes; ``outer`` is the default and is not sent.
 MODES = frozenset({"outer", "inner", "replace", "prepend", "append", "before", "after", "remove"})

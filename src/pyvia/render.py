@@ -15,10 +15,11 @@ from os import PathLike
 from typing import Any
 
 import jinja2
+import orjson
 from jinja2.runtime import new_context
 from markupsafe import Markup
 
-from pyvia.protocol import seed_json
+from pyvia.protocol import FILTER_DOWN, seed_json
 
 VIEW_ID = "via-view"
 _HTML_TAG = re.compile(r"<html[\s>]", re.IGNORECASE)
@@ -85,9 +86,10 @@ def signals_attr(values: Mapping[str, Any]) -> str:
 #: How the stream is opened: Datastar's own retries keep it open for good (and send the id of
 #: the last event they got, so the server can resume), backing off to at most 8 s between tries.
 _STREAM_OPTIONS = "openWhenHidden: true, retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000"
-#: A stream error or a failed try shows the tab as disconnected until the next stream's first event.
+#: A stream error or a failed try shows the tab as disconnected until the next stream's first
+#: event, and makes its actions carry the snapshot (``Action.__str__``) meanwhile.
 _LOST = ("['retrying', 'error'].includes(evt.detail.type) && evt.detail.el.id.startsWith('via-') "
-         "&& ($_disconnected = true)")
+         f"&& ($_disconnected = true, $_via_filter = {orjson.dumps(FILTER_DOWN).decode()})")
 
 
 def bootstrap_head(

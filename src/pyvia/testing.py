@@ -421,9 +421,12 @@ class Tab:
         return self.connect()
 
     def disconnect(self) -> None:
-        """Drop the stream as a network failure or a closed tab would."""
+        """Drop the stream as a network failure or a closed tab would (the page notices, as its
+        markup does on a failed fetch: it shows itself disconnected and its actions carry the snapshot)."""
         sink, stream = self._sink, self._stream
         self._sink = self._stream = None
+        self.signals[protocol.DISCONNECTED_SIGNAL] = True
+        self.signals[protocol.FILTER_SIGNAL] = protocol.FILTER_DOWN
         if sink is not None and stream is not None and not sink.closed:
             sink.closed = True
             stream.closed()
@@ -444,6 +447,7 @@ class Tab:
         return self._sink.buffered if self._sink is not None else 0
 
     def _stream_ended(self, sink: _Sink) -> None:
+        self.signals[protocol.FILTER_SIGNAL] = protocol.FILTER_DOWN  # Datastar retries: the page is reconnecting
         if self._sink is sink and self._stream is not None:
             stream = self._stream
             self._sink = self._stream = None
@@ -488,7 +492,10 @@ class Tab:
         return self.sse_url[: -len("_sse")] if self.sse_url.endswith("_sse") else "/"
 
     def _outgoing(self) -> dict[str, Any]:
-        return {k: v for k, v in self.signals.items() if not k.startswith("_")}
+        """What the page's actions send: the signals ``_via_filter`` does not exclude (no ``_``
+        signal, but the snapshot while the stream is down or about to move)."""
+        excluded = re.compile(str(self.signals.get(protocol.FILTER_SIGNAL, protocol.FILTER_OPEN)))
+        return {k: v for k, v in self.signals.items() if not excluded.search(k)}
 
     # --- acting ------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ def home(c: Context) -> None:
     c.scope(Scope.ROUTE)
     count = c.signal(0, "count", scope=Scope.ROUTE)
     items = c.signal([], "items", scope=Scope.ROUTE)
-    item = c.signal("", "item")
+    item = c.signal("", "item", writable=True)
     pid = c.signal(0, "pid")
     notes = c.signal(0, "notes")
     cart = c.signal(0, "cart", scope=Scope.SESSION)

@@ -109,7 +109,7 @@ def test_an_action_sent_to_another_machine_goes_over_tcp_and_updates_the_tab(mac
     assert re.fullmatch(r"127\.0\.0\.1:\d+", tcp) and path == "-"
     for i in range(1, 4):
         assert tab.act(b, "note") == 200
-        tab.wait_for(rf'"pid":{pid_of(a)},"notes":{i}\b')
+        tab.wait_for(rf'"_pid":{pid_of(a)},"_notes":{i}\b')
     assert machines.watch.forwarded == 0, "the actions went through the engine"
     assert forwarded_by(b) == {"unix": 0, "tcp": 3, "engine": 0}
     tab.close()
@@ -119,11 +119,11 @@ def test_a_stream_moving_to_another_machine_takes_its_tab_over_tcp(machines: Mac
     a, b = machines.a, machines.b
     tab = machines.tab_on_a()
     assert tab.act(a, "note") == 200 and tab.act(a, "note") == 200
-    tab.wait_for(r'"notes":2')
+    tab.wait_for(r'"_notes":2')
     tab.connect(b)  # b takes the tab and its tab state from a
     tab.wait_for(r'"_disconnected":false')
     assert tab.act(a, "note") == 200  # a no longer holds it: forwarded to b
-    tab.wait_for(rf'"pid":{pid_of(b)},"notes":3\b')
+    tab.wait_for(rf'"_pid":{pid_of(b)},"_notes":3\b')
     assert machines.watch.forwarded == 0, "the takeover or the action went through the engine"
     tab.close()
 
@@ -144,7 +144,7 @@ def test_only_a_peer_that_knows_the_secret_is_served(machines: Machines) -> None
     assert asyncio.run(ask(SECRET.encode())) == b"{}"
     tab.connect(machines.a)
     assert tab.act(machines.b, "note") == 200  # the node serves on as before
-    tab.wait_for(r'"notes":1\b')
+    tab.wait_for(r'"_notes":1\b')
 
 
 def test_an_action_whose_tcp_channel_is_refused_goes_through_the_engine(machines: Machines) -> None:
@@ -155,10 +155,10 @@ def test_an_action_whose_tcp_channel_is_refused_goes_through_the_engine(machines
     refused = f"{node} 127.0.0.1:{free_port()} {path}"
     machines.watch.call(machines.watch.engine.put(DIRECTORY, tab.ctx, refused.encode()))
     assert tab.act(b, "note") == 200
-    tab.wait_for(rf'"pid":{pid_of(a)},"notes":1\b')
+    tab.wait_for(rf'"_pid":{pid_of(a)},"_notes":1\b')
     assert machines.watch.forwarded == 1
     assert tab.act(b, "note") == 200  # not tried again for a while: straight to the engine
-    tab.wait_for(r'"notes":2\b')
+    tab.wait_for(r'"_notes":2\b')
     assert machines.watch.forwarded == 2
     assert forwarded_by(b) == {"unix": 0, "tcp": 0, "engine": 2}
     tab.close()
@@ -168,13 +168,13 @@ def test_a_tab_whose_machine_died_is_revived_where_its_action_lands(machines: Ma
     b = machines.b
     tab = machines.tab_on_a()
     assert tab.act(b, "note") == 200  # b's channel to a is open now
-    tab.wait_for(r'"notes":1\b')
+    tab.wait_for(r'"_notes":1\b')
     tab.close()
     machines.watch.close()  # a listener on fwd.* is interest: NATS would not say "no responders" for a
     kill(machines.nodes[0])
     assert tab.act(b, "note") == 200
     tab.connect(b)
-    tab.wait_for(rf'"pid":{pid_of(b)}')
+    tab.wait_for(rf'"_pid":{pid_of(b)}')
     tab.close()
 
 

@@ -210,7 +210,7 @@ def two_local_nodes(local_nodes: list[ServerProcess]) -> tuple[int, int]:
 
 
 def _action(client: RawClient, port: int, tab: Tab, name: str, extra: str = "") -> int:
-    body = json.dumps({"via_ctx": tab.ctx}).encode()
+    body = json.dumps(tab.payload()).encode()
     client.send(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
                 f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                 f"{extra}\r\n".encode() + body)
@@ -251,14 +251,14 @@ def test_an_action_landing_on_another_node_moves_its_connection_to_the_owner(two
     with RawClient(HOST, b) as client:  # one keep-alive connection, as a browser keeps it
         assert _pid(client) == pid_b
         assert _action(client, b, tab_a, "note") == 200  # landed on b, answered by a
-        tab_a.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        tab_a.wait_for(rf'"_pid":{pid_a},"_notes":1\b')
         assert _pid(client) == pid_a, "the connection now belongs to the tab's worker"
         assert _action(client, b, tab_a, "note") == 200  # local there: nothing passed
-        tab_a.wait_for(r'"notes":2')
+        tab_a.wait_for(r'"_notes":2')
         # the other tab: its action is forwarded; a connection moves once (tabs of one browser
         # share its connections, which would otherwise move back and forth)
         assert _action(client, b, tab_b, "note") == 200
-        tab_b.wait_for(rf'"pid":{pid_b},"notes":1\b')
+        tab_b.wait_for(rf'"_pid":{pid_b},"_notes":1\b')
         assert _pid(client) == pid_a
     assert (_passed(a), _passed(b, 1)) == (0, 1)
     tab_a.close()
@@ -274,7 +274,7 @@ def test_a_proxy_connection_is_forwarded_not_passed(two_local_nodes) -> None:
     tab.wait_for(r'"_disconnected":false')
     with RawClient(HOST, b) as client:
         assert _action(client, b, tab, "note", "X-Forwarded-For: 203.0.113.9\r\n") == 200
-        tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        tab.wait_for(rf'"_pid":{pid_a},"_notes":1\b')
         assert _pid(client) == pid_b
     assert _passed(b) == 0
     tab.close()
@@ -291,18 +291,19 @@ def test_a_proxy_connection_follows_its_tabs_and_revives_one_whose_worker_died(l
     proxied = "X-Forwarded-For: 203.0.113.9\r\n"
     with RawClient(HOST, b) as client:
         assert [_action(client, b, tab, "note", proxied) for _ in range(5)] == [200] * 5
-        tab.wait_for(rf'"pid":{pid_a},"notes":5\b')
+        tab.wait_for(rf'"_pid":{pid_a},"_notes":5\b')
         supervisor = local_nodes[0].proc
         assert supervisor is not None
         for pid in children(supervisor.pid):  # the worker dies before its supervisor can stop it
             os.kill(pid, signal.SIGKILL)
         supervisor.send_signal(signal.SIGKILL)
         supervisor.wait(10)
+        tab.close()  # the page sees its stream end: its actions carry its snapshot
         assert _action(client, b, tab, "note", proxied) == 200
         assert _action(client, b, tab, "note", proxied) == 200  # held by b now
         assert _pid(client) == pid_b
     tab.connect(b)
-    tab.wait_for(rf'"pid":{pid_b},"notes":2\b')  # revived from the client's signals, without tab_state
+    tab.wait_for(rf'"_pid":{pid_b},"_notes":2\b')  # revived from the page's snapshot, without tab_state
     assert _passed(b) == 0
     tab.close()
 
@@ -320,7 +321,7 @@ def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes)
     proxied = "X-Forwarded-For: 203.0.113.9\r\n"
     with RawClient(HOST, b) as client:
         assert _action(client, b, tab, "note", proxied) == 200  # the owner is found: later ones are relayed
-        tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+        tab.wait_for(rf'"_pid":{pid_a},"_notes":1\b')
         foreign = proxied.replace("X-Forwarded-For", "Origin: https://evil.example\r\nX-Forwarded-For")
         body = json.dumps({"via_ctx": tab.ctx}).encode()
         client.send(f"POST /_action/note HTTP/1.1\r\nHost: {HOST}:{b}\r\nCookie: {tab.cookie}\r\n"
@@ -331,8 +332,8 @@ def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes)
         assert _pid(client) == pid_of(b)
     assert forwarded_by(b) == {"unix": 6, "tcp": 0, "engine": 0}, "each action went on to a, refused or not"
     assert forwarded_by(a) == {"unix": 0, "tcp": 0, "engine": 0}
-    tab.wait_for(r'"notes":4\b')
-    assert '"notes":5' not in tab.received.decode(errors="replace")
+    tab.wait_for(r'"_notes":4\b')
+    assert '"_notes":5' not in tab.received.decode(errors="replace")
     tab.close()
 
 
@@ -350,7 +351,7 @@ def test_a_relayed_action_whose_worker_does_not_answer_in_time_is_answered_504(l
         assert 0.9 < time.monotonic() - started < 2.8
         time.sleep(max(0.0, started + 3.3 - time.monotonic()))  # a serves again
         assert _action(client, b, tab, "note", proxied) == 200  # the late answer was dropped: this is its own
-    tab.wait_for(r'"notes":2\b')
+    tab.wait_for(r'"_notes":2\b')
     tab.close()
 
 
@@ -374,6 +375,6 @@ def test_a_stream_opened_on_another_node_is_passed_to_the_tab_not_the_tab_to_it(
     tab.wait_for(r'"_disconnected":false')
     assert _passed(b, 1) == 1
     assert tab.act(a, "note") == 200  # local on a: the tab never moved
-    tab.wait_for(rf'"pid":{pid_a},"notes":1\b')
+    tab.wait_for(rf'"_pid":{pid_a},"_notes":1\b')
     assert _passed(a) == 0
     tab.close()

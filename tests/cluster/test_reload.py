@@ -136,16 +136,34 @@ class Tab:
         self.thread.start()
 
     def _sent(self) -> dict[str, object]:
-        return {k: v for k, v in self.signals.items() if not k.startswith("_")}
+        """What the page's actions send: no ``_`` signal, but the snapshot while its stream is down."""
+        excluded = re.compile(str(self.signals.get("_via_filter", r"(^|\.)_")))
+        return {k: v for k, v in self.signals.items() if not excluded.search(k)}
+
+    def _open(self, client: RawClient) -> RawResponse:
+        """Open the stream as the page does: a GET with the context id, then, when the server asks
+        for it, a POST with the writable signals and the snapshot."""
+        query = quote(json.dumps({"via_ctx": self.signals["via_ctx"]}))
+        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
+                    f"Cookie: {self.cookie}\r\n\r\n".encode())
+        head = client.read_head()
+        if head.status != 200 or head.header("content-type") != "application/json":
+            return head
+        answer = client.read_exact(int(head.header("content-length") or 0))
+        with self.lock:
+            self.signals.update(json.loads(answer))
+            body = json.dumps({k: v for k, v in self.signals.items()
+                               if not k.startswith("_") or k == "_via_snap"}).encode()
+        client.send(f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nOrigin: http://{HOST}:{self.port}\r\n"
+                    f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        return client.read_head()
 
     def _run(self) -> None:
         while not self.done.is_set():
-            query = quote(json.dumps(self._sent()))
             try:
                 with RawClient(HOST, self.port, timeout=30) as client:
-                    client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-                                f"Cookie: {self.cookie}\r\n\r\n".encode())
-                    head = client.read_head()
+                    head = self._open(client)
                     if head.status != 200:
                         self.failures.append(f"stream answered {head.status}")
                         return
@@ -160,6 +178,7 @@ class Tab:
                     return
                 raise
             with self.lock:
+                self.signals["_via_filter"] = r"(^|\.)_(?!via_snap)"  # as the page does while it reconnects
                 self.ends.append(time.monotonic())
                 self.lock.notify_all()
             time.sleep(random.uniform(0.0, 0.3))  # Datastar's page reopens it within a second
@@ -227,7 +246,7 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
                 response = tab.act("inc")
                 assert (response.status, response.body) == (200, b""), (response, running.log())
                 acted[i] += 1
-                tab.wait(lambda t, n=acted[i]: t.signals.get("count") == n, f"count {acted[i]} on tab {i}")
+                tab.wait(lambda t, n=acted[i]: t.signals.get("_count") == n, f"count {acted[i]} on tab {i}")
 
         round_of_actions()
         running.write("v2")  # serve mode watches nothing: the running code stays v1
@@ -257,7 +276,7 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
     assert seen[0] == "v1" and seen[-1] == "v2" and "v1" not in seen[seen.index("v2"):]  # one switch
     for i, tab in enumerate(tabs):
         assert tab.failures == [], tab.failures
-        assert tab.signals["count"] == acted[i]
+        assert tab.signals["_count"] == acted[i]
         assert tab.signals["_global__total"] == sum(acted)  # shared state saved by the old, restored by the new
         assert len(tab.ends) == 1  # each stream ended once, by the old worker
     ends = sorted(tab.ends[0] for tab in tabs)

@@ -47,15 +47,21 @@ def _close_streams() -> Iterator[None]:
 
 
 class Tab:
-    """One browser tab: its page came from ``port``; its stream may be opened on any node."""
+    """One browser tab: its page came from ``port``; its stream may be opened on any node.
+
+    It does what the page's markup does: the stream is a GET with the context id (then, when the
+    server asks, a POST with the snapshot); actions carry the snapshot while the stream is down.
+    """
 
     def __init__(self, port: int, cookie: str | None = None) -> None:
         _, seed, new_cookie = open_page(HOST, port, cookie=cookie)
         self.cookie = cookie or new_cookie
         self.ctx = seed["via_ctx"]
         self.seed = seed
+        self.snapshot: str | None = seed.get("_via_snap")
         self.stream: RawClient | None = None
         self.received = b""
+        self._read = 0  # of ``received``, looked at for snapshots
 
     def connect(self, port: int) -> None:
         self.close()
@@ -65,8 +71,18 @@ class Tab:
         self.stream.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
                          f"Cookie: {self.cookie}\r\n\r\n".encode())
         head = self.stream.read_head()
+        if head.status == 200 and head.header("content-type") == "application/json":
+            self.stream.close()  # the server asks for the snapshot: the page posts it
+            self.stream = RawClient(HOST, port, timeout=0.5)
+            _streams.append(self.stream)
+            body = json.dumps({"via_ctx": self.ctx, "_via_snap": self.snapshot}).encode()
+            self.stream.send(f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {self.cookie}\r\n"
+                             f"Origin: http://{HOST}:{port}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            head = self.stream.read_head()
         assert head.status == 200, head.status
         self.received = b""
+        self._read = 0
 
     def close(self) -> None:
         if self.stream is not None:
@@ -78,6 +94,7 @@ class Tab:
         assert self.stream is not None
         deadline = time.monotonic() + timeout
         while True:
+            self._keep_snapshots()
             found = re.search(needle, self.received.decode(errors="replace"))
             if found:
                 return found.group(0)
@@ -86,8 +103,23 @@ class Tab:
             with contextlib.suppress(TimeoutError, socket.timeout):
                 self.received += self.stream.read_chunk()
 
+    def _keep_snapshots(self) -> None:
+        text = self.received.decode(errors="replace")
+        for found in re.finditer(r"data: signals (\{.*\})\n", text[self._read:]):
+            snapshot = json.loads(found.group(1)).get("_via_snap")
+            if snapshot is not None:
+                self.snapshot = snapshot
+        self._read = max(self._read, text.rfind("\n\n") + 2)
+
+    def payload(self, **signals: object) -> dict[str, object]:
+        """What the page's action sends: the snapshot too while the page knows its stream is down."""
+        payload: dict[str, object] = {"via_ctx": self.ctx, **signals}
+        if self.stream is None:
+            payload["_via_snap"] = self.snapshot
+        return payload
+
     def act(self, port: int, name: str, **signals: object) -> int:
-        return post_action(HOST, port, name, {"via_ctx": self.ctx, **signals}, self.cookie).status
+        return post_action(HOST, port, name, self.payload(**signals), self.cookie).status
 
 
 def get(port: int, path: str, cookie: str | None = None) -> RawResponse:
@@ -171,9 +203,9 @@ def test_an_action_sent_to_node_b_updates_the_tab_streaming_from_node_a(two_node
     tab.connect(a)
     tab.wait_for(r'"_disconnected":false')
     assert tab.act(b, "note") == 200
-    assert tab.wait_for(r'"notes":1') and tab.wait_for(rf'"pid":{pid_of(a)}')
+    assert tab.wait_for(r'"_notes":1') and tab.wait_for(rf'"_pid":{pid_of(a)}')
     assert tab.act(a, "note") == 200
-    tab.wait_for(r'"notes":2')
+    tab.wait_for(r'"_notes":2')
     tab.close()
     # node b read the tab's owner from the engine, and timed it
     count = re.search(r"^pyvia_engine_round_trip_seconds_count (\S+)$", get_text(b, "/metrics"), re.M)
@@ -232,12 +264,12 @@ def test_a_stream_moving_to_another_node_takes_its_tab_and_tab_state(two_nodes) 
     tab = Tab(a)
     tab.connect(a)
     assert tab.act(a, "note") == 200 and tab.act(a, "note") == 200
-    tab.wait_for(r'"notes":2')
+    tab.wait_for(r'"_notes":2')
     tab.connect(b)  # the stream reconnects to the other node
     tab.wait_for(r'"_disconnected":false')
     assert tab.act(a, "note") == 200  # lands on a, which no longer holds the tab: forwarded to b
-    tab.wait_for(r'"notes":3')
-    tab.wait_for(rf'"pid":{pid_of(b)}')
+    tab.wait_for(r'"_notes":3')
+    tab.wait_for(rf'"_pid":{pid_of(b)}')
     tab.close()
 
 
@@ -250,7 +282,7 @@ def test_a_tab_whose_node_died_is_revived_where_its_action_lands(two_nodes) -> N
     kill(nodes[0])
     assert tab.act(b, "note") == 200
     tab.connect(b)
-    tab.wait_for(rf'"pid":{pid_of(b)}')
+    tab.wait_for(rf'"_pid":{pid_of(b)}')
     tab.close()
 
 
@@ -392,7 +424,7 @@ def test_app_timers_run_on_one_node(two_nodes) -> None:
 
 async def _post(port: int, tab: Tab, name: str) -> int:
     reader, writer = await asyncio.open_connection(HOST, port)
-    body = json.dumps({"via_ctx": tab.ctx}).encode()
+    body = json.dumps(tab.payload()).encode()
     writer.write(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
                  f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                  f"Connection: close\r\n\r\n".encode() + body)
@@ -441,7 +473,7 @@ def test_two_workers_count_1000_concurrent_clicks_exactly(engine: str, request: 
         owners = set()
         for tab in tabs:
             tab.wait_for(r'"_route__count":1000\b', timeout=20)
-            owners.add(tab.wait_for(r'"pid":[1-9][0-9]*'))
+            owners.add(tab.wait_for(r'"_pid":[1-9][0-9]*'))
         assert len(owners) == 2, "tabs on both workers got the broadcast"
         # kill one worker: the tabs it held revive on the other (or on its replacement)
         victim = next(iter(cluster.workers()))

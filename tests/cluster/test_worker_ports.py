@@ -75,8 +75,8 @@ def test_a_tab_kept_on_one_worker_is_served_there_alone(cluster: tuple[Cluster, 
     tab.wait_for(r'"_disconnected":false')
     for _ in range(3):
         assert tab.act(base + 1, "note") == 200
-    tab.wait_for(rf'"pid":{own},"notes":1\b')
-    tab.wait_for(r'"notes":3\b')
+    tab.wait_for(rf'"_pid":{own},"_notes":1\b')
+    tab.wait_for(r'"_notes":3\b')
     tab.close()
 
 

@@ -28,7 +28,7 @@ def notes_app(url: str) -> App:
 
     @app.page("/")
     async def page(c: Context) -> None:
-        body = c.signal("", "body")
+        body = c.signal("", "body", writable=True)
         count = await app.db.fetchval("SELECT count(*) FROM notes")
         shown = c.signal(count, "count")
 
@@ -52,14 +52,14 @@ def test_the_app_opens_the_database_at_start_and_closes_it_at_stop(backend: Back
     with TestClient(app) as client:
         assert app.db.is_open and app.db.kind == backend.kind
         tab = client.open("/")
-        assert tab.signals["count"] == 0
+        assert tab.signals["_count"] == 0
         tab.action("add", body="first")
-        assert tab.signals["count"] == 1
+        assert tab.signals["_count"] == 1
         again = client.open("/")
-        assert again.signals["count"] == 1
+        assert again.signals["_count"] == 1
     assert not app.db.is_open
     with TestClient(app) as client:  # opened again on the next start; the data is still there
-        assert client.open("/").signals["count"] == 1
+        assert client.open("/").signals["_count"] == 1
 
 
 def test_statements_are_counted_on_metrics_by_kind(backend: Backend) -> None:
@@ -175,10 +175,10 @@ def test_over_http_the_server_opens_the_database_and_closes_it_on_stop(backend: 
     with front_end(app, kind) as (host, port):
         assert app.db.is_open
         page, seed, cookie = open_page(host, port)
-        assert page.status == 200 and seed["count"] == 0
+        assert page.status == 200 and seed["_count"] == 0
         answer = post_action(host, port, "add", {"via_ctx": seed["via_ctx"], "body": "over http"}, cookie)
         assert answer.status == 200
-        assert open_page(host, port)[1]["count"] == 1
+        assert open_page(host, port)[1]["_count"] == 1
         refused = post_action(host, port, "add", {"via_ctx": seed["via_ctx"], "body": "over http"}, cookie)
         assert refused.status == 500 and refused.body == b"Action failed"  # UNIQUE: no traceback sent
     assert not app.db.is_open

@@ -44,14 +44,15 @@ def test_shared_state_comes_back_from_the_database_after_a_graceful_restart(back
         assert restarted.global_state["visits"] == 3
         assert restarted.session_data(session_id)["seen"] == 3
 
-    async def rows() -> int:
+    async def rows(condition: str) -> int:
         db = backend.database()
         try:
-            return int(await db.fetchval("SELECT count(*) FROM pyvia_state"))
+            return int(await db.fetchval(f"SELECT count(*) FROM pyvia_state WHERE {condition}"))
         finally:
             await db.close()
 
-    assert run(rows()) == 4  # visits, two shared signals, one session
+    assert run(rows("kind != 'tab'")) == 4  # visits, two shared signals, one session
+    assert run(rows("kind = 'tab'")) == 2  # what revives the tab of each run
 
 
 def test_persist_in_db_needs_a_database_and_excludes_persist_path(backend: Backend, tmp_path) -> None:

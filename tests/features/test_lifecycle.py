@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from pyvia import App, Context
+from pyvia import App, Context, protocol
 from pyvia.lifecycle import State
 from pyvia.testing import TestClient
 
@@ -130,7 +130,7 @@ def test_idle_stream_gets_a_keep_alive_comment() -> None:
         assert tab.writes == before
         client.clock.advance(10)
         assert tab.writes == before + 1  # a comment: no event parsed
-        assert tab.new_events()[-1].signals == {"_disconnected": False}
+        assert tab.new_events()[-1].signals == {"_disconnected": False, "_via_filter": protocol.FILTER_OPEN}
 
 
 def test_destroyed_context_leaves_no_reference_cycle() -> None:

@@ -64,7 +64,8 @@ def test_template_gets_signals_and_actions_by_name_and_escapes() -> None:
         tab = client.open("/list")
         assert "<h2>Items</h2>" in tab.page
         assert "&lt;b&gt;a&lt;/b&gt;" in tab.html
-        assert 'data-on:click="@post(&#39;/_action/add&#39;, {requestCancellation: &#39;disabled&#39;})"' in tab.html
+        assert ('data-on:click="@post(&#39;/_action/add&#39;, {requestCancellation: &#39;disabled&#39;, '
+                'filterSignals: {exclude: $_via_filter}})"') in tab.html
         assert "<title>Views</title>" in tab.page
         assert '<link rel="stylesheet" href="/app.css">' in tab.page
         assert "<footer>app foot</footer>" in tab.page

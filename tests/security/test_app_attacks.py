@@ -27,7 +27,7 @@ def counter_app(**options: Any) -> App:
     @app.page("/")
     def page(c: Context) -> None:
         count = c.signal(0, "count")
-        c.signal(None, "blob")  # a client-writable signal of any shape: the payload limits are the guard
+        c.signal(None, "blob", writable=True)  # any shape: the payload limits are the guard
 
         @c.action
         def inc() -> None:
@@ -126,11 +126,12 @@ def nested(depth: int) -> object:
 
 PAYLOADS = {
     # name: (control blob, attack blob, attack status, what the log line says)
-    "depth": (nested(16), nested(17), 400, "signals nested deeper than 16"),
-    "keys": ({f"k{i}": 0 for i in range(1000)}, {f"k{i}": 0 for i in range(1001)}, 400,
-             "signal object with more than 1000 keys"),
-    "items": (list(range(1000)), list(range(1001)), 400, "signal list with more than 1000 items"),
-    "string length": ("x" * (1 << 18), "x" * ((1 << 18) + 1), 400, "signal string longer than 262144"),
+    "depth": (nested(16), nested(17), 400, "signal 'blob' is nested deeper than 16"),
+    "keys": ({f"k{i}": 0 for i in range(10_000)}, {f"k{i}": 0 for i in range(10_001)}, 400,
+             "signal 'blob' holds an object of more than 10,000 keys"),
+    "items": (list(range(10_000)), list(range(10_001)), 400, "signal 'blob' holds a list of more than 10,000 items"),
+    "string length": ("x" * (1 << 18), "x" * ((1 << 18) + 1), 413,
+                      "signal 'blob' got 262,145 characters; it takes at most 262,144"),
     "bytes": ("x" * 1000, ["y" * 200_000] * 6, 413, "exceeds 1048576"),
 }
 
@@ -152,7 +153,10 @@ def test_signal_payloads_past_a_limit_get_a_clear_400_or_413(limit: str, caplog:
         after = send(0)  # nothing of the refused request stays behind: the next action is served
     assert (served.status, after.status) == (200, 200)
     assert refused.status == code
-    assert refused.body in (b"Bad Request", b"Content Too Large")  # the status text, nothing leaked
+    if limit == "string length":  # a writable signal's own limit: the answer names it for the user
+        assert refused.body.decode() == reason
+    else:
+        assert refused.body in (b"Bad Request", b"Content Too Large")  # the status text, nothing leaked
     logged = [r.getMessage() for r in caplog.records if f"-> {code} " in r.getMessage()]
     assert len(logged) == 1 and reason in logged[0]  # one line naming the limit
     assert not any(r.exc_info for r in caplog.records)  # and no traceback

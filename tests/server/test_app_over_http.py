@@ -27,7 +27,7 @@ def injection_app() -> App:
 
     @app.page("/")
     def page(c: Context) -> None:
-        text = c.signal("", "text")
+        text = c.signal("", "text", writable=True)
 
         @c.action
         def echo() -> None:
@@ -69,11 +69,25 @@ def open_page(host: str, port: int, path: str = "/", cookie: str | None = None) 
     return response, seed, set_cookie.split(";", 1)[0]
 
 
-def open_stream(host: str, port: int, signals: dict, cookie: str) -> tuple[RawClient, RawResponse]:
+def open_stream(host: str, port: int, signals: dict, cookie: str, method: str = "GET") -> tuple[RawClient, RawResponse]:
+    """Open a tab's stream as the page does: a GET with the context id in the URL, or (reviving) a
+    POST with the writable signals and the snapshot in its body."""
     client = RawClient(host, port)
-    query = quote(json.dumps(signals))
-    client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+    if method == "GET":
+        query = quote(json.dumps(signals))
+        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+    else:
+        body = json.dumps(signals).encode()
+        client.send(f"POST /_sse HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\nOrigin: http://{host}:{port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
     return client, client.read_head()
+
+
+def patch_of(chunk: bytes) -> dict:
+    """The signals of one ``datastar-patch-signals`` event."""
+    head, _, data = chunk.decode().partition("\ndata: signals ")
+    assert head == "event: datastar-patch-signals", chunk
+    return json.loads(data)
 
 
 def post_action(host: str, port: int, name: str, signals: dict, cookie: str, origin: str | None = None,
@@ -98,17 +112,19 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
     m = re.search(r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"',
                   page.body.decode())
     assert m, "the page loads the hashed bundle with SRI"
-    stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}, cookie)
+    stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"]}, cookie)
     with stream:
         assert head.status == 200
         assert head.header("content-type") == "text/event-stream"
         assert head.header("cache-control") == "no-cache"
         assert head.header("x-accel-buffering") == "no"
         first = stream.read_chunk()
-        assert first == b'event: datastar-patch-signals\ndata: signals {"_disconnected":false}\n\n'
-        response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}, cookie)
+        assert first == (b'event: datastar-patch-signals\ndata: signals '
+                         b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n')
+        response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "step": 1}, cookie)
         assert (response.status, response.body) == (200, b"")
-        assert stream.read_chunk() == b'event: datastar-patch-signals\ndata: signals {"count":1}\n\n'
+        patch = patch_of(stream.read_chunk())
+        assert patch["_count"] == 1 and set(patch) == {"_count", "_via_snap"}
 
 
 def test_bundle_is_immutable_and_revalidates(counter_server: tuple[str, int]) -> None:
@@ -179,22 +195,35 @@ def test_revival_after_the_server_process_restarts() -> None:
     try:
         host, port = "127.0.0.1", server.port
         _, seed, cookie = open_page(host, port)
-        signals = {"via_ctx": seed["via_ctx"], "count": 0, "step": 1}
-        for n in range(3):
-            assert post_action(host, port, "increment", {**signals, "count": n}, cookie).status == 200
+        ctx = {"via_ctx": seed["via_ctx"]}
+        stream, _ = open_stream(host, port, ctx, cookie)
+        with stream:
+            stream.read_chunk()
+            for _ in range(3):
+                assert post_action(host, port, "increment", {**ctx, "step": 1}, cookie).status == 200
+                snapshot = patch_of(stream.read_chunk())["_via_snap"]  # what the browser keeps
         server.restart()
-        stream, head = open_stream(host, port, {**signals, "count": 3}, cookie)
+        # the restarted server holds no record: it asks the page for its snapshot ...
+        with RawClient(host, port) as client:
+            client.send(f"GET /_sse?datastar={quote(json.dumps(ctx))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                        f"Cookie: {cookie}\r\n\r\n".encode())
+            asked = client.read_response()
+        assert asked.status == 200 and asked.header("content-type") == "application/json"
+        assert "_via_revive" in json.loads(asked.body)
+        # ... and an action before the stream revived the tab is refused, not run on the handler's values
+        assert post_action(host, port, "increment", {**ctx, "step": 1}, cookie).status == 409
+        stream, head = open_stream(host, port, {**ctx, "step": 1, "_via_snap": snapshot}, cookie, method="POST")
         with stream:
             assert head.status == 200
             received = b""
             deadline = time.monotonic() + 5
-            while b'"count":3' not in received and time.monotonic() < deadline:
+            while b'"_count":3' not in received and time.monotonic() < deadline:
                 received += stream.read_chunk()
             text = received.decode()
             assert "data: elements   <section id=\"counter\">" in text  # a full render of the rebuilt view
-            assert "<strong id=\"count\" data-text=\"$count\">3</strong>" in text
-            response = post_action(host, port, "increment", {**signals, "count": 3}, cookie)
+            assert "<strong id=\"count\" data-text=\"$_count\">3</strong>" in text
+            response = post_action(host, port, "increment", {**ctx, "step": 1}, cookie)
             assert response.status == 200
-            assert stream.read_chunk() == b'event: datastar-patch-signals\ndata: signals {"count":4}\n\n'
+            assert patch_of(stream.read_chunk())["_count"] == 4
     finally:
         server.stop()

@@ -203,7 +203,7 @@ def test_ref_is_the_datastar_expression() -> None:
 
 
 def test_a_server_owned_signal_cannot_be_bound_to_an_input() -> None:
-    with pytest.raises(DeclarationError, match="'count' is server-owned.*writable=True"):
+    with pytest.raises(DeclarationError, match=r"'count' is server-owned.*writable=True"):
         Signal("count", 0).bind()
 
 
