@@ -137,6 +137,7 @@ def _probe(spec: str) -> dict[str, Any]:
     import gc
 
     from bench.apps_broadcast import _libc, _rss_kb
+    from pyvia import protocol
     from pyvia.compress import StreamEncoder
 
     mode, coding, level, window, k_text = spec.split(":")
@@ -144,7 +145,7 @@ def _probe(spec: str) -> dict[str, Any]:
     shared = coding.endswith("-shared")
     codec = coding.removesuffix("-shared")
     frames = gol_frames(mode)
-    first = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false}\n\n'
+    first = protocol.patch_signals({protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN})
     gc.collect()
     rss0, heap0 = _rss_kb(), _libc.mallinfo2().uordblks + _libc.mallinfo2().hblkhd
     encoders = [StreamEncoder(codec, level=int(level), window=int(window)) for _ in range(1 if shared else k)]

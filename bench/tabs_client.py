@@ -96,10 +96,10 @@ class Browser:
         for _ in range(_BACKLOG):
             _, event = await opened.next_event(timeout)
             patch = event_signals(event)
-            if patch == {"_disconnected": False}:
-                return tab
             if patch is not None:
-                signals.update(patch)
+                signals.update(patch)  # the connect event also sets what the page's actions leave out
+                if patch.get("_disconnected") is False:
+                    return tab
             elif not event.startswith(b"event: datastar-patch-elements\n"):
                 break
         opened.close()

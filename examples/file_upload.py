@@ -23,7 +23,7 @@ import secrets
 import python_multipart
 from python_multipart.multipart import File
 
-from pyvia import App, Context, Scope, UploadedFile
+from pyvia import Action, App, Context, Scope, UploadedFile
 
 MAX_FILE = 2 * 1024 * 1024  # bytes, per file
 MAX_KEPT = 20  # files kept per session; the oldest go first
@@ -118,8 +118,8 @@ def uploads(c: Context) -> None:
         if stored.pop(str(c.input("id", "")), None) is not None:
             files.value = listing(stored)
 
-    def on_file(action_url: str, key: object) -> str:
-        return f"@post('{action_url}?id={key}', {{requestCancellation: 'disabled'}})"
+    def on_file(action: Action, key: object) -> str:
+        return str(action).replace(f"'{action.url}'", f"'{action.url}?id={key}'", 1)
 
     # Checked in the browser before anything is sent; the server checks again. The status line is
     # server-owned: what the page writes into it here shows in this browser only, until the
@@ -146,8 +146,8 @@ def uploads(c: Context) -> None:
         rows = "".join(
             f"""<tr id="file-{f['id']}"><td class="name">{html.escape(str(f['name']))}</td>
               <td class="size">{human(int(f['size']))}</td><td>{html.escape(str(f['type']))}</td>
-              <td><button class="link download" data-on:click="{on_file(download.url, f['id'])}">Download</button>
-                <button class="link remove" data-on:click="{on_file(remove.url, f['id'])}">Remove</button></td></tr>"""
+              <td><button class="link download" data-on:click="{on_file(download, f['id'])}">Download</button>
+                <button class="link remove" data-on:click="{on_file(remove, f['id'])}">Remove</button></td></tr>"""
             for f in files.value
         )
         table = (f'<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{rows}</table>'

@@ -142,8 +142,9 @@ def window_start(scroll_top: int) -> int:
 
 def post(action: Action, query: str = "") -> str:
     """``@post`` of an action; ``query`` is a JavaScript expression appended to its URL."""
-    url = f"'{action.url}'" + (f" + {query}" if query else "")
-    return f"@post({url}, {{requestCancellation: 'disabled'}})"
+    if not query:
+        return str(action)
+    return str(action).replace(f"'{action.url}'", f"'{action.url}' + {query}", 1)
 
 
 MOVES = {"ArrowUp": (-1, 0), "ArrowDown": (1, 0), "ArrowLeft": (0, -1), "ArrowRight": (0, 1)}
