@@ -17,6 +17,7 @@ from pyvia.errors import (
 )
 from pyvia.forms import UploadedFile
 from pyvia.http import Request, Response
+from pyvia.markup import Markup, html, raw
 from pyvia.scopes import Scope, SharedSignal
 from pyvia.signals import Signal
 
@@ -29,6 +30,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "DeclarationError",
+    "Markup",
     "PyviaError",
     "Request",
     "Response",
@@ -41,4 +43,6 @@ __all__ = [
     "UploadedFile",
     "UsageError",
     "__version__",
+    "html",
+    "raw",
 ]

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from pyvia import protocol
+from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
@@ -114,6 +115,8 @@ _CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe
 #: A kind of error from user code is logged with its traceback at most once in this many seconds.
 _ERROR_LOG_INTERVAL = 60.0
 _ERRORS_REMEMBERED = 256
+#: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
+_TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
 
 #: What an action answers once its connection went to the worker holding the tab (never written).
 PASSED = Response(204)
@@ -587,6 +590,26 @@ class App:
         if reraise and self.raise_server_exceptions:
             raise exc
 
+    def _log_refusal(self, request: Request, exc: ClientError) -> None:
+        """One line per refusal with its reason: at WARNING when a tab's request was refused (the
+        user's page is affected), at INFO for pages and routes. Refusals come in floods (a
+        rate-limited client, a crawler): the same kind is logged once a minute, with its count."""
+        level = logging.WARNING if request.kind in _TAB_KINDS else logging.INFO
+        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status))
+        now = self.clock.now() if self.clock is not None else time.monotonic()
+        seen = self._errors_seen.get(key)
+        if seen is not None and now - seen[0] < _ERROR_LOG_INTERVAL:
+            seen[1] += 1
+            log.debug("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            return
+        if len(self._errors_seen) >= _ERRORS_REMEMBERED:
+            self._errors_seen.clear()
+        self._errors_seen[key] = [now, 0]
+        more = ""
+        if seen is not None and seen[1]:
+            more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)"
+        log.log(level, "%s %s -> %d %s%s", request.method, request.path, exc.status, exc.detail, more)
+
     def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
         """One traceback per kind of error a minute: a timer that keeps failing, or every tab
         hitting the same bug, would otherwise fill the log with copies. The repeats are counted
@@ -685,10 +708,11 @@ class App:
         """
         self.draining = True
         self.metrics.stop_monitors()
-        moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
-        now = self._now()
-        for ctx in self._connected.values():  # their streams end soon: the actions meanwhile carry the snapshot
-            ctx.stream.send(moving, None, now)
+        if self.clock is not None:
+            moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
+            now = self.clock.now()
+            for ctx in self._connected.values():  # their streams end soon: meanwhile actions carry the snapshot
+                ctx.stream.send(moving, None, now)
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
         if self._sweep_handle is not None:
@@ -904,9 +928,7 @@ class App:
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
         if isinstance(exc, ClientError):
-            # refusals can come in floods (a rate-limited client): one line each, 429s at debug
-            log.log(logging.DEBUG if exc.status == 429 else logging.INFO,
-                    "%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
+            self._log_refusal(request, exc)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
                 return self._not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
@@ -1777,6 +1799,7 @@ class App:
         action = ctx._actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
+        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
         def endpoint(req: Request) -> Any:
             now = self._now()
@@ -1789,7 +1812,7 @@ class App:
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:
-                pending = ctx.run_action(action)
+                pending = ctx.run_action(action, arguments)
             except BaseException:
                 ctx._end_batch()
                 raise

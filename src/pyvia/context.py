@@ -14,7 +14,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from markupsafe import Markup
+
 from pyvia import protocol
+from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
@@ -37,46 +40,76 @@ log = logging.getLogger("pyvia")
 ActionCallback = Callable[..., Any]
 ViewCallable = Callable[..., str]
 
-__all__ = ["Action", "Context"]
+__all__ = ["Action", "BoundAction", "Context"]
 
 
 class Action:
     """A server callback the browser can trigger with ``@post(action.url)``.
 
     ``str(action)`` is the Datastar expression itself, so a template can write
-    ``data-on:click="{{ increment }}"``.
+    ``data-on:click="{{ increment }}"``. An action with typed parameters (``def toggle(item_id:
+    int)``) is called in the view to bind them: ``{{ toggle(item_id=item.id) }}``
+    (:mod:`pyvia.arguments`).
     """
 
-    __slots__ = ("callback", "is_async", "name", "pass_context", "url")
+    __slots__ = ("callback", "name", "params", "url")
 
     def __init__(self, name: str, callback: ActionCallback, url: str) -> None:
         self.name = name
         self.callback = callback
         self.url = url
-        self.is_async, required = _callable_shape(callback)
-        if required > 1:
-            raise DeclarationError(
-                f"action {name!r} takes {required} arguments; an action takes none or the Context"
-            )
-        self.pass_context = required == 1
+        self.params = parameters_of(callback, repr(name))
 
     @property
     def id(self) -> str:
         return self.name
 
-    def __str__(self) -> str:
-        # Datastar aborts a request still in flight when the same element posts again; the
-        # server may have run it anyway, so a quick second click would lose the first one's
-        # outcome on the client. Every click is an intent: never cancel. While the stream is
-        # down the request also carries the tab's snapshot (``_via_filter``), so a server that
-        # no longer holds the tab can revive it and run the action.
-        return f"@post('{self.url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
+    @property
+    def pass_context(self) -> bool:
+        return self.params.takes_context
 
-    def __html__(self) -> str:
-        return str(self).replace("'", "&#39;")
+    def __call__(self, **arguments: Any) -> BoundAction:
+        """This action with its arguments bound, for a view: ``toggle(item_id=3)``."""
+        if not arguments:
+            return BoundAction(self, self.url)
+        return BoundAction(self, f"{self.url}?{encode_arguments(self.name, self.params, arguments)}")
+
+    def __str__(self) -> str:
+        return _post(self.url)
+
+    def __html__(self) -> Markup:
+        return Markup(str(self).replace("'", "&#39;"))
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
+
+
+class BoundAction:
+    """An action with the arguments a view gave it: the same Datastar expression, another URL."""
+
+    __slots__ = ("action", "url")
+
+    def __init__(self, action: Action, url: str) -> None:
+        self.action = action
+        self.url = url
+
+    def __str__(self) -> str:
+        return _post(self.url)
+
+    def __html__(self) -> Markup:
+        return Markup(str(self).replace("'", "&#39;"))
+
+    def __repr__(self) -> str:
+        return f"BoundAction({self.action.name!r}, {self.url!r})"
+
+
+def _post(url: str) -> str:
+    # Datastar aborts a request still in flight when the same element posts again; the server
+    # may have run it anyway, so a quick second click would lose the first one's outcome on the
+    # client. Every click is an intent: never cancel. While the stream is down the request also
+    # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
+    # revive it and run the action.
+    return f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
 
 
 def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
@@ -660,9 +693,10 @@ class Context:
 
     # --- running user code ----------------------------------------------------------------------
 
-    def run_action(self, action: Action) -> Awaitable[None] | None:
+    def run_action(self, action: Action, arguments: Mapping[str, Any] | None = None) -> Awaitable[None] | None:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
-        result = action.callback(self) if action.pass_context else action.callback()
+        kwargs = arguments or {}
+        result = action.callback(self, **kwargs) if action.pass_context else action.callback(**kwargs)
         if inspect.isawaitable(result):
             return result
         return None

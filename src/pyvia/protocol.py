@@ -122,7 +122,7 @@ def keep_alive() -> bytes:
 # --- signals in --------------------------------------------------------------------------------
 
 #: Payload limits: bytes of the JSON text, nesting depth, items of one object or list.
-MAX_SIGNAL_BYTES = 1 << 20
+MAX_SIGNAL_BYTES = 4 << 20
 MAX_SIGNAL_DEPTH = 16
 MAX_SIGNAL_ITEMS = 10_000
 

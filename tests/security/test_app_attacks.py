@@ -132,7 +132,7 @@ PAYLOADS = {
     "items": (list(range(10_000)), list(range(10_001)), 400, "signal 'blob' holds a list of more than 10,000 items"),
     "string length": ("x" * (1 << 18), "x" * ((1 << 18) + 1), 413,
                       "signal 'blob' got 262,145 characters; it takes at most 262,144"),
-    "bytes": ("x" * 1000, ["y" * 200_000] * 6, 413, "exceeds 1048576"),
+    "bytes": ("x" * 1000, ["y" * 200_000] * 22, 413, "exceeds 4194304"),
 }
 
 

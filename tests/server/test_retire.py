@@ -30,7 +30,8 @@ def test_a_retiring_server_saves_then_ends_its_streams_spread_over_the_window(tm
     def saved() -> None:
         saved_at.append(time.monotonic())
         with closing(sqlite3.connect(state)) as db:  # written before the call: a new worker may read it now
-            saved_rows.append(db.execute("SELECT count(*) FROM state").fetchone()[0])
+            saved_rows.append(db.execute("SELECT count(*) FROM state WHERE kind != 'tab'").fetchone()[0])
+            saved_rows.append(db.execute("SELECT count(*) FROM state WHERE kind = 'tab'").fetchone()[0])
 
     server = ServerThread(app, plan=StopPlan(spread=1.0, saved=saved), graceful_timeout=3.0)
     host, port = server.start()
@@ -54,6 +55,6 @@ def test_a_retiring_server_saves_then_ends_its_streams_spread_over_the_window(tm
     for reader in readers:
         reader.join(5)
     assert len(ends) == 8 and len(saved_at) == 1
-    assert saved_rows == [1]  # the global signal, in the file when saved() ran
+    assert saved_rows == [1, 8]  # the global signal and what revives each tab, in the file when saved() ran
     assert min(ends) >= saved_at[0]  # no stream ended before the state was saved
     assert max(ends) - min(ends) > 0.5  # spread over the second, in batches, not at once

@@ -1,0 +1,135 @@
+"""Any value is safe: in the page's seed, in signal patches and in views, in Chromium.
+
+Hostile strings (Datastar expression syntax, script tags, quotes, line separators, NUL, emoji, the
+markers of Datastar's own compiler, 1 MB) go seed → browser store → action → server and come back
+in a patch exactly as they were, and nothing in them runs.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from playwright.sync_api import Browser, Page
+
+from pyvia import App, Context
+from tests.helpers import running_server
+
+#: What a value may hold to break a page that evaluates or splices it.
+HOSTILE = [
+    "try this: @post('/x')",
+    "@get('/x') and @post(\"/x\", {a: 1})",
+    "$x $via_ctx ${window.__pwned = 1} $_disconnected = true",
+    "</script><script>window.__pwned = 1</script>",
+    '<img src=x onerror="window.__pwned = 1">',
+    "'; window.__pwned = 1; '",
+    '"); window.__pwned = 1; ("',
+    "a;b;;c; return 1",
+    "back\\slash \\\" \\' \\\\",
+    "line\u2028separator\u2029paragraph",
+    "nul\x00char",
+    "emoji 🐍🚀 \U0001f595JS_ not escaped _DS🚀 __escaped0",
+    "/* comment */ // comment\n`template ${1}`",
+    "{\"json\": true}",
+]
+
+
+def hostile_app(current: dict[str, str]) -> App:
+    app = App(title="Hostile")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        value = current["value"]
+        shown = c.signal(value, "shown")  # server-owned: in the seed
+        typed = c.signal(value, "typed", writable=True, max_length=2_000_000)  # comes back with the action
+        patched = c.signal("", "patched")
+        result = c.signal("", "result")
+
+        @c.action
+        def check() -> None:
+            result.value = "same" if typed.value == current["value"] else "changed"
+            patched.value = current["value"]  # back to the browser in a signal patch
+
+        c.view(lambda: f"""
+<p id="shown" data-text="{shown.ref()}"></p>
+<p id="typed" data-text="{typed.ref()}"></p>
+<p id="patched" data-text="{patched.ref()}"></p>
+<p id="result" data-text="{result.ref()}"></p>
+<pre id="rendered">{html.escape(value)}</pre>
+<button id="check" data-on:click="{check}">check</button>""")
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[int, dict[str, str]]]:
+    current = {"value": ""}
+    with running_server(hostile_app(current)) as (_, port):
+        yield port, current
+
+
+def as_html_text(value: str) -> str:
+    """What HTML itself keeps of a string in markup: its parser drops NUL and turns CR and CRLF
+    into LF (signal values in the store have no such limit)."""
+    return value.replace("\0", "").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _text(page: Page, element_id: str) -> str:
+    return str(page.evaluate(f"document.getElementById({element_id!r}).textContent"))
+
+
+def _round_trip(browser: Browser, port: int, current: dict[str, str], value: str) -> None:
+    current["value"] = value
+    page = browser.new_page()
+    errors: list[str] = []
+    elsewhere: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("request", lambda r: elsewhere.append(r.url) if "/x" in r.url.split("?")[0][-3:] else None)
+    try:
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_function("document.getElementById('shown').textContent.length > 0 || "
+                               f"{len(value)} === 0", timeout=10_000)
+        assert _text(page, "shown") == value  # the seed, evaluated by Datastar
+        assert _text(page, "typed") == value
+        assert _text(page, "rendered") == as_html_text(value)  # the view, escaped
+        deadline = time.monotonic() + 10
+        page.click("#check")
+        while _text(page, "result") != "same":
+            assert _text(page, "result") in ("", "same"), "the value that came back differs"
+            assert time.monotonic() < deadline, "the action's patch never came"
+            time.sleep(0.02)
+        assert _text(page, "patched") == value  # a signal patch
+        assert page.evaluate("window.__pwned") is None
+        assert elsewhere == []
+        assert errors == []
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_each_hostile_value_round_trips_and_runs_nothing(browser: Browser, served: tuple[int, dict[str, str]],
+                                                         value: str) -> None:
+    port, current = served
+    _round_trip(browser, port, current, value)
+
+
+def test_a_value_of_a_million_characters_round_trips(browser: Browser, served: tuple[int, dict[str, str]]) -> None:
+    port, current = served
+    piece = "".join(HOSTILE).replace('"', "").replace("\\", "")  # few characters JSON must escape
+    value = (piece * (1_000_000 // len(piece) + 1))[:1_000_000]
+    _round_trip(browser, port, current, value)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(HOSTILE) | st.text(max_size=12), min_size=1, max_size=6).map("".join))
+@example("$")
+@example("@")
+@example(";")
+def test_generated_values_round_trip_and_run_nothing(browser: Browser, served: tuple[int, dict[str, str]],
+                                                     value: str) -> None:
+    port, current = served
+    _round_trip(browser, port, current, value)

@@ -1,0 +1,144 @@
+"""Signals on a real network: Chromium behind a proxy that adds 50 ms each way (a 100 ms round trip).
+
+What a user does quickly (clicks, typing) while patches are on their way must count exactly once
+and never be undone by a post that crossed a server write.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from pyvia import App, Context
+from tests.browser.latency import LatencyProxy, latency_proxy
+from tests.helpers import running_server
+from tests.processes import ServerProcess, free_port
+
+
+@pytest.fixture
+def counter() -> Iterator[LatencyProxy]:
+    server = ServerProcess("examples.counter:app", free_port())
+    server.start()
+    try:
+        with latency_proxy(server.port) as proxy:
+            yield proxy
+    finally:
+        server.stop()
+
+
+def _page(browser: Browser, proxy: LatencyProxy, path: str = "/") -> tuple[Page, list[str]]:
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"http://127.0.0.1:{proxy.port}{path}")
+    _wait(lambda: proxy.requests_to(b"/_sse") >= 1, "the stream to open")
+    time.sleep(0.3)  # its first frame has come back: the page is live
+    return page, errors
+
+
+def test_ten_quick_clicks_at_a_100_ms_round_trip_count_ten(browser: Browser, counter: LatencyProxy) -> None:
+    page, errors = _page(browser, counter)
+    try:
+        expect(page.locator("#count")).to_have_text("0")
+        for _ in range(10):
+            page.locator("#inc").click()  # each click is posted before the last answer came back
+        expect(page.locator("#count")).to_have_text("10", timeout=5000)
+        time.sleep(0.5)  # nothing late may take it back
+        expect(page.locator("#count")).to_have_text("10")
+        assert counter.requests_to(b"/_action/increment") == 10
+        assert errors == []
+    finally:
+        page.close()
+
+
+def chat_app(said: list[str]) -> App:
+    """A draft the server clears when it is sent, a ping that posts the draft too, and a clock
+    that patches the page every 30 ms while the user types."""
+    app = App(title="Draft")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        draft = c.signal("", "draft", writable=True, max_length=200)
+        ticks = c.signal(0, "ticks")
+        pings = c.signal(0, "pings")
+
+        @c.action
+        def send() -> None:
+            text = draft.value.strip()
+            if text:
+                said.append(text)
+            draft.value = ""  # the server's write: a post that crossed it must not bring the text back
+
+        @c.action
+        def ping() -> None:
+            pings.value += 1
+            c.sync()  # the view shows what the server holds as the draft
+
+        def tick() -> None:
+            ticks.value += 1
+            c.sync_signals()
+
+        c.set_interval(tick, 30)
+        c.view(lambda: f"""
+<form id="f" data-on:submit__prevent="{send}">
+  <input id="draft" autocomplete="off" {draft.bind()}><button id="send">Send</button>
+</form>
+<button id="ping" data-on:click="{ping}">ping</button>
+<p>ticks <span id="ticks" data-text="{ticks.ref()}"></span>,
+   pings <span id="pings" data-text="{pings.ref()}"></span></p>
+<p>the server holds: <q id="held">{html.escape(draft.value)}</q></p>""")
+
+    return app
+
+
+def test_a_draft_the_server_cleared_is_not_brought_back_by_a_post_that_crossed_the_clear(browser: Browser) -> None:
+    said: list[str] = []
+    with running_server(chat_app(said)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            expect(page.locator("#ticks")).not_to_have_text("0")
+            page.locator("#draft").fill("hello")
+            page.locator("#draft").press("Enter")  # send: the server clears the draft ...
+            page.locator("#ping").click()  # ... and this post, made before the clear arrived, still carries "hello"
+            expect(page.locator("#pings")).to_have_text("1")
+            expect(page.locator("#held")).to_have_text("")  # the ping's stale "hello" was dropped
+            expect(page.locator("#draft")).to_have_value("")
+            time.sleep(0.3)
+            page.locator("#send").click()  # sends what the server holds: nothing, not "hello" again
+            time.sleep(0.5)
+            assert said == ["hello"]
+            expect(page.locator("#draft")).to_have_value("")
+            assert errors == []
+        finally:
+            page.close()
+
+
+def test_typing_while_patches_arrive_loses_no_keystroke(browser: Browser) -> None:
+    said: list[str] = []
+    text = "the quick brown fox jumps over the lazy dog"
+    with running_server(chat_app(said)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            expect(page.locator("#ticks")).not_to_have_text("0")
+            page.locator("#draft").click()
+            page.keyboard.type(text, delay=15)  # about 20 patches arrive while the user types
+            expect(page.locator("#draft")).to_have_value(text)
+            page.locator("#draft").press("Enter")
+            _wait(lambda: said == [text], f"the server to get {text!r}, not {said!r}")
+            expect(page.locator("#draft")).to_have_value("")
+            assert errors == []
+        finally:
+            page.close()
+
+
+def _wait(predicate: object, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]  # a callable
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
