@@ -203,7 +203,7 @@ app.set_interval(expire_typing, 1000)
 
 
 def room_scope(room: str) -> str:
-    return f"room:{room}"
+    return Scope.custom("room", room)
 
 
 @app.page("/chat/{name}")
