@@ -226,13 +226,17 @@ async def chat(c: Context, name: str) -> None:
 
     @c.on_cleanup
     def leave() -> None:
-        room.viewers.pop(c.id, None)
+        if room.viewers.get(c.id) is viewer:
+            del room.viewers[c.id]
         if not room.viewers:
             rooms.pop(room.name, None)  # the database keeps it; nothing else needs it in memory
         show_presence(room)
 
     @c.on_connect
     def connected() -> None:
+        # A tab revived by two requests at once (its stream and an action) runs this handler
+        # twice; the context that connects is the one that serves it.
+        room.viewers[c.id] = viewer
         catch_up(room, viewer)  # what was said between the page and its stream
         show_presence(room)
 
