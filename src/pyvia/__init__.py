@@ -10,10 +10,12 @@ from pyvia.errors import (
     ClientError,
     ConfigError,
     DeclarationError,
+    PyviaDeprecationWarning,
     PyviaError,
     RouteError,
     ServiceError,
     UsageError,
+    UserError,
 )
 from pyvia.forms import UploadedFile
 from pyvia.http import Request, Response
@@ -31,6 +33,7 @@ __all__ = [
     "Context",
     "DeclarationError",
     "Markup",
+    "PyviaDeprecationWarning",
     "PyviaError",
     "Request",
     "Response",
@@ -42,6 +45,7 @@ __all__ = [
     "Signal",
     "UploadedFile",
     "UsageError",
+    "UserError",
     "__version__",
     "html",
     "raw",

@@ -20,13 +20,15 @@ import secrets
 import socket
 import time
 import typing
+import warnings
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
 from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
@@ -51,6 +53,7 @@ from pyvia.errors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
@@ -94,6 +97,7 @@ from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow, Stream
 
 log = logging.getLogger("pyvia")
+T = TypeVar("T")
 
 SSE_PATH = "/_sse"
 ACTION_PREFIX = "/_action/"
@@ -261,9 +265,11 @@ class RouteGroup:
     def _path(self, path: str) -> str:
         return self.prefix + ("" if path == "/" else path) if self.prefix else path
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title)
+        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title,
+                             error_messages=error_messages)
 
     def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -294,6 +300,8 @@ class App:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
+        #: The words for failures every page starts from (pyvia.alerts).
+        self._messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
@@ -316,6 +324,9 @@ class App:
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
+        #: Sessions another worker rotated, by the new one's hash -> the old id, until a request
+        #: brings the new id here (the engine carries hashes, never ids: _rotated_elsewhere).
+        self._awaiting_rotation: OrderedDict[str, str] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
@@ -376,12 +387,20 @@ class App:
 
     # --- registration ----------------------------------------------------------------------------
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view."""
+        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view.
+
+        ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
+        """
+        messages = messages_for(error_messages, self._messages)
+
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
             route.call_args = _binders(handler, route.param_names, path)
+            route.messages = messages
+            route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
             return handler
         return register
@@ -495,8 +514,11 @@ class App:
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
 
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
+        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
+
+        With several workers or nodes the others' tabs are objects in other processes: count
+        them with :meth:`count_clients`, which covers every worker."""
         seen: dict[str, Context] = {}
         for state in self.scopes.matching(scope):
             for ctx in state.members.values():
@@ -504,10 +526,16 @@ class App:
                     seen[ctx.id] = ctx
         return list(seen.values())
 
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
+        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
+                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        return self.local_clients(scope)
+
     def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
-        worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
+        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.local_clients(scope))
         return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -590,6 +618,25 @@ class App:
         if reraise and self.raise_server_exceptions:
             raise exc
 
+    def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
+        """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
+        status alone reaches the page too (its answer); this says more where the server knows more."""
+        ctx = _context_of(request, self)
+        if ctx is None or ctx.state is State.DESTROYED:
+            return
+        messages = ctx.route.messages
+        if isinstance(exc, RateLimited):
+            wait = next((v for k, v in exc.headers if k == "retry-after"), "1")
+            text = f"{messages['429']} (wait {wait} s)"
+        elif isinstance(exc, ClientError):
+            text = exc.public_message if exc.public_message != type(exc).public_message else messages.get(
+                str(exc.status), messages["default"])
+        elif isinstance(exc, ServiceError):
+            text = messages.get(str(exc.status), messages["default"])
+        else:
+            text = messages["500"]
+        ctx.show_error(text)
+
     def _log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
         user's page is affected), at INFO for pages and routes. Refusals come in floods (a
@@ -642,7 +689,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and self.link is None:
+        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.persists_in_db:
@@ -672,9 +719,12 @@ class App:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
 
-    def start(self, clock: Clock) -> None:
-        """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
+    def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
+        app's tasks (``startup``'s running loop; a test client's own)."""
         self.clock = clock
+        if loop is not None:
+            self._loop = loop
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
@@ -707,6 +757,8 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
+        if self.link is not None:
+            self.link.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
         if self.clock is not None:
             moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
@@ -744,12 +796,10 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
-        link, self.link = self.link, None
-        if link is not None:
-            self.scopes.link = None
-            self.global_state.link = None
-            self.sessions.link = None
-            await link.stop()
+        if self.link is not None:
+            # It stays attached, stopped: a request still answered after this fails on the closed
+            # engine (503) instead of changing shared state here alone and answering 200.
+            await self.link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -927,6 +977,8 @@ class App:
         return result
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
+        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
             self._log_refusal(request, exc)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
@@ -1093,6 +1145,52 @@ class App:
                 tab._scopes.add(new_scope)
         self.scopes.rename(old_scope, new_scope)
 
+    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+        """``regenerate_session`` on another worker made the session hashed ``new_key`` of the one
+        hashed ``old_key`` (the ids never travel: whoever reads the engine learns no cookie). Its
+        session scope moves at once; its tabs here take the new id with the first request that
+        carries it (:meth:`_same_session`)."""
+        old_scope, new_scope = "session:" + old_key, "session:" + new_key
+        state = self.scopes.get(old_scope)
+        old = next((ctx.session_id for ctx in state.members.values()), None) if state is not None else None
+        if old is None:
+            old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
+        if old is None:
+            old = next((c.session_id for c in self.contexts.values() if Scope.session(c.session_id) == old_scope),
+                       None)
+        if old is None:
+            return  # nothing of that session here
+        self.sessions.forget(old)  # its data moved to the new session in the engine
+        for tab in self.contexts.values():
+            if old_scope in tab._scopes:
+                tab._scopes.discard(old_scope)
+                tab._scopes.add(new_scope)
+        self.scopes.rename(old_scope, new_scope)
+        self._awaiting_rotation[new_key] = old
+        while len(self._awaiting_rotation) > _GRAVEYARD_CAP:
+            self._awaiting_rotation.popitem(last=False)
+
+    def _same_session(self, ctx: Context, session_id: str | None) -> bool:
+        """Whether a request of ``session_id`` may use tab ``ctx``: its session, or the one another
+        worker rotated it to (then the tab moves to it now)."""
+        if ctx.session_id == session_id:
+            return True
+        old = self._rotation_of(session_id)
+        if old is None or old != ctx.session_id:
+            return False
+        self._finish_rotation(old, session_id)  # type: ignore[arg-type]  # not None: _rotation_of found it
+        return True
+
+    def _rotation_of(self, session_id: str | None) -> str | None:
+        """The old id of a session another worker rotated to ``session_id``, if this one was told."""
+        if session_id is None or not self._awaiting_rotation:
+            return None
+        return self._awaiting_rotation.get(Scope.session(session_id).split(":", 1)[1])
+
+    def _finish_rotation(self, old: str, new: str) -> None:
+        del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
+        self._rotate_session(old, new, self._rotated_from.get(old, old))
+
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
@@ -1122,7 +1220,7 @@ class App:
 
         return later()
 
-    def _page_response(self, ctx: Context, result: Any) -> Response:
+    def _page_response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
         if result is not None:
             if isinstance(result, Response):
                 return result
@@ -1130,7 +1228,9 @@ class App:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        content = ctx.render_view(False)
+        return _then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+
+    def _page_document(self, ctx: Context, content: str) -> Response:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.bundle
@@ -1139,7 +1239,7 @@ class App:
                               nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
-        foot = [*self.config.foot, *ctx._foot]
+        foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
@@ -1211,7 +1311,8 @@ class App:
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN}
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
+                                   LOST_SIGNAL: False}
         view = None
         if full:
             ctx.revived = False
@@ -1222,7 +1323,11 @@ class App:
             signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
+        if view is None or type(view) is bytes:
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+        else:  # an async view: it follows once rendered, before anything sent after it
+            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
+            ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1263,9 +1368,15 @@ class App:
                 with contextlib.suppress(Exception):  # nothing above a background task to raise to
                     self._report(exc, ctx, phase)
 
-        task = asyncio.ensure_future(guarded())
+        task = self.create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A task on the app's loop (the one it was started on), even from a callback outside it."""
+        if self._loop is not None:
+            return self._loop.create_task(coro)
+        return asyncio.ensure_future(coro)
 
     def _sweep(self) -> None:
         """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
@@ -1600,7 +1711,7 @@ class App:
         return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
@@ -1612,10 +1723,11 @@ class App:
         return self._with_middleware(request, ctx.route, endpoint)
 
     def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
-        """A stream for a tab that cannot be revived: reload once; then 204, which tells the page's
-        stream to stop retrying."""
+        """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
+        (a JSON answer, which also ends the page's retries)."""
         if ctx_id in self._reload_sent:
-            return Response(204)
+            body = orjson.dumps({ERROR_SIGNAL: self._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
         self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
@@ -1639,6 +1751,10 @@ class App:
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
             verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
+        if verified is None and (old := self._rotation_of(session_id)) is not None:  # rotated elsewhere
+            verified = self._ids.verify(ctx_id, self._rotated_from.get(old, old))
+            if verified is not None:
+                self._finish_rotation(old, session_id)
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
         return verified
@@ -1793,7 +1909,7 @@ class App:
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("action on another session's tab")
         request.kind = "action"
         action = ctx._actions.get(name)
@@ -1848,6 +1964,7 @@ class App:
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:
+        ctx.clear_error()
         response = Response(200)
         self._take_cookies(ctx, response)
         return response
@@ -1868,7 +1985,7 @@ class App:
         self._check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
         ctx = self.contexts.get(ctx_id)
-        if ctx is not None and ctx.session_id == self._session_of(request):
+        if ctx is not None and self._same_session(ctx, self._session_of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
                 self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +118,11 @@ class Config:
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
+    #: The words a page shows when a request fails, by status (and ``lost``, ``gone``, ``default``);
+    #: merged over pyvia.alerts.DEFAULT_MESSAGES. Pages may add their own.
+    error_messages: Any = None
+    #: ``fn(channel) -> html`` drawing the alert (pyvia.alerts.ErrorChannel); None: the default one.
+    error_view: Any = None
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -164,6 +169,11 @@ class Config:
                 ipaddress.ip_network(proxy, strict=False)
             except ValueError:
                 raise ConfigError(f"trusted_proxies entry {proxy!r}: not an address or network") from None
+        if self.error_messages is not None and not isinstance(self.error_messages, Mapping):
+            raise ConfigError(f"error_messages={self.error_messages!r}: a mapping of status (or lost/gone/default) "
+                              "to the words to show")
+        if self.error_view is not None and not callable(self.error_view):
+            raise ConfigError(f"error_view={self.error_view!r}: a function of the error channel returning HTML")
         for origin in self.trusted_origins:
             if not isinstance(origin, str) or "://" not in origin:
                 raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")

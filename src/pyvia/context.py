@@ -8,8 +8,10 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from markupsafe import Markup
 
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL
 from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
@@ -144,8 +147,9 @@ class Context:
         "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
-        # the browser's copy: the last snapshot's number
-        "_snapshot_seq",
+        # the browser's copy: the last snapshot's number, whether its alert shows a server message,
+        # the frames waiting behind an async view that is rendering
+        "_snapshot_seq", "_error_shown", "_pending",
         # lifecycle, driven by the App
         "state", "deadline", "last_action", "revived", "stream",
         # user data
@@ -188,6 +192,8 @@ class Context:
         self._cookies_out: list[str] = []
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
+        self._error_shown = False
+        self._pending: deque[tuple[bytes, Any]] | None = None
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
@@ -482,7 +488,8 @@ class Context:
             ns.update(data)
         return self.app.templates.render(template, ns, block)
 
-    def render_view(self, is_update: bool) -> str:
+    def render_view(self, is_update: bool) -> str | Awaitable[str]:
+        """The view's HTML; an awaitable of it when the view is ``async``."""
         view = self._view
         if view is None:
             return ""
@@ -492,8 +499,18 @@ class Context:
             return self.render(view, data, block=self._view_block if is_update else None)
         return view(is_update)
 
-    def _view_frame(self) -> bytes | None:
+    def _view_frame(self) -> bytes | asyncio.Future[bytes | None] | None:
+        """The view as a patch frame; a future of it for an ``async`` view (awaitable by every tab of
+        a shared render)."""
         markup = self.render_view(True)
+        if not isinstance(markup, str):
+            return self.app.create_task(self._frame_when_rendered(markup))
+        return self._frame_of(markup)
+
+    async def _frame_when_rendered(self, pending: Awaitable[str]) -> bytes | None:
+        return self._frame_of(await pending)
+
+    def _frame_of(self, markup: str) -> bytes | None:
         if not markup:
             return None
         if self._view_block is not None:
@@ -620,6 +637,17 @@ class Context:
         """
         self._send(protocol.check_events(events), None)
 
+    def show_error(self, message: str) -> None:
+        """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds."""
+        self._error_shown = True
+        self._send(protocol.patch_signals({ERROR_SIGNAL: message}), None)
+
+    def clear_error(self) -> None:
+        """Hide the message the server put in the tab's alert, if any."""
+        if self._error_shown:
+            self._error_shown = False
+            self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
+
     def exec_script(self, js: str) -> None:
         """Run JavaScript once in the tab."""
         if js:
@@ -639,17 +667,43 @@ class Context:
         changed = self.changed_signals()
         return protocol.patch_signals(changed) if changed else b""
 
-    def _send(self, data: bytes, view: bytes | None) -> None:
+    def _send(self, data: bytes, view: bytes | Awaitable[bytes | None] | None) -> None:
         if self.state is State.DESTROYED:
             return
         batch = self._batch
         if batch is not None:
             if view is not None:
-                batch.append(view)
+                batch.append(view)  # type: ignore[arg-type]  # an awaitable too: _end_batch sorts them out
             if data:
                 batch.append(data)
             return
-        self.stream.send(data, view, self.app.clock.now())
+        self.deliver(data, view)
+
+    def deliver(self, data: bytes, view: bytes | Awaitable[bytes | None] | None = None) -> None:
+        """Write a frame to the tab's stream now, or, while an ``async`` view is still rendering,
+        after it: a tab's updates always arrive in the order they were made."""
+        queue = self._pending
+        if queue is None:
+            if view is None or type(view) is bytes:
+                self.stream.send(data, view, self.app.clock.now())  # type: ignore[arg-type]  # bytes, checked
+                return
+            queue = self._pending = deque()
+            self.app._spawn(self._deliver_in_order(queue), self, "render")
+        queue.append((data, view))
+
+    async def _deliver_in_order(self, queue: deque[tuple[bytes, Any]]) -> None:
+        while queue:
+            data, view = queue[0]
+            if view is not None and type(view) is not bytes:
+                try:
+                    view = await view
+                except Exception as exc:  # the render failed: the frames behind it still go out
+                    self.app._report(exc, self, "render", reraise=False)
+                    view = None
+            queue.popleft()
+            if self.state is not State.DESTROYED:
+                self.stream.send(data, view, self.app.clock.now())
+        self._pending = None
 
     def _begin_batch(self) -> None:
         self._batch = []
@@ -660,8 +714,16 @@ class Context:
         frame = self._signal_frame()
         if frame:
             batch = [*(batch or []), frame]
-        if batch:
-            self.stream.send(b"".join(batch), None, self.app.clock.now())
+        if not batch:
+            return
+        if all(type(part) is bytes for part in batch):
+            self.deliver(b"".join(batch))
+            return
+        for part in batch:  # an async view rendering: each part in order, the view when it is done
+            if type(part) is bytes:
+                self.deliver(part)
+            else:
+                self.deliver(b"", part)
 
     def apply_client_signals(self, values: Mapping[str, Any]) -> None:
         """Write the browser's values into the writable signals; other ids are ignored.

@@ -27,9 +27,9 @@ from tests.asgi.servers import (
     request,
     serving,
 )
-from tests.helpers import RawClient, signals_event
+from tests.helpers import OPENING, RawClient, signals_event
 
-FIRST = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n'
+FIRST = OPENING
 
 
 def hooked_app() -> tuple[App, list[str]]:
