@@ -216,7 +216,7 @@ async def chat(c: Context, name: str) -> None:
             )
         )
         return
-    c.scope(room_scope(name))  # the room's tabs are app.clients(room_scope(name))
+    c.scope(room_scope(name))  # app.count_clients(room_scope(name)) counts the room's tabs
     room = await room_of(name)
     viewer = room.viewers[c.id] = Viewer(c, room.recent[0].id if room.recent else 0)
     username = c.signal(c.session_data.get("name", ""), "username", scope=Scope.SESSION)
