@@ -107,6 +107,8 @@ def test_a_query_is_at_most_max_query_characters() -> None:
         assert box.attrs["maxlength"] == str(MAX_QUERY)  # the browser stops the user there
         tab.new_events()
         assert tab.action("search", q="a" * (MAX_QUERY + 1)).status == 413  # the server too, out loud
-        assert tab.new_events() == []
+        events = tab.new_events()
+        assert [e.type for e in events] == [protocol.PATCH_SIGNALS]  # the action did not run: no results
+        assert "signal 'q' got 101 characters" in events[0].signals["_via_error"]  # what the user is shown
         assert tab.action("search", q="a" * MAX_QUERY).status == 200
         assert stats(tab)[0] == 0
