@@ -16,6 +16,7 @@ import heapq
 import inspect
 import logging
 import math
+import re
 import secrets
 import socket
 import time
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from pyvia import protocol
+from pyvia import forms, protocol
 from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
 from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
@@ -59,7 +60,7 @@ from pyvia.errors import (
     ServiceError,
     TabGone,
 )
-from pyvia.forms import Form, UploadedFile, parse_form, request_signals
+from pyvia.forms import FORM_TYPES, Form, FormLimits, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
 from pyvia.lifecycle import State
 from pyvia.ops.health import health_response, metrics_response, ready_response
@@ -79,16 +80,15 @@ from pyvia.scopes import (
     check_broadcast_target,
     check_custom,
 )
-from pyvia.security import RateLimiter, TrustedProxies
+from pyvia.security import RateLimiter, TrustedProxies, same_origin
 from pyvia.session import (
     NEW_SESSION,
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
     SESSION_MAX_AGE,
     ContextIds,
-    is_session_id,
+    SessionIds,
     load_secret,
-    new_session_id,
 )
 from pyvia.signals import check_name
 from pyvia.snapshot import Snapshots
@@ -305,6 +305,7 @@ class App:
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
+        self._session_ids = SessionIds(self._secret)  # only ids signed with the secret are sessions
         self._bundle: Bundle | None = None
         self._bundle_url = ""
         self._downloads = Downloads()
@@ -312,6 +313,9 @@ class App:
         self._error_page: Callable[[Request, BaseException], Any] | None = None
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
         self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
+        config = self.config
+        self._form_limits = FormLimits(config.max_form_fields, config.max_form_files, config.max_form_bytes,
+                                       config.max_file_bytes, config.upload_spool_bytes, config.upload_dir)
         self.compression = Compression(
             preference=self.config.compression_preference,
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
@@ -895,7 +899,7 @@ class App:
         a task, to be checked and run there (a proxy's connection carries the actions of many
         browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
         owner not known yet, a connection that moves there instead, a malformed request)."""
-        if request.method != "POST" or "_relayed" in request.state:
+        if request.method != "POST" or "_relayed" in request.state or not self._parses_here(request):
             return None
         try:
             ctx_id = self._action_signals(request).get(protocol.CONTEXT_SIGNAL)
@@ -927,6 +931,8 @@ class App:
         (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
         path = request.path
         if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
+            return False
+        if path != SSE_PATH and not self._parses_here(request):
             return False
         try:
             signals = request_signals(request, None) if path == SSE_PATH else self._action_signals(request)
@@ -964,6 +970,7 @@ class App:
     def _answer(self, result: Any, request: Request) -> HandleResult:
         if isinstance(result, (Response, StreamResponse)):
             self.metrics.observe_request(request.kind or "other", result.status)
+            _close_uploads(request)
             return result
         return self._finish(result, request)
 
@@ -977,6 +984,8 @@ class App:
             result = self._as_response(await pending)
         except BaseException as exc:
             result = self._error_response(exc, request)
+        finally:
+            _close_uploads(request)
         self.metrics.observe_request(request.kind or "other", result.status)
         return result
 
@@ -1098,10 +1107,10 @@ class App:
 
     def _session_of(self, request: Request) -> str | None:
         value = request.cookies.get(self._session_cookie)
-        if not is_session_id(value):
-            return None
+        if value is None or not self._session_ids.is_issued(value):
+            return None  # none, or one this app never issued (planted): never adopted
         if self._rotated:
-            rotated = self._rotated.get(value)  # type: ignore[arg-type]  # checked by is_session_id
+            rotated = self._rotated.get(value)
             if rotated is not None and rotated[1] >= self._now():
                 return rotated[0]  # a request already in flight when the session was rotated
         return value
@@ -1117,7 +1126,7 @@ class App:
         scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
         """
         old = ctx.session_id
-        new = new_session_id()
+        new = self._session_ids.make()
         first = self._rotated_from.get(old, old)
         data = self.sessions.peek(old)
         if data is not None:
@@ -1200,7 +1209,7 @@ class App:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
         session_id = self._session_of(request)
         if session_id is None:
-            session_id = new_session_id()
+            session_id = self._session_ids.make()
             if self.link is not None:
                 self.link.new_session(session_id)
                 request.state[NEW_SESSION] = True  # its session-scoped signals are new too
@@ -1813,16 +1822,27 @@ class App:
     # --- actions ---------------------------------------------------------------------------------
 
     def _check_origin(self, request: Request) -> None:
-        origin = request.headers.get("origin")
-        if origin is None:
+        """A POST that changes state must come from a page of this site: one ``Origin`` naming
+        this request's scheme, host and port, or listed in ``trusted_origins``. ``null``, two
+        Origins, and a request without exactly one non-empty ``Host`` never pass."""
+        origins = request.headers.get_all("origin")
+        if not origins:
             if self.config.dev or self.config.allow_missing_origin:
                 return
             raise Forbidden("missing Origin header")
+        if len(origins) > 1:
+            raise Forbidden(f"{len(origins)} Origin headers: {origins!r}")
+        origin = origins[0]
+        hosts = request.headers.get_all("host")
+        if len(hosts) != 1 or not hosts[0].strip():
+            raise Forbidden(f"Origin {origin!r} on a request without one non-empty Host")
         if origin in self.config.trusted_origins:
             return
-        host = request.headers.get("host")
-        if host is None or origin.partition("://")[2].lower() != host.lower():  # an Origin has no path
-            raise Forbidden(f"untrusted origin {origin!r}")
+        scheme = self._proxies.scheme(request)
+        if not same_origin(origin, scheme, hosts[0]):
+            hint = ("; behind a TLS proxy, list it in trusted_proxies (it sends X-Forwarded-Proto) or the "
+                    "origin in trusted_origins") if same_origin(origin, origin.partition("://")[0], hosts[0]) else ""
+            raise Forbidden(f"untrusted origin {origin!r} for {scheme}://{hosts[0]}{hint}")
 
     def client_address(self, request: Request) -> str:
         """The client's address: the peer's, or what a trusted proxy says it is."""
@@ -1831,6 +1851,9 @@ class App:
     def _action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
+        self._refuse_early(request)
+        if "_signals" not in request.state and forms.parses_off_loop(request):
+            return self._parse_off_loop(request, lambda: self._action(request, name))
         signals = self._action_signals(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         session_id = self._session_of(request)
@@ -1867,23 +1890,49 @@ class App:
                           "without its snapshot; its stream revives it")
         return self._revive(request, ctx_id, session_id, signals, restore or None)
 
-    def _check_action(self, request: Request) -> None:
-        """The Origin check and the rate limit, on the worker that runs the action (one that
-        passes or forwards it does not count it)."""
+    def _refuse_early(self, request: Request) -> None:
+        """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
+        a count of separators): a foreign Origin, no session of this app (403), a form over its
+        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21)."""
+        if "_early" in request.state:
+            return
         self._check_origin(request)
+        if self._session_of(request) is None:
+            raise Forbidden("action without a session of this app")
+        if request.content_type in FORM_TYPES:
+            check_form(request, self._form_limits)
+        request.state["_early"] = True
+
+    def _parses_here(self, request: Request) -> bool:
+        """Whether the dispatch may parse this action's body on the loop now: it passed the
+        early checks and is small (a big form is parsed on a thread, by ``_action``)."""
+        try:
+            self._refuse_early(request)
+        except ClientError:
+            return False  # answered by the dispatch
+        return "_signals" in request.state or not forms.parses_off_loop(request)
+
+    async def _parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
+        """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(forms.executor(), self._action_signals, request)
+        return await _settled(then())
+
+    def _check_action(self, request: Request) -> None:
+        """The early checks and the rate limit, on the worker that runs the action (one that
+        passes or forwards it does not count it)."""
+        self._refuse_early(request)
         limiter = self._limiter
         wait = limiter.check(self.client_address(request), self._now()) if limiter.rate > 0 else 0.0
         if wait:
             raise RateLimited(f"action rate limit for {self.client_address(request)}",
                               headers=[("retry-after", str(max(1, math.ceil(wait))))])
 
-    @staticmethod
-    def _action_signals(request: Request) -> dict[str, Any]:
+    def _action_signals(self, request: Request) -> dict[str, Any]:
         """The signals an action carries, parsed once per request (kept in ``request.state``)."""
         signals = request.state.get("_signals")
         if signals is None:
-            form = parse_form(request) if request.content_type in (
-                "application/x-www-form-urlencoded", "multipart/form-data") else None
+            form = parse_form(request, self._form_limits) if request.content_type in FORM_TYPES else None
             if form is not None:
                 request.state["_form"] = form
             signals = request.state["_signals"] = request_signals(request, form)
@@ -2030,6 +2079,13 @@ def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _close_uploads(request: Request) -> None:
+    """The request is answered: its uploaded files are closed (spooled ones deleted)."""
+    form = request.state.get("_form")
+    if isinstance(form, Form) and form.all_files:
+        form.close()
+
+
 def _context_of(request: Request, app: App) -> Context | None:
     """The tab a failed action or stream belonged to, for error reports (None for pages)."""
     if request.kind not in ("action", "stream"):
@@ -2051,9 +2107,34 @@ def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Cal
     return lambda req: mw(req, call_next)
 
 
+_PATH_INT = re.compile(r"-?[0-9]{1,19}\Z")
+_PATH_FLOAT = re.compile(r"-?(?:[0-9]{1,300}(?:\.[0-9]{0,300})?|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?\Z")
+
+
+def _path_int(text: str) -> int:
+    """A whole number that fits 64 bits, in ASCII digits: what a database key can be. Anything
+    else (thousands of digits, ``1_000``, other scripts' digits) is no such page (404)."""
+    if _PATH_INT.match(text) is None:
+        raise ValueError(text)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(text)
+    return value
+
+
+def _path_float(text: str) -> float:
+    """A finite decimal number; ``nan``, ``inf`` and overflowing exponents are no such page."""
+    if _PATH_FLOAT.match(text) is None:
+        raise ValueError(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 _CASTS: dict[Any, Callable[[str], Any]] = {
-    int: int,
-    float: float,
+    int: _path_int,
+    float: _path_float,
     bool: lambda v: v.lower() in ("1", "true", "yes", "on"),
     str: str,
 }

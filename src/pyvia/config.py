@@ -122,6 +122,16 @@ class Config:
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
+    #: Forms posted to actions (docs/security.md#forms-and-uploads): at most this many fields
+    #: and files, this many bytes of fields (files aside) and of one file (None: only the
+    #: server's body limit); files above ``upload_spool_bytes`` go to a temporary file in
+    #: ``upload_dir`` (None: the system's). Past a limit: 413 with the reason.
+    max_form_fields: int = 1000
+    max_form_files: int = 100
+    max_form_bytes: int = 1 << 20
+    max_file_bytes: int | None = None
+    upload_spool_bytes: int = 1 << 20
+    upload_dir: str | None = None
     #: The words a page shows when a request fails, by status (and ``lost``, ``gone``, ``default``);
     #: merged over pyvia.alerts.DEFAULT_MESSAGES. Pages may add their own.
     error_messages: Any = None
@@ -153,6 +163,14 @@ class Config:
         if not isinstance(self.max_waiting_contexts, int) or isinstance(self.max_waiting_contexts, bool) \
                 or self.max_waiting_contexts < 1:
             raise ConfigError(f"max_waiting_contexts={self.max_waiting_contexts!r}: must be a whole number >= 1")
+        for name in ("max_form_fields", "max_form_files", "max_form_bytes", "upload_spool_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name}={value!r}: must be a whole number >= 0")
+        if self.max_file_bytes is not None and (
+                not isinstance(self.max_file_bytes, int) or isinstance(self.max_file_bytes, bool)
+                or self.max_file_bytes < 0):
+            raise ConfigError(f"max_file_bytes={self.max_file_bytes!r}: must be a byte count >= 0, or None")
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ConfigError(f"max_sessions={self.max_sessions!r}: must be a whole number >= 1")
         if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:

@@ -107,7 +107,7 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
     host, port = counter_server
     page, seed, cookie = open_page(host, port)
     assert page.status == 200
-    assert re.fullmatch(r"via_session_id=[0-9a-f]{32}", cookie)
+    assert re.fullmatch(r"via_session_id=[0-9a-f]{64}", cookie)
     assert "HttpOnly" in page.header("set-cookie") and "SameSite=Lax" in page.header("set-cookie")
     m = re.search(r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"',
                   page.body.decode())
