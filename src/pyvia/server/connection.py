@@ -423,8 +423,8 @@ class HttpProtocol(asyncio.Protocol):
                     if parse == _IDLE or self._line is not None:
                         self._check_line(data, parse == _IDLE)
                     parser.feed_data(data)
-                    if self._parse == _HEAD:
-                        self._head_tail = data[-3:]
+                    if self._parse == _HEAD:  # (reset by on_message_begin when this head began here)
+                        self._head_tail = (self._head_tail + data)[-3:]
                     return
                 piece, data = data[:end], data[end:]
                 if parse == _IDLE or self._line is not None:

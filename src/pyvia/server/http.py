@@ -497,15 +497,14 @@ def authority_of(target: bytes) -> str | None:
 def content_length(value: str) -> int:
     """The body size a ``Content-Length`` value declares (RFC 9110 §8.6: ``1*DIGIT``).
 
-    Leading zeros are allowed, as h11 and llhttp allow them, however many: they are stripped
-    before ``int()`` (which is quadratic in the digits and refuses more than 4,300). A number of
-    more than 19 significant digits is larger than any body served, and is returned as
-    ``10**19``, for the caller's 413. Raises ValueError for anything but ASCII digits.
+    Raises ValueError for anything but ASCII digits, and for more than 20 of them, leading zeros
+    included, as h11 refuses them (its ``CONTENT_LENGTH_MAX_DIGITS``): no body that large is
+    served, and a long run of digits is a probe, not a client (``int()`` of thousands of digits
+    is quadratic and raises past 4,300 of them: refused here first, never a 500).
     """
-    if not value or not value.isascii() or not value.isdigit():
+    if not value or len(value) > 20 or not value.isascii() or not value.isdigit():
         raise ValueError(f"invalid Content-Length {value[:32]!r}")
-    digits = value.lstrip("0")
-    return int(digits) if len(digits) <= 19 else 10**19
+    return int(value)
 
 
 # --- chunked request bodies -----------------------------------------------------------------------
