@@ -109,12 +109,12 @@ class ServerLimits:
       for *sustained* overload: loop turns longer than a quarter of ``shed_after``, each
       carrying many requests, for a whole ``shed_after``; or a whole ``shed_after`` window in
       which every sampled request or connection (four at least) waited more than half of it
-      (CoDel's rule, with a fixed target). Then every request that waited more
-      than a quarter of ``shed_after`` is answered 503 when it is read (a new connection's,
-      before the app sees it; those still in the listen queue at once, on the raw socket), so
-      turns stay about that long and what is served waited at most that. A loop late by ``shed_after``
-      twice in a row sheds every new request until it is on time. A single pause, a GC pass or
-      one slow handler, sheds nothing: the bench measured generation-1 collections of 0.6 s
+      (CoDel's rule, with a fixed target). Then every request that waited more than a quarter
+      of ``shed_after`` is answered 503 when it is read (a new connection's, before the app sees
+      it; those still in the listen queue at once, on the raw socket), so turns stay about that
+      long and what is served waited at most that. A loop late by twice ``shed_after`` twice in
+      a row sheds every new request until it is on time. A single pause, a GC pass or one slow
+      handler, sheds nothing: the bench measured generation-1 collections of 0.6 s
       (bench/RESULTS.md), and what queued behind one is served a moment later. A 503 costs about
       1/50 of a real request, so the queues drain. Issue 21 asked accepted work's p99 within
       250 ms: that is this default. ``None`` turns it off.

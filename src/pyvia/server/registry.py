@@ -597,8 +597,9 @@ class ConnectionRegistry:
             self._probe = None
 
     def probe(self, now: float) -> None:
-        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed while the loop stays
-        past ``shed_after``.
+        """Record how late the probe due at ``_probe_due`` ran at ``now``; shed every new request
+        while the loop stays late by twice ``shed_after``, and judge the long turns and the
+        listen queue of the other rules (:meth:`_late`, :meth:`drain_backlog`).
 
         A loop turn that runs long (CPU overload on open connections: every ready socket's handler
         runs in one turn) makes the next probe late. One late probe is a pause (a GC pass, one slow
@@ -608,8 +609,9 @@ class ConnectionRegistry:
         """
         shed_after = self.limits.shed_after
         self.lag = lag = max(0.0, now - self._probe_due)
-        late = shed_after is not None and lag > shed_after
-        # Two late probes in a row: a loop that stays late (sustained overload), not one pause.
+        late = shed_after is not None and lag > 2 * shed_after
+        # Two probes in a row late by twice shed_after: a loop that stays late (sustained
+        # overload), not one pause, nor a slow handler of a few tenths of a second.
         self.lagging = lagging = late and self._was_late
         self._was_late = late
         # Long turns (each over SERVE_WITHIN of the target) for a whole shed_after, two at least:
