@@ -12,8 +12,8 @@ from pyvia.protocol import (
     parse_frame_id,
     patch_elements,
     patch_signals,
-    remove_signals,
     removal_patch,
+    remove_signals,
 )
 
 
@@ -83,7 +83,7 @@ def test_removal_patch_nests_dotted_paths_and_a_parent_covers_its_children() -> 
 
 @pytest.mark.parametrize("paths", ["", "a..b", ".a", [], ["ok", ""]])
 def test_removal_patch_refuses_empty_paths(paths: object) -> None:
-    with pytest.raises(ValueError, match="signal path|at least one"):
+    with pytest.raises(ValueError, match=r"signal path|at least one"):
         removal_patch(paths)  # type: ignore[arg-type]
 
 
