@@ -86,8 +86,8 @@ class Config:
     #: A zstd or gzip stream idle this long frees its encoder (zstd ends its frame; the stream stays open).
     encoder_idle_release: float = 60.0
     #: Bytes of recent frames kept per tab, so a stream that reconnects gets exactly the frames it
-    #: missed instead of a full render (256 KiB: seconds of a busy page); 0 keeps none.
-    replay_tab_bytes: int = 256 << 10
+    #: missed instead of a full render (64 KiB: a minute of small frames ten times a second); 0 keeps none.
+    replay_tab_bytes: int = 64 << 10
     #: Cap on the replay buffers of all tabs together; default a quarter of ``encoder_budget``. They
     #: also give way to the encoders: encoders and buffers together stay within ``encoder_budget``.
     replay_budget: int | None = None

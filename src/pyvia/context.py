@@ -464,10 +464,13 @@ class Context:
         if not markup:
             return None
         if self._view_block is not None:
-            return protocol.patch_elements(markup)
-        if is_document(markup):
-            return protocol.patch_elements(body_of(markup), "body", "inner")
-        return protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+            frame = protocol.patch_elements(markup)
+        elif is_document(markup):
+            frame = protocol.patch_elements(body_of(markup), "body", "inner")
+        else:
+            frame = protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+        self.stream.view_size = len(frame)  # what a full render costs: a resume weighs its frames against it
+        return frame
 
     def seed_signals(self) -> dict[str, Any]:
         """Every signal of the page's first HTML: tab and shared values whole, with their revisions

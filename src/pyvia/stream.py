@@ -57,7 +57,7 @@ class Stream:
     """Outbound frames for one tab."""
 
     __slots__ = ("encoder", "epoch", "held_view", "last_event", "last_write", "max_buffer", "outflow", "over_since",
-                 "pending", "replay", "replays", "seq", "sink")
+                 "pending", "replay", "replays", "seq", "sink", "view_size")
 
     def __init__(self, max_buffer: int, outflow: Outflow | None = None, replays: Replays | None = None) -> None:
         self.outflow = outflow if outflow is not None else Outflow()
@@ -66,6 +66,8 @@ class Stream:
         self.epoch: str | None = None  # made with the first frame
         self.seq = 0
         self.replay: TabReplay | None = None
+        #: Bytes of the latest view frame: what a full render costs, about.
+        self.view_size = 0
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
@@ -101,7 +103,9 @@ class Stream:
 
     def frames_after(self, last_event_id: str | None) -> list[bytes] | None:
         """The frames a reconnecting page missed, given the last frame id it got (``last-event-id``;
-        None: none since the page view), or None when they are not all kept (a full render is due).
+        None: none since the page view), or None when a full render is due: they are not all kept,
+        or together they are larger than the tab's latest view frame (a page whose every frame is
+        a new view is brought back cheaper by one).
 
         An id of another stream (another process, worker or incarnation of the tab) is never matched.
         """
@@ -115,7 +119,10 @@ class Stream:
         if seq == self.seq:
             return []
         replay = self.replay
-        return replay.after(seq) if replay is not None else None
+        missed = replay.after(seq) if replay is not None else None
+        if missed and self.view_size and sum(map(len, missed)) > self.view_size:
+            return None
+        return missed
 
     def _frame(self, data: bytes) -> bytes:
         """End ``data`` with the next frame id and keep it for a reconnect (a stream made without
@@ -167,6 +174,8 @@ class Stream:
         ``opening``: these are the events the stream opens with (the connect event), written
         without building the tab's compressor where the coding allows it (zstd).
         """
+        if view is not None:
+            self.view_size = len(view)
         sink = self.sink
         if sink is None or sink.is_closed:
             if view is not None:

@@ -128,20 +128,41 @@ def test_frames_queued_while_down_follow_the_replayed_ones() -> None:
 def test_a_buffer_that_overflowed_gives_one_full_render() -> None:
     app = list_app(replay_tab_bytes=2048)
     with TestClient(app) as client:
-        tab, ref = client.open("/"), client.open("/")
+        tab = client.open("/")
         for i in range(BURST):
             if i == BURST // 2:
                 tab.pause()
-            tab.action("rerender")
-            ref.action("rerender")
+            tab.action("step")
+        assert tab.context.stream.replay.first > tab.context.stream.seq - BURST // 2  # the oldest were dropped
         tab.disconnect()
         before = len(tab.events)
         tab.reconnect()
         views = [e for e in tab.events[before:] if e.selector == "#via-view"]
-        assert len(views) == 1 and tab.html == ref.html
-        assert f'<li id="i{BURST - 1}">{BURST - 1}</li>' in tab.html
+        assert len(views) == 1, "one full render"
+        assert views[0].elements == '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(BURST)) + "</ul>"
         assert not any(e.selector == "#list" for e in tab.events[before:]), "nothing replayed besides"
         assert app._replays.full_renders == 1 and app._replays.resumes == 0
+
+
+def test_missed_frames_larger_than_a_view_give_a_full_render_instead() -> None:
+    # every frame of this page is a new view: one full render is smaller than ten of them
+    app = list_app()
+    with TestClient(app) as client:
+        tab, ref = client.open("/"), client.open("/")
+        tab.action("rerender"), ref.action("rerender")
+        tab.pause()
+        for _ in range(10):
+            tab.action("rerender"), ref.action("rerender")
+        tab.disconnect()
+        before = len(tab.events)
+        tab.reconnect()
+        assert sum(e.selector == "#via-view" for e in tab.events[before:]) == 1 and tab.html == ref.html
+        assert app._replays.full_renders == 1
+        tab.pause()
+        tab.action("step"), ref.action("step")  # one small frame missed: cheaper than a view
+        tab.disconnect()
+        tab.reconnect()
+        assert app._replays.resumes == 1
 
 
 def test_an_id_from_another_stream_is_never_resumed_from() -> None:
