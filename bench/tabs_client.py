@@ -86,7 +86,7 @@ class Browser:
         for _ in range(_BACKLOG):
             _, event = await opened.next_event(timeout)
             patch = event_signals(event)
-            if patch == {"_disconnected": False}:
+            if patch is not None and patch.get("_disconnected") is False:  # the connect event
                 return tab
             if patch is not None:
                 signals.update(patch)
