@@ -68,7 +68,7 @@ def chat(c: Context, room: str) -> None:
                                       {"who": username.value, "at": now}])
 
     def view() -> str:
-        present = sorted({ctx.session_data.get("name") or "(anonymous)" for ctx in app.clients(scope)})
+        present = sorted({ctx.session_data.get("name") or "(anonymous)" for ctx in app.local_clients(scope)})
         lines = "".join(
             f"<li><b>{html.escape(m['who'])}</b>: {html.escape(m['text'])}</li>" for m in messages.value
         )

@@ -1,9 +1,14 @@
 """File uploads: pick one or more files, send them as a multipart form, download them again.
 
 Datastar posts the form with ``@post(url, {contentType: 'form'})``; a form carries no signals, so
-it holds the context id in a hidden ``via_ctx`` field. The files are kept in memory for the
-browser session (``c.session_data``), and their list is a SESSION-scoped signal, so every tab of
-the browser shows the same list. A download is a one-shot URL from ``c.download()``.
+it holds the context id in a hidden ``via_ctx`` field. ``c.files_of("files")`` gives every file
+of the ``multiple`` input (none when nothing was chosen); their bytes are kept in memory for the
+browser session (``c.session_data``: the uploads themselves are closed once the action is
+answered), and their list is a SESSION-scoped signal, so every tab of the browser shows the same
+list. A download is a one-shot URL from ``c.download()``.
+
+The session is the browser's own: the server issues its id, signed, and a planted cookie it never
+issued is replaced, so nobody can share a session with a visitor by choosing its id in advance.
 
 Progress: ``fetch()`` reports no upload progress, and neither do Datastar's fetch events (only
 started, finished, error), so the page says honestly what it knows: ``data-indicator`` shows an
@@ -17,13 +22,10 @@ the server refuses outright (past its 16 MiB body limit, say) shows as an error 
 from __future__ import annotations
 
 import html
-import io
 import secrets
+from typing import NamedTuple
 
-import python_multipart
-from python_multipart.multipart import File
-
-from pyvia import App, Context, Scope, UploadedFile
+from pyvia import App, Context, Scope
 
 MAX_FILE = 2 * 1024 * 1024  # bytes, per file
 MAX_KEPT = 20  # files kept per session; the oldest go first
@@ -49,38 +51,26 @@ def human(size: int) -> str:
     return f"{size / 1024 / 1024:.1f} MiB"
 
 
-def files_of_field(c: Context, field: str) -> list[UploadedFile]:
-    """Every file the request carries under ``field``, in order.
+class StoredFile(NamedTuple):
+    """An uploaded file kept for the session: its bytes are copied out of the upload."""
 
-    ``c.files`` keeps one file per field name (the last), while ``<input type="file" multiple>``
-    sends all its files under its one name; so this reads the multipart body again, with the
-    parser pyvia itself uses.
-    """
-    found: list[UploadedFile] = []
+    filename: str
+    content_type: str
+    data: bytes
 
-    def on_file(part: File) -> None:
-        if (part.field_name or b"").decode(errors="replace") == field and part.file_name:
-            part.file_object.seek(0)
-            found.append(UploadedFile(field_name=field, filename=part.file_name.decode(errors="replace"),
-                                      content_type=part.content_type or "application/octet-stream",
-                                      data=part.file_object.read()))
-        part.close()
-
-    content_type = c.request.headers.get("content-type") or ""
-    if content_type.startswith("multipart/form-data"):
-        python_multipart.parse_form({"Content-Type": content_type.encode("latin-1")},
-                                    io.BytesIO(c.request.body), lambda _field: None, on_file)
-    return found
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
 
-def listing(stored: dict[str, UploadedFile]) -> list[dict[str, object]]:
+def listing(stored: dict[str, StoredFile]) -> list[dict[str, object]]:
     """What the page shows of the stored files (the bytes stay on the server)."""
     return [{"id": key, "name": f.filename, "size": f.size, "type": f.content_type} for key, f in stored.items()]
 
 
 @app.page("/")
 def uploads(c: Context) -> None:
-    stored: dict[str, UploadedFile] = c.session_data.setdefault("uploads", {})
+    stored: dict[str, StoredFile] = c.session_data.setdefault("uploads", {})
     files = c.signal(listing(stored), "files", scope=Scope.SESSION)  # every tab of this browser
     status = c.signal("", "status")
     failed = c.signal(False, "failed")
@@ -90,7 +80,7 @@ def uploads(c: Context) -> None:
 
     @c.action
     def upload() -> None:
-        picked = files_of_field(c, "files")
+        picked = c.files_of("files")
         if not picked:
             report("Choose one or more files first.", error=True)
             return
@@ -100,7 +90,7 @@ def uploads(c: Context) -> None:
             report(f"Over the {human(MAX_FILE)} limit per file: {names}. Nothing was uploaded.", error=True)
             return
         for f in picked:
-            stored[secrets.token_hex(6)] = f
+            stored[secrets.token_hex(6)] = StoredFile(f.filename, f.content_type, f.data)
         while len(stored) > MAX_KEPT:
             del stored[next(iter(stored))]
         files.value = listing(stored)

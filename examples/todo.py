@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
-from pyvia import Action, App, Context, Scope
+from pyvia import Action, App, Context, Scope, UserError
 
 app = App(title="Todo", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 32rem; }
@@ -31,6 +32,8 @@ app = App(title="Todo", head=["""<style>
 
 FILTERS = ("all", "active", "done")
 MAX_TITLE = 200
+#: A row id as this page writes it: ASCII digits that fit SQLite's 64-bit INTEGER.
+ROW_ID = re.compile(r"[0-9]{1,18}\Z")
 
 
 def db_path() -> Path:
@@ -68,7 +71,7 @@ def post(action: Action, **query: object) -> str:
 @app.page("/")
 def todo(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab on this page
-    draft = c.signal("", "draft")
+    draft = c.signal("", "draft", writable=True)  # the input the user types in
     show = c.signal("all", "show")  # this tab's filter; the browser keeps it across a revival
 
     def write(sql: str, *params: object) -> None:
@@ -77,8 +80,12 @@ def todo(c: Context) -> None:
         c.broadcast()  # every tab on the page renders again at the next flush
 
     def row_id() -> int:
-        value = c.input("id", "")
-        return int(value) if value.isdigit() else -1
+        """The ``id`` the button posted; anything this page never writes (a 23-digit number
+        SQLite cannot store, ``abc``, ``²``) is a 400 with the reason, not a crash."""
+        value = str(c.input("id", ""))
+        if ROW_ID.match(value) is None:
+            raise UserError(f"todo id {value[:40]!r} is not a whole number of up to 18 digits")
+        return int(value)
 
     @c.action
     def add() -> None:

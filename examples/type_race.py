@@ -69,7 +69,7 @@ def race_over(scope: str, room: dict[str, SharedSignal]) -> bool:
     """Every player still in the room has finished, or the race ran past its limit."""
     if app.now() - room["starts_at"].value > RACE_LIMIT:
         return True
-    present = {player_key(ctx.session_id) for ctx in app.clients(scope)}
+    present = {player_key(ctx.session_id) for ctx in app.local_clients(scope)}
     return all(p["time"] is not None or p["key"] not in present for p in room["players"].value)
 
 

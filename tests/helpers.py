@@ -340,3 +340,9 @@ def signals_event(chunk: bytes) -> dict[str, Any]:
     assert head == "event: datastar-patch-signals" and data.endswith("\n\n"), chunk
     signals: dict[str, Any] = json.loads(data)
     return signals
+
+
+#: The first frame of every tab's stream: the page is connected, its actions leave out every ``_``
+#: signal, and its alert no longer says the connection is lost.
+OPENING = (b'event: datastar-patch-signals\ndata: signals '
+           b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_","_via_lost":false}\n\n')

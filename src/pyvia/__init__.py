@@ -10,13 +10,16 @@ from pyvia.errors import (
     ClientError,
     ConfigError,
     DeclarationError,
+    PyviaDeprecationWarning,
     PyviaError,
     RouteError,
     ServiceError,
     UsageError,
+    UserError,
 )
 from pyvia.forms import UploadedFile
 from pyvia.http import Request, Response
+from pyvia.markup import Markup, html, raw
 from pyvia.scopes import Scope, SharedSignal
 from pyvia.signals import Signal
 
@@ -29,6 +32,8 @@ __all__ = [
     "ConfigError",
     "Context",
     "DeclarationError",
+    "Markup",
+    "PyviaDeprecationWarning",
     "PyviaError",
     "Request",
     "Response",
@@ -40,5 +45,8 @@ __all__ = [
     "Signal",
     "UploadedFile",
     "UsageError",
+    "UserError",
     "__version__",
+    "html",
+    "raw",
 ]

@@ -16,17 +16,21 @@ import heapq
 import inspect
 import logging
 import math
+import re
 import secrets
 import socket
 import time
 import typing
+import warnings
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
-from pyvia import protocol
+from pyvia import forms, protocol
+from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
+from pyvia.arguments import decode_arguments
 from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
@@ -50,12 +54,13 @@ from pyvia.errors import (
     Forbidden,
     MethodNotAllowed,
     NotFound,
+    PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
     TabGone,
 )
-from pyvia.forms import Form, UploadedFile, parse_form, request_signals
+from pyvia.forms import FORM_TYPES, Form, FormLimits, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
 from pyvia.lifecycle import State
 from pyvia.ops.health import health_response, metrics_response, ready_response
@@ -76,16 +81,15 @@ from pyvia.scopes import (
     check_broadcast_target,
     check_custom,
 )
-from pyvia.security import RateLimiter, TrustedProxies
+from pyvia.security import RateLimiter, TrustedProxies, same_origin
 from pyvia.session import (
     NEW_SESSION,
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
     SESSION_MAX_AGE,
     ContextIds,
-    is_session_id,
+    SessionIds,
     load_secret,
-    new_session_id,
 )
 from pyvia.signals import check_name
 from pyvia.snapshot import Snapshots
@@ -94,6 +98,7 @@ from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow, Stream
 
 log = logging.getLogger("pyvia")
+T = TypeVar("T")
 
 SSE_PATH = "/_sse"
 ACTION_PREFIX = "/_action/"
@@ -263,9 +268,11 @@ class RouteGroup:
     def _path(self, path: str) -> str:
         return self.prefix + ("" if path == "/" else path) if self.prefix else path
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title)
+        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title,
+                             error_messages=error_messages)
 
     def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -296,9 +303,12 @@ class App:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
+        #: The words for failures every page starts from (pyvia.alerts).
+        self._messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
+        self._session_ids = SessionIds(self._secret)  # only ids signed with the secret are sessions
         self._bundle: Bundle | None = None
         self._bundle_url = ""
         self._downloads = Downloads()
@@ -306,6 +316,9 @@ class App:
         self._error_page: Callable[[Request, BaseException], Any] | None = None
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
         self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
+        config = self.config
+        self._form_limits = FormLimits(config.max_form_fields, config.max_form_files, config.max_form_bytes,
+                                       config.max_file_bytes, config.upload_spool_bytes, config.upload_dir)
         self.compression = Compression(
             preference=self.config.compression_preference,
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
@@ -318,6 +331,9 @@ class App:
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
+        #: Sessions another worker rotated, by the new one's hash -> the old id, until a request
+        #: brings the new id here (the engine carries hashes, never ids: _rotated_elsewhere).
+        self._awaiting_rotation: OrderedDict[str, str] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
@@ -381,12 +397,20 @@ class App:
 
     # --- registration ----------------------------------------------------------------------------
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None
+    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
+             error_messages: Mapping[str | int, str] | None = None
              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view."""
+        """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view.
+
+        ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
+        """
+        messages = messages_for(error_messages, self._messages)
+
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
             route.call_args = _binders(handler, route.param_names, path)
+            route.messages = messages
+            route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
             return handler
         return register
@@ -500,8 +524,11 @@ class App:
     def session_data(self, session_id: str) -> SessionData:
         return self.sessions.get(session_id)
 
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """The tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern)."""
+    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
+        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
+
+        With several workers or nodes the others' tabs are objects in other processes: count
+        them with :meth:`count_clients`, which covers every worker."""
         seen: dict[str, Context] = {}
         for state in self.scopes.matching(scope):
             for ctx in state.members.values():
@@ -509,10 +536,16 @@ class App:
                     seen[ctx.id] = ctx
         return list(seen.values())
 
+    def clients(self, scope: str = GLOBAL) -> list[Context]:
+        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
+        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
+                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        return self.local_clients(scope)
+
     def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (``clients`` lists this
-        worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.clients(scope))
+        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
+        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
+        local = len(self.local_clients(scope))
         return local if self.link is None else local + self.link.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -595,6 +628,25 @@ class App:
         if reraise and self.raise_server_exceptions:
             raise exc
 
+    def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
+        """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
+        status alone reaches the page too (its answer); this says more where the server knows more."""
+        ctx = _context_of(request, self)
+        if ctx is None or ctx.state is State.DESTROYED:
+            return
+        messages = ctx.route.messages
+        if isinstance(exc, RateLimited):
+            wait = next((v for k, v in exc.headers if k == "retry-after"), "1")
+            text = f"{messages['429']} (wait {wait} s)"
+        elif isinstance(exc, ClientError):
+            text = exc.public_message if exc.public_message != type(exc).public_message else messages.get(
+                str(exc.status), messages["default"])
+        elif isinstance(exc, ServiceError):
+            text = messages.get(str(exc.status), messages["default"])
+        else:
+            text = messages["500"]
+        ctx.show_error(text)
+
     def _log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
         user's page is affected), at INFO for pages and routes. Refusals come in floods (a
@@ -610,7 +662,9 @@ class App:
         if len(self._errors_seen) >= _ERRORS_REMEMBERED:
             self._errors_seen.clear()
         self._errors_seen[key] = [now, 0]
-        more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)" if seen is not None and seen[1] else ""
+        more = ""
+        if seen is not None and seen[1]:
+            more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)"
         log.log(level, "%s %s -> %d %s%s", request.method, request.path, exc.status, exc.detail, more)
 
     def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
@@ -645,7 +699,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and self.link is None:
+        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.persists_in_db:
@@ -675,9 +729,12 @@ class App:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
 
-    def start(self, clock: Clock) -> None:
-        """Start timers on ``clock`` (``startup`` does this with the loop's clock)."""
+    def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
+        app's tasks (``startup``'s running loop; a test client's own)."""
         self.clock = clock
+        if loop is not None:
+            self._loop = loop
         self._started_at = clock.now()
         self._limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
@@ -710,6 +767,8 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
+        if self.link is not None:
+            self.link.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
         if self.clock is not None:
             moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
@@ -747,12 +806,10 @@ class App:
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
-        link, self.link = self.link, None
-        if link is not None:
-            self.scopes.link = None
-            self.global_state.link = None
-            self.sessions.link = None
-            await link.stop()
+        if self.link is not None:
+            # It stays attached, stopped: a request still answered after this fails on the closed
+            # engine (503) instead of changing shared state here alone and answering 200.
+            await self.link.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -844,7 +901,7 @@ class App:
         a task, to be checked and run there (a proxy's connection carries the actions of many
         browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
         owner not known yet, a connection that moves there instead, a malformed request)."""
-        if request.method != "POST" or "_relayed" in request.state:
+        if request.method != "POST" or "_relayed" in request.state or not self._parses_here(request):
             return None
         try:
             ctx_id = self._action_signals(request).get(protocol.CONTEXT_SIGNAL)
@@ -876,6 +933,8 @@ class App:
         (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
         path = request.path
         if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
+            return False
+        if path != SSE_PATH and not self._parses_here(request):
             return False
         try:
             signals = request_signals(request, None) if path == SSE_PATH else self._action_signals(request)
@@ -913,6 +972,7 @@ class App:
     def _answer(self, result: Any, request: Request) -> HandleResult:
         if isinstance(result, (Response, StreamResponse)):
             self.metrics.observe_request(request.kind or "other", result.status)
+            _close_uploads(request)
             return result
         return self._finish(result, request)
 
@@ -926,10 +986,14 @@ class App:
             result = self._as_response(await pending)
         except BaseException as exc:
             result = self._error_response(exc, request)
+        finally:
+            _close_uploads(request)
         self.metrics.observe_request(request.kind or "other", result.status)
         return result
 
     def _error_response(self, exc: BaseException, request: Request) -> Response:
+        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self._tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
             self._log_refusal(request, exc)
             if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
@@ -1045,10 +1109,10 @@ class App:
 
     def _session_of(self, request: Request) -> str | None:
         value = request.cookies.get(self._session_cookie)
-        if not is_session_id(value):
-            return None
+        if value is None or not self._session_ids.is_issued(value):
+            return None  # none, or one this app never issued (planted): never adopted
         if self._rotated:
-            rotated = self._rotated.get(value)  # type: ignore[arg-type]  # checked by is_session_id
+            rotated = self._rotated.get(value)
             if rotated is not None and rotated[1] >= self._now():
                 return rotated[0]  # a request already in flight when the session was rotated
         return value
@@ -1064,7 +1128,7 @@ class App:
         scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
         """
         old = ctx.session_id
-        new = new_session_id()
+        new = self._session_ids.make()
         first = self._rotated_from.get(old, old)
         data = self.sessions.peek(old)
         if data is not None:
@@ -1096,12 +1160,58 @@ class App:
                 tab._scopes.add(new_scope)
         self.scopes.rename(old_scope, new_scope)
 
+    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+        """``regenerate_session`` on another worker made the session hashed ``new_key`` of the one
+        hashed ``old_key`` (the ids never travel: whoever reads the engine learns no cookie). Its
+        session scope moves at once; its tabs here take the new id with the first request that
+        carries it (:meth:`_same_session`)."""
+        old_scope, new_scope = "session:" + old_key, "session:" + new_key
+        state = self.scopes.get(old_scope)
+        old = next((ctx.session_id for ctx in state.members.values()), None) if state is not None else None
+        if old is None:
+            old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
+        if old is None:
+            old = next((c.session_id for c in self.contexts.values() if Scope.session(c.session_id) == old_scope),
+                       None)
+        if old is None:
+            return  # nothing of that session here
+        self.sessions.forget(old)  # its data moved to the new session in the engine
+        for tab in self.contexts.values():
+            if old_scope in tab._scopes:
+                tab._scopes.discard(old_scope)
+                tab._scopes.add(new_scope)
+        self.scopes.rename(old_scope, new_scope)
+        self._awaiting_rotation[new_key] = old
+        while len(self._awaiting_rotation) > _GRAVEYARD_CAP:
+            self._awaiting_rotation.popitem(last=False)
+
+    def _same_session(self, ctx: Context, session_id: str | None) -> bool:
+        """Whether a request of ``session_id`` may use tab ``ctx``: its session, or the one another
+        worker rotated it to (then the tab moves to it now)."""
+        if ctx.session_id == session_id:
+            return True
+        old = self._rotation_of(session_id)
+        if old is None or old != ctx.session_id:
+            return False
+        self._finish_rotation(old, session_id)  # type: ignore[arg-type]  # not None: _rotation_of found it
+        return True
+
+    def _rotation_of(self, session_id: str | None) -> str | None:
+        """The old id of a session another worker rotated to ``session_id``, if this one was told."""
+        if session_id is None or not self._awaiting_rotation:
+            return None
+        return self._awaiting_rotation.get(Scope.session(session_id).split(":", 1)[1])
+
+    def _finish_rotation(self, old: str, new: str) -> None:
+        del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
+        self._rotate_session(old, new, self._rotated_from.get(old, old))
+
     def _page(self, request: Request, route: Route) -> Any:
         if self.config.content_security_policy:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
         session_id = self._session_of(request)
         if session_id is None:
-            session_id = new_session_id()
+            session_id = self._session_ids.make()
             if self.link is not None:
                 self.link.new_session(session_id)
                 request.state[NEW_SESSION] = True  # its session-scoped signals are new too
@@ -1125,7 +1235,7 @@ class App:
 
         return later()
 
-    def _page_response(self, ctx: Context, result: Any) -> Response:
+    def _page_response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
         if result is not None:
             if isinstance(result, Response):
                 return result
@@ -1133,7 +1243,9 @@ class App:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        content = ctx.render_view(False)
+        return _then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+
+    def _page_document(self, ctx: Context, content: str) -> Response:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.bundle
@@ -1142,7 +1254,7 @@ class App:
                               nonce=nonce)
         if self.config.head or ctx._head:
             head += "\n" + "\n".join([*self.config.head, *ctx._head])
-        foot = [*self.config.foot, *ctx._foot]
+        foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
@@ -1228,7 +1340,8 @@ class App:
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN}
+        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
+                                   LOST_SIGNAL: False}
         view = None
         if full:
             ctx.revived = False
@@ -1239,7 +1352,11 @@ class App:
             signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
-        ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
+        if view is None or type(view) is bytes:
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+        else:  # an async view: it follows once rendered, before anything sent after it
+            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
+            ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
             self._run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
@@ -1280,9 +1397,15 @@ class App:
                 with contextlib.suppress(Exception):  # nothing above a background task to raise to
                     self._report(exc, ctx, phase)
 
-        task = asyncio.ensure_future(guarded())
+        task = self.create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A task on the app's loop (the one it was started on), even from a callback outside it."""
+        if self._loop is not None:
+            return self._loop.create_task(coro)
+        return asyncio.ensure_future(coro)
 
     def _sweep(self) -> None:
         """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
@@ -1619,7 +1742,7 @@ class App:
         return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
@@ -1631,10 +1754,11 @@ class App:
         return self._with_middleware(request, ctx.route, endpoint)
 
     def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
-        """A stream for a tab that cannot be revived: reload once; then 204, which tells the page's
-        stream to stop retrying."""
+        """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
+        (a JSON answer, which also ends the page's retries)."""
         if ctx_id in self._reload_sent:
-            return Response(204)
+            body = orjson.dumps({ERROR_SIGNAL: self._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
         self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
@@ -1658,6 +1782,10 @@ class App:
         verified = self._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
             verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
+        if verified is None and (old := self._rotation_of(session_id)) is not None:  # rotated elsewhere
+            verified = self._ids.verify(ctx_id, self._rotated_from.get(old, old))
+            if verified is not None:
+                self._finish_rotation(old, session_id)
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
         return verified
@@ -1712,16 +1840,27 @@ class App:
     # --- actions ---------------------------------------------------------------------------------
 
     def _check_origin(self, request: Request) -> None:
-        origin = request.headers.get("origin")
-        if origin is None:
+        """A POST that changes state must come from a page of this site: one ``Origin`` naming
+        this request's scheme, host and port, or listed in ``trusted_origins``. ``null``, two
+        Origins, and a request without exactly one non-empty ``Host`` never pass."""
+        origins = request.headers.get_all("origin")
+        if not origins:
             if self.config.dev or self.config.allow_missing_origin:
                 return
             raise Forbidden("missing Origin header")
+        if len(origins) > 1:
+            raise Forbidden(f"{len(origins)} Origin headers: {origins!r}")
+        origin = origins[0]
+        hosts = request.headers.get_all("host")
+        if len(hosts) != 1 or not hosts[0].strip():
+            raise Forbidden(f"Origin {origin!r} on a request without one non-empty Host")
         if origin in self.config.trusted_origins:
             return
-        host = request.headers.get("host")
-        if host is None or origin.partition("://")[2].lower() != host.lower():  # an Origin has no path
-            raise Forbidden(f"untrusted origin {origin!r}")
+        scheme = self._proxies.scheme(request)
+        if not same_origin(origin, scheme, hosts[0]):
+            hint = ("; behind a TLS proxy, list it in trusted_proxies (it sends X-Forwarded-Proto) or the "
+                    "origin in trusted_origins") if same_origin(origin, origin.partition("://")[0], hosts[0]) else ""
+            raise Forbidden(f"untrusted origin {origin!r} for {scheme}://{hosts[0]}{hint}")
 
     def client_address(self, request: Request) -> str:
         """The client's address: the peer's, or what a trusted proxy says it is."""
@@ -1730,6 +1869,9 @@ class App:
     def _action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
+        self._refuse_early(request)
+        if "_signals" not in request.state and forms.parses_off_loop(request):
+            return self._parse_off_loop(request, lambda: self._action(request, name))
         signals = self._action_signals(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         session_id = self._session_of(request)
@@ -1766,23 +1908,49 @@ class App:
                           "without its snapshot; its stream revives it")
         return self._revive(request, ctx_id, session_id, signals, restore or None)
 
-    def _check_action(self, request: Request) -> None:
-        """The Origin check and the rate limit, on the worker that runs the action (one that
-        passes or forwards it does not count it)."""
+    def _refuse_early(self, request: Request) -> None:
+        """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
+        a count of separators): a foreign Origin, no session of this app (403), a form over its
+        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21)."""
+        if "_early" in request.state:
+            return
         self._check_origin(request)
+        if self._session_of(request) is None:
+            raise Forbidden("action without a session of this app")
+        if request.content_type in FORM_TYPES:
+            check_form(request, self._form_limits)
+        request.state["_early"] = True
+
+    def _parses_here(self, request: Request) -> bool:
+        """Whether the dispatch may parse this action's body on the loop now: it passed the
+        early checks and is small (a big form is parsed on a thread, by ``_action``)."""
+        try:
+            self._refuse_early(request)
+        except ClientError:
+            return False  # answered by the dispatch
+        return "_signals" in request.state or not forms.parses_off_loop(request)
+
+    async def _parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
+        """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(forms.executor(), self._action_signals, request)
+        return await _settled(then())
+
+    def _check_action(self, request: Request) -> None:
+        """The early checks and the rate limit, on the worker that runs the action (one that
+        passes or forwards it does not count it)."""
+        self._refuse_early(request)
         limiter = self._limiter
         wait = limiter.check(self.client_address(request), self._now()) if limiter.rate > 0 else 0.0
         if wait:
             raise RateLimited(f"action rate limit for {self.client_address(request)}",
                               headers=[("retry-after", str(max(1, math.ceil(wait))))])
 
-    @staticmethod
-    def _action_signals(request: Request) -> dict[str, Any]:
+    def _action_signals(self, request: Request) -> dict[str, Any]:
         """The signals an action carries, parsed once per request (kept in ``request.state``)."""
         signals = request.state.get("_signals")
         if signals is None:
-            form = parse_form(request) if request.content_type in (
-                "application/x-www-form-urlencoded", "multipart/form-data") else None
+            form = parse_form(request, self._form_limits) if request.content_type in FORM_TYPES else None
             if form is not None:
                 request.state["_form"] = form
             signals = request.state["_signals"] = request_signals(request, form)
@@ -1812,12 +1980,13 @@ class App:
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if ctx.session_id != self._session_of(request):
+        if not self._same_session(ctx, self._session_of(request)):
             raise Forbidden("action on another session's tab")
         request.kind = "action"
         action = ctx._actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
+        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
         def endpoint(req: Request) -> Any:
             now = self._now()
@@ -1830,7 +1999,7 @@ class App:
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:
-                pending = ctx.run_action(action)
+                pending = ctx.run_action(action, arguments)
             except BaseException:
                 ctx._end_batch()
                 raise
@@ -1866,6 +2035,7 @@ class App:
         return self._action_response(ctx)
 
     def _action_response(self, ctx: Context) -> Response:
+        ctx.clear_error()
         response = Response(200)
         self._take_cookies(ctx, response)
         return response
@@ -1886,7 +2056,7 @@ class App:
         self._check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
         ctx = self.contexts.get(ctx_id)
-        if ctx is not None and ctx.session_id == self._session_of(request):
+        if ctx is not None and self._same_session(ctx, self._session_of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
                 self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
@@ -1927,6 +2097,13 @@ def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _close_uploads(request: Request) -> None:
+    """The request is answered: its uploaded files are closed (spooled ones deleted)."""
+    form = request.state.get("_form")
+    if isinstance(form, Form) and form.all_files:
+        form.close()
+
+
 def _context_of(request: Request, app: App) -> Context | None:
     """The tab a failed action or stream belonged to, for error reports (None for pages)."""
     if request.kind not in ("action", "stream"):
@@ -1948,9 +2125,34 @@ def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Cal
     return lambda req: mw(req, call_next)
 
 
+_PATH_INT = re.compile(r"-?[0-9]{1,19}\Z")
+_PATH_FLOAT = re.compile(r"-?(?:[0-9]{1,300}(?:\.[0-9]{0,300})?|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?\Z")
+
+
+def _path_int(text: str) -> int:
+    """A whole number that fits 64 bits, in ASCII digits: what a database key can be. Anything
+    else (thousands of digits, ``1_000``, other scripts' digits) is no such page (404)."""
+    if _PATH_INT.match(text) is None:
+        raise ValueError(text)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(text)
+    return value
+
+
+def _path_float(text: str) -> float:
+    """A finite decimal number; ``nan``, ``inf`` and overflowing exponents are no such page."""
+    if _PATH_FLOAT.match(text) is None:
+        raise ValueError(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 _CASTS: dict[Any, Callable[[str], Any]] = {
-    int: int,
-    float: float,
+    int: _path_int,
+    float: _path_float,
     bool: lambda v: v.lower() in ("1", "true", "yes", "on"),
     str: str,
 }

@@ -66,6 +66,15 @@ _ENCODED_MAX = 512
 _TEXT_PLAIN = [("content-type", "text/plain; charset=utf-8")]
 
 
+def _declared_over(length: str, limit: int) -> bool:
+    """A Content-Length over ``limit``, read as ASCII digits (leading zeros and all, never int() of
+    thousands of digits); anything else is the ASGI server's to refuse."""
+    if not (length.isascii() and length.isdigit()):
+        return False
+    digits = length.lstrip("0")
+    return len(digits) > 18 or (digits != "" and int(digits) > limit)
+
+
 class _TooLarge(Exception):
     """The request body passed ``max_body``."""
 
@@ -188,7 +197,7 @@ class ASGIApp:
         headers = Headers.from_raw(scope.get("headers") or [])
         length = headers.get("content-length")
         try:
-            if length is not None and length.isdigit() and int(length) > self.max_body:
+            if length is not None and _declared_over(length, self.max_body):
                 raise _TooLarge
             body = await self._read_body(receive)
         except _TooLarge:

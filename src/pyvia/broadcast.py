@@ -338,7 +338,10 @@ class Broadcaster:
                 app._report(exc, ctx, "render")
                 view = None
             data = frames[0] if len(frames) == 1 else b"".join(frames)
-            ctx.stream.send(data, view, now)
+            if ctx._pending is None and (view is None or type(view) is bytes):
+                ctx.stream.send(data, view, now)
+            else:  # an async view, or frames still waiting behind one: in order
+                ctx.deliver(data, view)
             sent += 1
             if deadline is not None and not (i - start) % _CHECK_EVERY and perf() >= deadline:
                 break

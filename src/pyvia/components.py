@@ -104,8 +104,8 @@ class Component:
             inner = view(is_update)
         return Markup(f'<div id="{self.element_id}">{inner}</div>')
 
-    def __html__(self) -> str:
-        return str(self.render(self.ctx._updating))
+    def __html__(self) -> Markup:
+        return self.render(self.ctx._updating)
 
     def __str__(self) -> str:
         return self.__html__()

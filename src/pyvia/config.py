@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,21 @@ class Config:
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
+    #: Forms posted to actions (docs/security.md#forms-and-uploads): at most this many fields
+    #: and files, this many bytes of fields (files aside) and of one file (None: only the
+    #: server's body limit); files above ``upload_spool_bytes`` go to a temporary file in
+    #: ``upload_dir`` (None: the system's). Past a limit: 413 with the reason.
+    max_form_fields: int = 1000
+    max_form_files: int = 100
+    max_form_bytes: int = 1 << 20
+    max_file_bytes: int | None = None
+    upload_spool_bytes: int = 1 << 20
+    upload_dir: str | None = None
+    #: The words a page shows when a request fails, by status (and ``lost``, ``gone``, ``default``);
+    #: merged over pyvia.alerts.DEFAULT_MESSAGES. Pages may add their own.
+    error_messages: Any = None
+    #: ``fn(channel) -> html`` drawing the alert (pyvia.alerts.ErrorChannel); None: the default one.
+    error_view: Any = None
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
     datastar_js: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -155,6 +170,14 @@ class Config:
         codings = ("zstd", "br", "gzip", "identity")
         if isinstance(self.compression_preference, str) or any(c not in codings for c in self.compression_preference):
             raise ConfigError(f"compression_preference={self.compression_preference!r}: a list of {codings}")
+        for name in ("max_form_fields", "max_form_files", "max_form_bytes", "upload_spool_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name}={value!r}: must be a whole number >= 0")
+        if self.max_file_bytes is not None and (
+                not isinstance(self.max_file_bytes, int) or isinstance(self.max_file_bytes, bool)
+                or self.max_file_bytes < 0):
+            raise ConfigError(f"max_file_bytes={self.max_file_bytes!r}: must be a byte count >= 0, or None")
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ConfigError(f"max_sessions={self.max_sessions!r}: must be a whole number >= 1")
         if not isinstance(self.sweep_interval, (int, float)) or self.sweep_interval <= 0:
@@ -178,6 +201,11 @@ class Config:
                 ipaddress.ip_network(proxy, strict=False)
             except ValueError:
                 raise ConfigError(f"trusted_proxies entry {proxy!r}: not an address or network") from None
+        if self.error_messages is not None and not isinstance(self.error_messages, Mapping):
+            raise ConfigError(f"error_messages={self.error_messages!r}: a mapping of status (or lost/gone/default) "
+                              "to the words to show")
+        if self.error_view is not None and not callable(self.error_view):
+            raise ConfigError(f"error_view={self.error_view!r}: a function of the error channel returning HTML")
         for origin in self.trusted_origins:
             if not isinstance(origin, str) or "://" not in origin:
                 raise ConfigError(f"trusted_origins entry {origin!r}: must look like 'https://example.com'")

@@ -8,13 +8,19 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from markupsafe import Markup
+
 from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL
+from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
@@ -37,46 +43,76 @@ log = logging.getLogger("pyvia")
 ActionCallback = Callable[..., Any]
 ViewCallable = Callable[..., str]
 
-__all__ = ["Action", "Context"]
+__all__ = ["Action", "BoundAction", "Context"]
 
 
 class Action:
     """A server callback the browser can trigger with ``@post(action.url)``.
 
     ``str(action)`` is the Datastar expression itself, so a template can write
-    ``data-on:click="{{ increment }}"``.
+    ``data-on:click="{{ increment }}"``. An action with typed parameters (``def toggle(item_id:
+    int)``) is called in the view to bind them: ``{{ toggle(item_id=item.id) }}``
+    (:mod:`pyvia.arguments`).
     """
 
-    __slots__ = ("callback", "is_async", "name", "pass_context", "url")
+    __slots__ = ("callback", "name", "params", "url")
 
     def __init__(self, name: str, callback: ActionCallback, url: str) -> None:
         self.name = name
         self.callback = callback
         self.url = url
-        self.is_async, required = _callable_shape(callback)
-        if required > 1:
-            raise DeclarationError(
-                f"action {name!r} takes {required} arguments; an action takes none or the Context"
-            )
-        self.pass_context = required == 1
+        self.params = parameters_of(callback, repr(name))
 
     @property
     def id(self) -> str:
         return self.name
 
-    def __str__(self) -> str:
-        # Datastar aborts a request still in flight when the same element posts again; the
-        # server may have run it anyway, so a quick second click would lose the first one's
-        # outcome on the client. Every click is an intent: never cancel. While the stream is
-        # down the request also carries the tab's snapshot (``_via_filter``), so a server that
-        # no longer holds the tab can revive it and run the action.
-        return f"@post('{self.url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
+    @property
+    def pass_context(self) -> bool:
+        return self.params.takes_context
 
-    def __html__(self) -> str:
-        return str(self).replace("'", "&#39;")
+    def __call__(self, **arguments: Any) -> BoundAction:
+        """This action with its arguments bound, for a view: ``toggle(item_id=3)``."""
+        if not arguments:
+            return BoundAction(self, self.url)
+        return BoundAction(self, f"{self.url}?{encode_arguments(self.name, self.params, arguments)}")
+
+    def __str__(self) -> str:
+        return _post(self.url)
+
+    def __html__(self) -> Markup:
+        return Markup(str(self).replace("'", "&#39;"))
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
+
+
+class BoundAction:
+    """An action with the arguments a view gave it: the same Datastar expression, another URL."""
+
+    __slots__ = ("action", "url")
+
+    def __init__(self, action: Action, url: str) -> None:
+        self.action = action
+        self.url = url
+
+    def __str__(self) -> str:
+        return _post(self.url)
+
+    def __html__(self) -> Markup:
+        return Markup(str(self).replace("'", "&#39;"))
+
+    def __repr__(self) -> str:
+        return f"BoundAction({self.action.name!r}, {self.url!r})"
+
+
+def _post(url: str) -> str:
+    # Datastar aborts a request still in flight when the same element posts again; the server
+    # may have run it anyway, so a quick second click would lose the first one's outcome on the
+    # client. Every click is an intent: never cancel. While the stream is down the request also
+    # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
+    # revive it and run the action.
+    return f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
 
 
 def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
@@ -111,8 +147,9 @@ class Context:
         "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
         # per request
         "request", "_cookies_out", "_batch",
-        # the browser's copy: the last snapshot's number
-        "_snapshot_seq",
+        # the browser's copy: the last snapshot's number, whether its alert shows a server message,
+        # the frames waiting behind an async view that is rendering
+        "_snapshot_seq", "_error_shown", "_pending",
         # lifecycle, driven by the App
         "state", "deadline", "last_action", "revived", "stream",
         # user data
@@ -155,6 +192,8 @@ class Context:
         self._cookies_out: list[str] = []
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
+        self._error_shown = False
+        self._pending: deque[tuple[bytes, Any]] | None = None
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
@@ -449,7 +488,8 @@ class Context:
             ns.update(data)
         return self.app.templates.render(template, ns, block)
 
-    def render_view(self, is_update: bool) -> str:
+    def render_view(self, is_update: bool) -> str | Awaitable[str]:
+        """The view's HTML; an awaitable of it when the view is ``async``."""
         view = self._view
         if view is None:
             return ""
@@ -459,8 +499,18 @@ class Context:
             return self.render(view, data, block=self._view_block if is_update else None)
         return view(is_update)
 
-    def _view_frame(self) -> bytes | None:
+    def _view_frame(self) -> bytes | asyncio.Future[bytes | None] | None:
+        """The view as a patch frame; a future of it for an ``async`` view (awaitable by every tab of
+        a shared render)."""
         markup = self.render_view(True)
+        if not isinstance(markup, str):
+            return self.app.create_task(self._frame_when_rendered(markup))
+        return self._frame_of(markup)
+
+    async def _frame_when_rendered(self, pending: Awaitable[str]) -> bytes | None:
+        return self._frame_of(await pending)
+
+    def _frame_of(self, markup: str) -> bytes | None:
         if not markup:
             return None
         if self._view_block is not None:
@@ -621,6 +671,17 @@ class Context:
         """
         self._send(protocol.check_events(events), None)
 
+    def show_error(self, message: str) -> None:
+        """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds."""
+        self._error_shown = True
+        self._send(protocol.patch_signals({ERROR_SIGNAL: message}), None)
+
+    def clear_error(self) -> None:
+        """Hide the message the server put in the tab's alert, if any."""
+        if self._error_shown:
+            self._error_shown = False
+            self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
+
     def exec_script(self, js: str, *, auto_remove: bool = True,
                     attributes: Mapping[str, str] | Sequence[str] | None = None, event_id: str | None = None,
                     retry: int | None = None) -> None:
@@ -648,17 +709,43 @@ class Context:
         changed = self.changed_signals()
         return protocol.patch_signals(changed) if changed else b""
 
-    def _send(self, data: bytes, view: bytes | None) -> None:
+    def _send(self, data: bytes, view: bytes | Awaitable[bytes | None] | None) -> None:
         if self.state is State.DESTROYED:
             return
         batch = self._batch
         if batch is not None:
             if view is not None:
-                batch.append(view)
+                batch.append(view)  # type: ignore[arg-type]  # an awaitable too: _end_batch sorts them out
             if data:
                 batch.append(data)
             return
-        self.stream.send(data, view, self.app.clock.now())
+        self.deliver(data, view)
+
+    def deliver(self, data: bytes, view: bytes | Awaitable[bytes | None] | None = None) -> None:
+        """Write a frame to the tab's stream now, or, while an ``async`` view is still rendering,
+        after it: a tab's updates always arrive in the order they were made."""
+        queue = self._pending
+        if queue is None:
+            if view is None or type(view) is bytes:
+                self.stream.send(data, view, self.app.clock.now())  # type: ignore[arg-type]  # bytes, checked
+                return
+            queue = self._pending = deque()
+            self.app._spawn(self._deliver_in_order(queue), self, "render")
+        queue.append((data, view))
+
+    async def _deliver_in_order(self, queue: deque[tuple[bytes, Any]]) -> None:
+        while queue:
+            data, view = queue[0]
+            if view is not None and type(view) is not bytes:
+                try:
+                    view = await view
+                except Exception as exc:  # the render failed: the frames behind it still go out
+                    self.app._report(exc, self, "render", reraise=False)
+                    view = None
+            queue.popleft()
+            if self.state is not State.DESTROYED:
+                self.stream.send(data, view, self.app.clock.now())
+        self._pending = None
 
     def _begin_batch(self) -> None:
         self._batch = []
@@ -669,8 +756,16 @@ class Context:
         frame = self._signal_frame()
         if frame:
             batch = [*(batch or []), frame]
-        if batch:
-            self.stream.send(b"".join(batch), None, self.app.clock.now())
+        if not batch:
+            return
+        if all(type(part) is bytes for part in batch):
+            self.deliver(b"".join(batch))
+            return
+        for part in batch:  # an async view rendering: each part in order, the view when it is done
+            if type(part) is bytes:
+                self.deliver(part)
+            else:
+                self.deliver(b"", part)
 
     def apply_client_signals(self, values: Mapping[str, Any]) -> None:
         """Write the browser's values into the writable signals; other ids are ignored.
@@ -702,9 +797,10 @@ class Context:
 
     # --- running user code ----------------------------------------------------------------------
 
-    def run_action(self, action: Action) -> Awaitable[None] | None:
+    def run_action(self, action: Action, arguments: Mapping[str, Any] | None = None) -> Awaitable[None] | None:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
-        result = action.callback(self) if action.pass_context else action.callback()
+        kwargs = arguments or {}
+        result = action.callback(self, **kwargs) if action.pass_context else action.callback(**kwargs)
         if inspect.isawaitable(result):
             return result
         return None

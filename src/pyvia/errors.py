@@ -9,6 +9,7 @@
     │  └─ DeclarationError (also ValueError) a bad signal, action or view declaration
     ├─ ClientError         the browser sent something wrong; ``.status`` is the HTTP answer
     │  ├─ MalformedRequest     400
+    │  ├─ UserError            400  (raised by app code: its message is shown to the user)
     │  ├─ ContextNotFound      400  (unknown tab that cannot be revived)
     │  ├─ Forbidden            403  (another session's tab, a foreign Origin)
     │  ├─ NotFound             404
@@ -23,6 +24,9 @@
     │     └─ PoolTimeout       503  every connection (or SQLite's write permit) stayed busy too long
     └─ DatabaseError       a statement failed (bad SQL, a constraint); answered with a bare 500
        └─ IntegrityError   a unique, foreign-key, not-null or check constraint refused a write
+
+Warnings: ``PyviaDeprecationWarning`` (a ``UserWarning``, so it shows by default) names a spelling
+that goes in the next minor release, and the one to use instead.
 
 Database errors are the same classes whichever back end runs (SQLite or PostgreSQL); the
 driver's own exception is their ``__cause__``.
@@ -49,6 +53,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PoolTimeout",
+    "PyviaDeprecationWarning",
     "PyviaError",
     "RateLimited",
     "RouteError",
@@ -56,7 +61,14 @@ __all__ = [
     "SignalTooLarge",
     "TabGone",
     "UsageError",
+    "UserError",
 ]
+
+
+class PyviaDeprecationWarning(UserWarning):
+    """A spelling that goes in the next minor release; the message names its replacement.
+
+    A ``UserWarning`` rather than a ``DeprecationWarning``, which Python hides outside tests."""
 
 
 class PyviaError(Exception):
@@ -94,6 +106,18 @@ class ClientError(PyviaError):
 class MalformedRequest(ClientError):
     status = 400
     public_message = "Bad Request"
+
+
+class UserError(ClientError):
+    """A refusal meant for the user: ``raise UserError("That name is taken")`` in an action answers
+    400 (or ``status``) and the page shows the message in its alert."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        if not 400 <= status <= 499:
+            raise ValueError(f"UserError status {status} must be a 4xx")
+        super().__init__(message)
+        self.status = status
+        self.public_message = message
 
 
 class ContextNotFound(ClientError):

@@ -19,6 +19,7 @@ import orjson
 from jinja2.runtime import new_context
 from markupsafe import Markup
 
+from pyvia.alerts import FETCH_EVENTS
 from pyvia.protocol import FILTER_DOWN, seed_json
 
 VIEW_ID = "via-view"
@@ -86,10 +87,9 @@ def signals_attr(values: Mapping[str, Any]) -> str:
 #: How the stream is opened: Datastar's own retries keep it open for good (and send the id of
 #: the last event they got, so the server can resume), backing off to at most 8 s between tries.
 _STREAM_OPTIONS = "openWhenHidden: true, retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000"
-#: A stream error or a failed try shows the tab as disconnected until the next stream's first
-#: event, and makes its actions carry the snapshot (``Action.__str__``) meanwhile.
-_LOST = ("['retrying', 'error'].includes(evt.detail.type) && evt.detail.el.id.startsWith('via-') "
-         f"&& ($_disconnected = true, $_via_filter = {orjson.dumps(FILTER_DOWN).decode()})")
+#: What the page does with Datastar's fetch events (pyvia.alerts): a failed request shows its
+#: status, a stream that retries shows the tab as lost and makes its actions carry the snapshot.
+_FETCH_EVENTS = FETCH_EVENTS % orjson.dumps(FILTER_DOWN).decode()
 
 
 def bootstrap_head(
@@ -109,7 +109,7 @@ def bootstrap_head(
     nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
     return (
         f'<meta id="via-boot" data-signals="{signals_attr(signals)}" data-init="{html.escape(get)}" '
-        f'data-on:datastar-fetch="{html.escape(_LOST)}" '
+        f'data-on:datastar-fetch="{html.escape(_FETCH_EVENTS)}" '
         f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
         f'<meta id="via-revive" data-effect="{html.escape("$_via_revive && " + post)}">\n'
         f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"{nonce_attr}>'

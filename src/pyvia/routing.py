@@ -37,6 +37,9 @@ class Route:
     #: How the handler is called: (source, name, cast) per parameter, decided at registration.
     call_args: tuple[Any, ...] = field(default=())
     is_async: bool = False
+    #: A page's words for failures (pyvia.alerts) and its alert element, made at registration.
+    messages: dict[str, str] = field(default_factory=dict)
+    alert: str = ""
 
 
 def compile_route(

@@ -8,8 +8,9 @@ A scope is a name. Four are built in:
   session id, never the cookie itself);
 * ``GLOBAL`` — every tab.
 
-Any other name made of ``[A-Za-z0-9]`` parts joined by ``:`` is a custom scope
-(``room:lobby``) that tabs join with ``c.add_scope`` or by declaring a signal in it. Broadcasts
+Any other name made of parts joined by ``:`` is a custom scope (``room:lobby``, ``room:café``;
+``Scope.custom("room", name)`` makes one from any text) that tabs join with ``c.add_scope`` or
+by declaring a signal in it. Broadcasts
 accept ``*`` wildcards (``room:*``). Every tab is a member of its route, session and the global
 scope from the start; custom scopes are joined explicitly.
 
@@ -42,15 +43,20 @@ ROUTE = "route"
 SESSION = "session"
 GLOBAL = "global"
 
-# Parts are letters and digits only, so the browser ids made from them (':' becomes '_') never collide.
-_CUSTOM = re.compile(r"[A-Za-z0-9]+(?::[A-Za-z0-9]+)*\Z")
-_PATTERN = re.compile(r"[A-Za-z0-9*]+(?::[A-Za-z0-9*]+)*\Z")
+#: A custom scope: parts joined by ':', each any text but control characters (and, in a concrete
+#: name, '*', which makes a pattern). ``Scope.custom`` escapes a name that holds ':', '*' or '%'.
+_CUSTOM = re.compile(r"[^\x00-\x1f\x7f:*]+(?::[^\x00-\x1f\x7f:*]+)*\Z")
+_PATTERN = re.compile(r"[^\x00-\x1f\x7f:]+(?::[^\x00-\x1f\x7f:]+)*\Z")
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
+_ESCAPED = re.compile(r"[%:*\x00-\x1f\x7f]")
+_ID_SAFE = re.compile(r"[A-WYZa-z0-9]")
 _MAX_SCOPE = 200
 _MISSING = object()
 
 
 class Scope:
-    """The built-in scope names, as ``Scope.TAB`` etc. (plain strings work as well)."""
+    """The built-in scope names, as ``Scope.TAB`` etc. (plain strings work as well), and the makers
+    of concrete ones: ``Scope.custom("room", name)`` for any name."""
 
     TAB = TAB
     ROUTE = ROUTE
@@ -64,6 +70,23 @@ class Scope:
     @staticmethod
     def session(session_id: str) -> str:
         return "session:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+    @staticmethod
+    def custom(kind: str, *names: str) -> str:
+        """The scope ``kind:name…`` for names of any text (``Scope.custom("room", "café")``): a ':',
+        '*' or '%' in a name is escaped, so distinct names are distinct scopes and a name is never a
+        pattern. ``Scope.custom("room", "*")`` is not the pattern ``room:*``; write that as is."""
+        if not isinstance(kind, str) or not _KIND.match(kind) or kind in (TAB, ROUTE, SESSION, GLOBAL):
+            raise DeclarationError(f"scope kind {kind!r} must match [A-Za-z][A-Za-z0-9]* and not be a built-in one, "
+                                   "like 'room'")
+        if not names:
+            raise DeclarationError(f"Scope.custom({kind!r}) needs at least one name")
+        parts = [kind]
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise DeclarationError(f"scope name {name!r} of kind {kind!r} must be a non-empty str")
+            parts.append(_ESCAPED.sub(lambda m: f"%{ord(m.group()):02X}", name))
+        return check_custom(":".join(parts))
 
 
 def resolve(scope: str, route_pattern: str, session_id: str) -> str:
@@ -80,9 +103,12 @@ def resolve(scope: str, route_pattern: str, session_id: str) -> str:
 
 def check_custom(scope: str) -> str:
     if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _CUSTOM.match(scope):
+        star = isinstance(scope, str) and "*" in scope
         raise DeclarationError(
-            f"scope {scope!r} must be tab, route, session, global or parts of [A-Za-z0-9] joined by ':' "
-            f"(at most {_MAX_SCOPE} characters), like 'room:lobby'"
+            f"scope {scope!r} must be tab, route, session, global or non-empty parts joined by ':' "
+            f"(at most {_MAX_SCOPE} characters, no control characters), like 'room:lobby'"
+            + ("; a '*' makes it a pattern, which only app.broadcast takes: for a name holding one, "
+               "use Scope.custom('room', name)" if star else "")
         )
     if scope.split(":", 1)[0] in (TAB, ROUTE, SESSION) and ":" in scope:
         raise DeclarationError(f"scope {scope!r}: the prefixes tab:, route: and session: are pyvia's")
@@ -100,20 +126,39 @@ def check_broadcast_target(scope: str) -> str:
         return scope
     if scope == GLOBAL:
         return scope
-    if len(scope) > _MAX_SCOPE or not _PATTERN.match(scope):
+    if not isinstance(scope, str) or len(scope) > _MAX_SCOPE or not _PATTERN.match(scope):
         raise DeclarationError(f"broadcast target {scope!r} is not a scope name or a '*' pattern of one")
     return scope
 
 
 def signal_key(scope: str, name: str) -> str:
-    """The key of a scoped signal: readable, and distinct from every tab signal's name."""
+    """The key of a scoped signal in the browser: readable, and distinct for distinct (scope, name)
+    and from every tab signal's name (a tab signal has no ``__``)."""
     if scope.startswith("route:"):
         prefix = "route"  # a tab is on one route and in one session, so the kind is enough
     elif scope.startswith("session:"):
         prefix = "session"
     else:
-        prefix = scope.replace(":", "_")
+        prefix = _id_text(scope)
     return f"{prefix}__{name}"
+
+
+def _id_text(scope: str) -> str:
+    """``scope`` in the letters a Datastar signal name may use, one to one: letters and digits stay,
+    ':' becomes '_', 'X' becomes 'XX' and anything else 'X' + its code in hex + '_'."""
+    if scope.isascii() and scope.replace(":", "").isalnum() and "X" not in scope:
+        return scope.replace(":", "_")  # the common case: room:lobby → room_lobby
+    out = []
+    for char in scope:
+        if char == ":":
+            out.append("_")
+        elif char == "X":
+            out.append("XX")
+        elif _ID_SAFE.match(char):
+            out.append(char)
+        else:
+            out.append(f"X{ord(char):x}_")
+    return "".join(out)
 
 
 class SharedSignal(Signal[T]):

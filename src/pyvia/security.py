@@ -1,7 +1,7 @@
-"""Request-level defences: the client's address behind proxies, per-address rate limits, and
-which peers and ``Host`` names a server accepts.
+"""Request-level defences: the client's address and scheme behind proxies, whether an ``Origin``
+is this site's, per-address rate limits, and which peers and ``Host`` names a server accepts.
 
-Pure decisions over values and a clock reading: the App calls the first two on the action path,
+Pure decisions over values and a clock reading: the App calls the first three on the action path,
 the native server the last two at accept and per request, and the settings use them to check
 ``per_ip_exempt`` and ``allowed_hosts`` before anything starts.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from pyvia.http import Request
 
-__all__ = ["HostPolicy", "PeerExemption", "RateLimiter", "TrustedProxies", "normalize_host"]
+__all__ = ["HostPolicy", "PeerExemption", "RateLimiter", "TrustedProxies", "normalize_host", "same_origin"]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -51,6 +51,41 @@ class TrustedProxies:
             if not self._trusted(address):
                 return address
         return chain[0] if chain else peer
+
+    def scheme(self, request: Request) -> str:
+        """The scheme the client used: what a trusted proxy says (``X-Forwarded-Proto``, else
+        the ``proto`` of ``Forwarded``), else the request's own. A proxy that terminates TLS
+        talks plain HTTP to us, so without it an ``https`` page's Origin would look foreign."""
+        if not self._trusted(request.client):
+            return request.scheme
+        for header in request.headers.get_all("x-forwarded-proto"):
+            first = header.split(",", 1)[0].strip().lower()
+            if first:
+                return first
+        for header in request.headers.get_all("forwarded"):
+            for pair in header.split(",", 1)[0].split(";"):
+                key, _, value = pair.strip().partition("=")
+                if key.lower() == "proto" and value.strip('"'):
+                    return value.strip('"').lower()
+        return request.scheme
+
+
+_DEFAULT_PORT = {"http": ":80", "https": ":443"}
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether ``origin`` (an ``Origin`` header) is ``scheme://host``, the site the request was
+    sent to: same scheme, host and port (a default port written or not), compared without case.
+    ``null``, an opaque or foreign scheme, or another host or port is not."""
+    their_scheme, sep, their_host = origin.partition("://")
+    scheme = scheme.lower()
+    if not sep or their_scheme.lower() != scheme or not host:
+        return False
+    default = _DEFAULT_PORT.get(scheme)
+    theirs, ours = their_host.lower(), host.strip().lower()
+    if default is not None:
+        theirs, ours = theirs.removesuffix(default), ours.removesuffix(default)
+    return theirs == ours
 
 
 def _forwarded_for(request: Request) -> list[str]:

@@ -1,8 +1,13 @@
-"""Session cookies and signed context ids.
+"""Signed session ids and signed context ids.
+
+A session id is random and signed with the app's secret, so the server recognises the ids it
+issued (on any worker, after a restart) without a record, and adopts no id it never issued: a
+planted cookie is replaced, never made a session (session fixation).
 
 A context id carries what revival needs — the route pattern and path params — signed with the
 app's secret and bound to the session, so a tab can be rebuilt after the process restarts or on
-another worker without any server-side record, and no other session can forge or replay it.
+another worker without any server-side record, and no other session can forge or replay it. Only
+the canonical spelling of an id verifies, so no alias of it names another tab.
 """
 
 from __future__ import annotations
@@ -23,18 +28,60 @@ SECURE_SESSION_COOKIE = "__Host-via_session_id"
 SESSION_MAX_AGE = 30 * 24 * 3600
 #: ``request.state`` key set by the page view that made the session: nothing else knows it yet.
 NEW_SESSION = "_new_session"
-_SESSION_ID = re.compile(r"[0-9a-f]{32}\Z")
+#: 32 hex digits of randomness (128 bits), then 32 of their HMAC under the app's secret.
+_SESSION_ID = re.compile(r"[0-9a-f]{64}\Z")
+_NONCE_HEX = 32
 _SIG_BYTES = 18
+_B64URL = re.compile(r"[A-Za-z0-9_-]*\Z")
 
 log = logging.getLogger("pyvia")
 
 
-def new_session_id() -> str:
-    return secrets.token_hex(16)
-
-
 def is_session_id(value: str | None) -> bool:
+    """Whether ``value`` has the shape of a session id (64 lowercase hex digits); not whether
+    this server issued it, which :meth:`SessionIds.is_issued` decides."""
     return value is not None and _SESSION_ID.match(value) is not None
+
+
+class SessionIds:
+    """Makes session ids and recognises the ones signed with this secret.
+
+    Every worker and every restart with the same secret recognise the same ids, with no record
+    kept; an id in the right shape that this secret did not sign is not a session.
+    """
+
+    __slots__ = ("_issued", "_key")
+
+    #: Ids recently found issued: one dict lookup instead of an HMAC per request. Cleared when
+    #: full, so made-up ids cannot grow it (only issued ones go in).
+    _CACHE_MAX = 16_384
+
+    def __init__(self, secret: bytes) -> None:
+        self._key = hashlib.sha256(b"pyvia session id\0" + secret).digest()
+        self._issued: set[str] = set()
+
+    def _tag(self, nonce: str) -> str:
+        return hmac.digest(self._key, nonce.encode(), "sha256").hex()[: len(nonce)]
+
+    def make(self) -> str:
+        """A new session id: 128 random bits from the OS's CSPRNG and their signature."""
+        nonce = secrets.token_hex(_NONCE_HEX // 2)
+        return nonce + self._tag(nonce)
+
+    def is_issued(self, value: str | None) -> bool:
+        """Whether ``value`` is a session id signed with this secret."""
+        if value is None:
+            return False
+        if value in self._issued:
+            return True
+        if _SESSION_ID.match(value) is None or not hmac.compare_digest(
+            value[_NONCE_HEX:], self._tag(value[:_NONCE_HEX])
+        ):
+            return False
+        if len(self._issued) >= self._CACHE_MAX:
+            self._issued.clear()
+        self._issued.add(value)
+        return True
 
 
 def _b64(data: bytes) -> str:
@@ -42,7 +89,14 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Decode unpadded base64url, strictly: a character outside the alphabet, padding, or a
+    spelling that is not the canonical one (stray low bits) is a ValueError."""
+    if _B64URL.match(text) is None or len(text) % 4 == 1:
+        raise ValueError("not canonical unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not canonical unpadded base64url")
+    return data
 
 
 class ContextIds:
@@ -82,8 +136,8 @@ class ContextIds:
             signature = _unb64(sig)
         except (ValueError, TypeError):
             return None
-        if _b64(payload) != body or not hmac.compare_digest(signature, self._sign(payload, session_id)):
-            return None  # only the canonical spelling of an id is that id
+        if not hmac.compare_digest(signature, self._sign(payload, session_id)):
+            return None
         try:
             route, params, _nonce = orjson.loads(payload)
         except (orjson.JSONDecodeError, ValueError, TypeError):

@@ -151,8 +151,8 @@ class Signal(Generic[T]):
     def __str__(self) -> str:
         return self.as_str()
 
-    def __html__(self) -> str:
-        return str(Markup.escape(self.as_str()))
+    def __html__(self) -> Markup:
+        return Markup.escape(self.as_str())
 
     def __repr__(self) -> str:
         return f"Signal({self.name!r}, {self._value!r})"

@@ -85,7 +85,8 @@ class SessionData(MutableMapping[str, Any]):
     """One session's data: ``c.session_data["user"]``. Shared by every tab of the session.
 
     With several workers it is kept in the engine (values must be JSON): assign values rather than
-    changing them in place, so the change is seen and sent.
+    changing them in place, so the change is seen and sent. Each assignment or deletion changes
+    that one key in the engine, so two workers writing different keys of a session lose neither.
     """
 
     __slots__ = ("_data", "key", "link")
@@ -99,14 +100,14 @@ class SessionData(MutableMapping[str, Any]):
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._data[key] = value
         if self.link is not None:
-            self.link.put_session(self)
+            self.link.set_session_item(self, key, value)  # raises TypeError for a value JSON cannot hold
+        self._data[key] = value
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
         if self.link is not None:
-            self.link.put_session(self)
+            self.link.delete_session_item(self, key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)

@@ -18,12 +18,13 @@ import asyncio
 import html as html_lib
 import inspect
 import re
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import brotli
 import orjson
@@ -123,6 +124,13 @@ class _Decoder:
             data = self._obj.unused_data
             self._obj = self._new()
         return out
+
+
+def _apps(app: App) -> Iterator[App]:
+    """An app and the apps mounted in it, at any depth."""
+    yield app
+    for _, mounted in app._mounts:
+        yield from _apps(mounted)
 
 
 def _forget_tabs(app: App) -> None:
@@ -267,7 +275,12 @@ class TestClient:
         self._owner = not isinstance(app.clock, ManualClock)
         if self._owner:
             self.clock = ManualClock()
-            app.start(self.clock)
+            try:
+                app.start(self.clock, self.loop)
+            except BaseException:
+                self.loop.close()  # a refused start (a database that cannot open) leaves nothing open
+                self._loop = None
+                raise
             if app.persists_in_db:
                 self.loop.run_until_complete(app.restore_from_db())
         else:
@@ -296,6 +309,22 @@ class TestClient:
             self._loop.close()
             self._loop = None
 
+    def settle(self, timeout: float = 5.0) -> None:
+        """Run the app's background work (async views rendering, spawned tasks) until none is left,
+        for at most ``timeout`` seconds of real time; the manual clock does not move."""
+        deadline = time.monotonic() + timeout
+        while self.app._tasks and time.monotonic() < deadline:
+            self.loop.run_until_complete(asyncio.wait(list(self.app._tasks), timeout=deadline - time.monotonic()))
+            self.clock.run_due()
+
+    def _settle_renders(self, timeout: float = 5.0) -> None:
+        """Let async views that are rendering finish, so a request's frames are all in when it returns."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+                ctx._pending is not None for app in _apps(self.app) for ctx in app.contexts.values()):
+            self.loop.run_until_complete(asyncio.sleep(0.001))
+            self.clock.run_due()
+
     # --- plain requests ----------------------------------------------------------------------------
 
     def request(
@@ -309,6 +338,8 @@ class TestClient:
         cookies: bool = True,
     ) -> Response | StreamResponse:
         path, _, query = path.partition("?")
+        if "%" in path:
+            path = unquote(path)  # as the servers give the core its path: percent-decoded
         base = self.app.config.base_path
         if base != "/" and path.startswith(base):
             path = "/" + path[len(base):]  # what a mounting front end or proxy does
@@ -329,6 +360,7 @@ class TestClient:
         if inspect.isawaitable(result):
             result = self.loop.run_until_complete(result)
         self.clock.run_due()
+        self._settle_renders()
         for name, value in result.headers:
             if name.lower() == "set-cookie":
                 cname, _, rest = value.partition("=")

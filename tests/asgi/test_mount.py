@@ -23,10 +23,10 @@ from starlette.routing import Mount, Route
 from pyvia import App
 from pyvia.asgi import asgi
 from tests.asgi.servers import ServerThread, open_page, open_stream, post_action, request, serving
-from tests.helpers import frame_body, signals_event
+from tests.helpers import OPENING, frame_body, signals_event
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "examples" / "templates"
-FIRST = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n'
+FIRST = OPENING
 
 
 def counter_app(**options: Any) -> App:

@@ -7,9 +7,9 @@ from examples.counter import app as counter_app
 from pyvia.asgi import asgi
 from pyvia.lifecycle import State
 from tests.asgi.servers import GranianProcess, open_page, open_stream, post_action, request, serving
-from tests.helpers import frame_body, signals_event
+from tests.helpers import OPENING, frame_body, signals_event
 
-FIRST = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n'
+FIRST = OPENING
 
 
 def round_trip(host: str, port: int) -> str:

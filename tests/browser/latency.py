@@ -27,6 +27,8 @@ class LatencyProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        #: While set, connections are refused at once (a server that is down).
+        self.refusing = False
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self._thread.start()
@@ -48,6 +50,9 @@ class LatencyProxy:
         self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
@@ -93,6 +98,19 @@ class LatencyProxy:
     def requests_to(self, path_prefix: bytes) -> int:
         """How many requests went through for a path starting with ``path_prefix``."""
         return sum(1 for line in self.request_lines if line.split(b" ")[1].startswith(path_prefix))
+
+    def go_down(self) -> None:
+        """Cut every connection and refuse new ones, as a server that went away would."""
+        self.refusing = True
+
+        def cut() -> None:
+            for writer in list(self._writers):
+                writer.transport.abort()
+
+        self._loop.call_soon_threadsafe(cut)
+
+    def come_back(self) -> None:
+        self.refusing = False
 
     def close(self) -> None:
         def stop() -> None:

@@ -30,7 +30,8 @@ def start_caddy(app: str, tmp_path: Path, worker_ports: int | None = None) -> It
     extra: tuple[str, ...] = ("--workers", "2")
     if worker_ports is not None:
         extra += ("--worker-ports", str(worker_ports))
-    server = ServerProcess(app, free_port(), extra=extra)
+    # Caddy terminates TLS: trusted, its X-Forwarded-Proto tells the Origin check the page was https
+    server = ServerProcess(app, free_port(), extra=extra, env={"PYVIA_APP__TRUSTED_PROXIES": '["127.0.0.1"]'})
     server.start()
     port = free_port()
     upstream = (f"127.0.0.1:{worker_ports} 127.0.0.1:{worker_ports + 1}" if worker_ports is not None

@@ -25,9 +25,13 @@ def find_redis_server() -> str:
 
 
 class RedisServer:
-    """A throwaway ``redis-server`` on 127.0.0.1 without persistence; restartable on the same port."""
+    """A throwaway ``redis-server`` on 127.0.0.1, restartable on the same port: without persistence,
+    or with ``durable`` an append-only file written before each answer (``appendfsync always``),
+    so what it acknowledged survives a kill -9."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, durable: bool = False, password: str | None = None) -> None:
+        self.durable = durable
+        self.password = password
         self.binary = find_redis_server()
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="pyvia-redis-"))
@@ -35,11 +39,14 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        login = f":{self.password}@" if self.password is not None else ""
+        return f"redis://{login}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> str:
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             *(("--appendonly", "yes", "--appendfsync", "always") if self.durable else ("--appendonly", "no")),
+             *(("--requirepass", self.password) if self.password is not None else ()),
              "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -50,7 +57,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up (and asking for a password)
                         return self.url
             except OSError:
                 pass

@@ -23,6 +23,9 @@ from pyvia.scopes import Scope
     "room:*",
     "route:/chat/*",
     "*",
+    Scope.custom("room", "my room"),  # any text is a name: the browser ids made from it are escaped
+    Scope.custom("room", "<script>"),
+    Scope.custom("room", "café", "a:b*c"),
 ])
 def test_scopes_the_core_makes_are_valid_on_the_wire(name: str) -> None:
     assert valid_wire_scope(name)
@@ -39,10 +42,9 @@ def test_scopes_the_core_makes_are_valid_on_the_wire(name: str) -> None:
     "session:0123",
     "route:items",  # a route pattern starts with '/'
     "route:/a b",
-    "room lobby",
     "room:lobby\n",
+    "room:lob\x00by",
     "room::lobby",
-    "room:<script>",
     "room:**",
     None,
     42,

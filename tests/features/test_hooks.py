@@ -24,7 +24,7 @@ def test_presence_and_connect_hooks() -> None:
         assert app.count_clients("room:x") == 2
         assert app.count_clients("room:*") == 3
         assert app.count_clients() == 3
-        assert {ctx.id for ctx in app.clients("room:y")} == {c.id}
+        assert {ctx.id for ctx in app.local_clients("room:y")} == {c.id}
         b.disconnect()
         assert app.count_clients("room:x") == 1
         assert log == ["+/room/{name}"] * 3 + ["-/room/{name}"]
@@ -231,3 +231,21 @@ def test_an_error_that_keeps_coming_is_logged_once_a_minute(caplog) -> None:
             logged = [r for r in caplog.records if r.levelname == "ERROR" and "error in timer" in r.getMessage()]
             assert len(logged) == 2
             assert "and 299 more like it" in logged[1].getMessage()
+
+
+def test_app_clients_is_renamed_local_clients_and_says_so() -> None:
+    import pytest
+
+    from pyvia import PyviaDeprecationWarning
+
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.view(lambda: "<main id='m'></main>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        with pytest.warns(PyviaDeprecationWarning, match=r"app\.local_clients\(\)"):
+            listed = app.clients()
+        assert [ctx.id for ctx in listed] == [ctx.id for ctx in app.local_clients()] == [tab.id]

@@ -130,7 +130,8 @@ def test_idle_stream_gets_a_keep_alive_comment() -> None:
         assert tab.writes == before
         client.clock.advance(10)
         assert tab.writes == before + 1  # a comment: no event parsed
-        assert tab.new_events()[-1].signals == {"_disconnected": False, "_via_filter": protocol.FILTER_OPEN}
+        assert tab.new_events()[-1].signals == {"_disconnected": False, "_via_filter": protocol.FILTER_OPEN,
+                                                "_via_lost": False}
 
 
 def test_destroyed_context_leaves_no_reference_cycle() -> None:

@@ -144,7 +144,7 @@ def test_regenerate_session_rotates_the_cookie_and_keeps_the_tabs() -> None:
         old = client.cookies["via_session_id"]
         tab.action("login", name="ann")
         new = client.cookies["via_session_id"]
-        assert new != old and re.fullmatch(r"[0-9a-f]{32}", new)
+        assert new != old and re.fullmatch(r"[0-9a-f]{64}", new)
         assert tab.action("inc").status == 200
         assert other_tab.action("inc").status == 200  # the other tab moved with the session
         assert app.session_data(new)["user"] == "ann"

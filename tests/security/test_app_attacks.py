@@ -66,7 +66,7 @@ def test_secure_cookie_is_host_prefixed_and_a_planted_plain_cookie_is_no_session
     with running_server(counter_app(secure_cookie=True)) as (host, port):
         page, seed, cookie = open_page(host, port)
         set_cookie = page.header("set-cookie") or ""
-        assert re.fullmatch(r"__Host-via_session_id=[0-9a-f]{32}", cookie)
+        assert re.fullmatch(r"__Host-via_session_id=[0-9a-f]{64}", cookie)
         attributes = {a.strip().split("=")[0].lower() for a in set_cookie.split(";")[1:]}
         assert {"path", "secure", "httponly", "samesite"} <= attributes and "domain" not in attributes
         assert "Path=/;" in set_cookie

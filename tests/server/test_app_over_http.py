@@ -16,7 +16,7 @@ from examples.counter import app as counter_app
 from pyvia import App, Context
 from pyvia.asgi import asgi
 from tests.asgi.servers import serving
-from tests.helpers import RawClient, RawResponse, frame_body, running_server
+from tests.helpers import OPENING, RawClient, RawResponse, frame_body, running_server
 from tests.processes import ServerProcess, free_port
 
 SEED = re.compile(r'data-signals="([^"]*)"')
@@ -107,7 +107,7 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
     host, port = counter_server
     page, seed, cookie = open_page(host, port)
     assert page.status == 200
-    assert re.fullmatch(r"via_session_id=[0-9a-f]{32}", cookie)
+    assert re.fullmatch(r"via_session_id=[0-9a-f]{64}", cookie)
     assert "HttpOnly" in page.header("set-cookie") and "SameSite=Lax" in page.header("set-cookie")
     m = re.search(r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"',
                   page.body.decode())
@@ -119,8 +119,7 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
         assert head.header("cache-control") == "no-cache"
         assert head.header("x-accel-buffering") == "no"
         first = frame_body(stream.read_chunk())
-        assert first == (b'event: datastar-patch-signals\ndata: signals '
-                         b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_"}\n\n')
+        assert first == OPENING
         response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "step": 1}, cookie)
         assert (response.status, response.body) == (200, b"")
         patch = patch_of(stream.read_chunk())

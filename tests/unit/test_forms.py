@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pyvia.errors import MalformedRequest
-from pyvia.forms import Form, parse_form, request_signals
+from pyvia.forms import Form, FormLimits, parse_form, request_signals
 from pyvia.http import Headers, Request
 
 BOUNDARY = "----pyviaBoundary7MA4YWxk"
@@ -93,10 +96,34 @@ def test_multipart_empty_file_is_kept() -> None:
     assert upload.data == b""
 
 
-def test_multipart_file_larger_than_memory_threshold_is_read_whole() -> None:
-    data = bytes(range(256)) * 5000  # 1.28 MB: python-multipart spills files over 1 MiB to disk
-    body = multipart(('name="big"; filename="big.bin"', data))
-    assert parse_form(make_request(body, MULTIPART)).files["big"].data == data
+def test_multipart_file_larger_than_the_spool_threshold_is_on_disk_and_read_whole() -> None:
+    data = bytes(range(256)) * 5000  # 1.28 MB: over the 1 MiB upload_spool_bytes
+    body = multipart(('name="big"; filename="big.bin"', data), ('name="small"; filename="s.bin"', b"tiny"))
+    form = parse_form(make_request(body, MULTIPART))
+    big, small = form.files["big"], form.files["small"]
+    assert not big.in_memory and big.size == len(data) and big.data == data
+    assert os.path.exists(f"/proc/self/fd/{big.file.fileno()}")  # a real file, already unlinked
+    assert small.in_memory and small.data == b"tiny"
+    form.close()
+    assert big.file.closed and small.file.closed
+
+
+def test_the_spool_threshold_and_directory_are_settings(tmp_path: Path) -> None:
+    body = multipart(('name="doc"; filename="a.bin"', b"x" * 100))
+    limits = FormLimits(spool_bytes=10, upload_dir=str(tmp_path))
+    upload = parse_form(make_request(body, MULTIPART), limits).files["doc"]
+    assert not upload.in_memory and upload.data == b"x" * 100
+    assert os.readlink(f"/proc/self/fd/{upload.file.fileno()}").startswith(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # unnamed: nothing is left behind, even after a crash
+    upload.close()
+
+
+def test_a_file_input_left_empty_gives_no_file() -> None:
+    # what Chromium sends for <input type="file" name="doc"> with nothing chosen
+    body = multipart(('name="doc"; filename=""\r\nContent-Type: application/octet-stream', b""),
+                     ('name="title"', b"t"))
+    form = parse_form(make_request(body, MULTIPART))
+    assert form.files == {} and form.all_files == {} and form.fields == {"title": "t"}
 
 
 def test_multipart_content_type_is_case_insensitive() -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pyvia.session import ContextIds, is_session_id, load_secret, new_session_id
+from pyvia.session import ContextIds, SessionIds, is_session_id, load_secret
 
 SESSION = "0123456789abcdef0123456789abcdef"
 OTHER_SESSION = "fedcba9876543210fedcba9876543210"
+SIGNED = SessionIds(b"secret-one").make()
 
 
 @pytest.fixture
@@ -171,10 +173,39 @@ def test_two_state_dirs_get_different_secrets(monkeypatch: pytest.MonkeyPatch, t
 # --- session ids ---------------------------------------------------------------------------------
 
 
-def test_new_session_ids_are_valid_and_unique() -> None:
-    made = {new_session_id() for _ in range(200)}
+def test_new_session_ids_are_issued_and_unique() -> None:
+    ids = SessionIds(b"secret-one")
+    made = {ids.make() for _ in range(200)}
     assert len(made) == 200
-    assert all(is_session_id(s) for s in made)
+    assert all(is_session_id(s) and ids.is_issued(s) for s in made)
+
+
+def test_a_session_id_is_issued_for_its_secret_only() -> None:
+    made = SessionIds(b"secret-one").make()
+    assert SessionIds(b"secret-one").is_issued(made)  # another worker, or after a restart
+    assert not SessionIds(b"secret-two").is_issued(made)
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda s: s[:-1] + ("0" if s[-1] != "0" else "1"),  # another signature
+    lambda s: ("0" if s[0] != "0" else "1") + s[1:],  # another nonce, same signature
+    lambda s: s[:32] + "0" * 32,
+    lambda s: "0" * 32 + s[32:],
+    lambda s: s[:32],  # the old unsigned shape
+    lambda s: s.upper(),
+    lambda s: s + "\n",
+    lambda s: " " + s,
+])
+def test_a_well_formed_id_the_server_never_issued_is_not_a_session(tamper: Any) -> None:
+    ids = SessionIds(b"secret-one")
+    assert not ids.is_issued(tamper(ids.make()))
+
+
+def test_made_up_ids_do_not_fill_the_cache() -> None:
+    ids = SessionIds(b"secret-one")
+    for n in range(100):
+        assert not ids.is_issued(f"{n:064x}")
+    assert not ids._issued
 
 
 @pytest.mark.parametrize(
@@ -182,17 +213,59 @@ def test_new_session_ids_are_valid_and_unique() -> None:
     [
         None,
         "",
-        SESSION[:-1],
-        SESSION + "0",
-        SESSION.upper(),
-        SESSION[:-1] + "g",
-        SESSION + "\n",
-        " " + SESSION,
+        SESSION,  # 32 digits: the unsigned ids of earlier versions
+        SIGNED[:-1],
+        SIGNED + "0",
+        SIGNED.upper(),
+        SIGNED[:-1] + "g",
+        SIGNED + "\n",
+        " " + SIGNED,
     ],
 )
-def test_is_session_id_refuses_anything_but_32_lowercase_hex(value: str | None) -> None:
+def test_is_session_id_refuses_anything_but_64_lowercase_hex(value: str | None) -> None:
     assert not is_session_id(value)
 
 
-def test_is_session_id_accepts_32_lowercase_hex() -> None:
-    assert is_session_id(SESSION)
+def test_is_session_id_accepts_64_lowercase_hex() -> None:
+    assert is_session_id(SIGNED)
+
+
+# --- canonical context ids (issue 21 item 10) --------------------------------------------------
+
+
+def _aliases(cid: str) -> list[str]:
+    body, sig = cid.split(".")
+    return [
+        cid + "=",
+        cid + "==",
+        body + "=." + sig,
+        body + ".=" + sig,
+        body + "." + sig[:4] + "!!!!" + sig[4:],  # a group of characters base64 skips
+        body[:4] + "****" + body[4:] + "." + sig,
+        body + "." + sig[:8] + "\n" + sig[8:],
+        body + "." + sig.replace("-", "+").replace("_", "/"),  # the other alphabet
+        body + ".." + sig,
+        body + "." + sig + ".",
+    ]
+
+
+def test_only_the_canonical_spelling_of_an_id_verifies(ids: ContextIds) -> None:
+    checked = 0
+    for _ in range(20):  # ids whose signature has - or _ in it too
+        cid = ids.make("/rooms/{room}", {"room": "lobby"}, SESSION)
+        assert ids.verify(cid, SESSION) is not None
+        for alias in _aliases(cid):
+            if alias != cid:
+                assert ids.verify(alias, SESSION) is None, alias
+                checked += 1
+    assert checked > 150
+
+
+def test_stray_low_bits_in_the_last_character_do_not_verify(ids: ContextIds) -> None:
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    cid = ids.make("/", {}, SESSION)
+    while len(cid.split(".")[0]) % 4 == 0:  # a body with spare low bits in its last character
+        cid = ids.make("/", {"n": "x" * len(cid)}, SESSION)
+    body, sig = cid.split(".")
+    aliases = [body[:-1] + c + "." + sig for c in alphabet if c != body[-1]]
+    assert [a for a in aliases if ids.verify(a, SESSION) is not None] == []

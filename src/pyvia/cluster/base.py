@@ -218,8 +218,8 @@ def subject_matches(pattern: str, subject: str) -> bool:
 # php-via §8.5, adapted to pyvia's scope names (pyvia.scopes): a broker could be compromised,
 # so a scope name arriving from it is checked before it reaches the registry.
 _WIRE_MAX = 256
-_WIRE_CUSTOM = re.compile(r"[A-Za-z0-9-]+(?::[A-Za-z0-9-]+)*\Z")
-_WIRE_CUSTOM_PATTERN = re.compile(r"[A-Za-z0-9*-]+(?::[A-Za-z0-9*-]+)*\Z")
+_WIRE_CUSTOM = re.compile(r"[^\x00-\x1f\x7f:*]+(?::[^\x00-\x1f\x7f:*]+)*\Z")
+_WIRE_CUSTOM_PATTERN = re.compile(r"[^\x00-\x1f\x7f:]+(?::[^\x00-\x1f\x7f:]+)*\Z")
 _WIRE_SESSION = re.compile(r"session:[0-9a-f]{32}\Z")
 _WIRE_ROUTE = re.compile(r"route:/[A-Za-z0-9_\-.~/{}%:@!$&'()+,;=]*\Z")
 _WIRE_ROUTE_PATTERN = re.compile(r"route:/[A-Za-z0-9_\-.~/{}%:@!$&'()+,;=*]*\Z")
@@ -229,8 +229,8 @@ def valid_wire_scope(name: object, *, allow_pattern: bool = True) -> bool:
     """Whether a scope name that arrived from the engine may be used.
 
     Accepted: ``global``; ``session:`` + 32 hex digits (``Scope.session``); ``route:`` + a path
-    pattern (``route:/items/{id}``); a custom scope (``room:lobby``: parts of ``[A-Za-z0-9-]``
-    joined by ``:``, not starting with a reserved prefix). With ``allow_pattern`` (broadcast
+    pattern (``route:/items/{id}``); a custom scope (``room:lobby``: non-empty parts without
+    control characters joined by ``:``, not starting with a reserved prefix). With ``allow_pattern`` (broadcast
     targets), ``*`` wildcards as ``app.broadcast`` accepts them, in at most one run per part.
     Rejected: anything else, the bare kinds ``tab``/``route``/``session`` (they name no tabs),
     over 256 characters. Log and drop a rejected name; never raise on engine input.

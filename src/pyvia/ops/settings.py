@@ -65,11 +65,11 @@ REDACTED = "<redacted>"
 #: Variables the core reads itself when the option is not given (shown by ``describe``).
 _CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS", "cluster_address": "PYVIA_CLUSTER_ADDRESS"}
 #: Keys whose relative paths in the file are taken relative to the file's folder.
-_PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key", "pid_file"})
+_PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key", "pid_file", "upload_dir"})
 #: Keys whose values are byte counts: an integer, or a string such as "512MiB".
 _SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget", "max_request_line",
-                        "max_header_bytes", "max_body", "max_unsent_bytes", "max_snapshot_bytes",
-                        "replay_tab_bytes", "replay_budget"})
+                        "max_header_bytes", "max_body", "max_unsent_bytes", "max_snapshot_bytes", "max_form_bytes",
+                        "max_file_bytes", "upload_spool_bytes", "replay_tab_bytes", "replay_budget"})
 _SECRET_WORDS = ("secret", "password", "token")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

@@ -892,13 +892,19 @@ class HttpProtocol(asyncio.Protocol):
                 raise _Reject(400, "smuggling")
             if coding.strip().lower() != "chunked":
                 raise _Reject(501)
-        if length is not None and int(length) > self._limits.max_body:
-            raise _Reject(413)  # refused before the body is sent, with or without Expect
+        size = 0
+        if length is not None:
+            # httptools checked it is digits; leading zeros are allowed, and past 4300 digits
+            # int() refuses the string, so count the significant ones first
+            digits = length.strip().lstrip("0")
+            if len(digits) > 19 or int(digits or "0") > self._limits.max_body:
+                raise _Reject(413)  # refused before the body is sent, with or without Expect
+            size = int(digits or "0")
         expect = headers.get("expect")
         if expect is not None:
             if expect.strip().lower() != "100-continue":
                 raise _Reject(417)
-            if not self._http10 and (coding is not None or (length is not None and int(length) > 0)):
+            if not self._http10 and (coding is not None or size > 0):
                 if self._busy or self._queue:
                     self._continue = True  # sent when this request's turn comes (_next)
                 else:

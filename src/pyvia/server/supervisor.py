@@ -74,9 +74,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyvia.cluster import CLUSTER_ADDRESS_ENV, ENGINE_URL_ENV, WORKER_ID_ENV, WORKERS_ENV
+from pyvia.cluster.base import redact_url
 from pyvia.server.balance import BALANCE_FD_ENV, BALANCE_SLOT_ENV, BalanceTable
+
+if TYPE_CHECKING:
+    from pyvia.cluster.nats_server import LocalNats
 
 __all__ = ["Supervisor", "SupervisorConfig", "read_pid_file", "resolve_workers", "worker_main"]
 
@@ -215,7 +220,7 @@ class Supervisor:
         self.sock: socket.socket | None = None
         self.own_socks: list[socket.socket] = []  # one per worker id (--worker-ports)
         self.balance: BalanceTable | None = None  # several workers: who holds how many connections
-        self.nats: object | None = None  # LocalNats, imported only when needed
+        self.nats: LocalNats | None = None  # imported only when needed
         self.engine_url = config.engine_url
         self._wake_r = -1
         self._wake_w = -1
@@ -236,6 +241,9 @@ class Supervisor:
         self._handoff = False  # no engine: a new worker waits for the old one's state (module doc)
         self._pid_written = False
         self._watcher: object | None = None  # a threading.Event that stops the dev-mode watcher
+        self._secret_value: bytes | None = None
+        self._engine_restart_at: float | None = None  # the nats-server started here died: start it then
+        self._engine_delay = 0.25
         self.exit_status = 0
 
     # --- life cycle ------------------------------------------------------------------------------
@@ -257,12 +265,12 @@ class Supervisor:
 
         cfg = self.config
         if cfg.workers > 1 and self.engine_url is None:
-            from pyvia.cluster.nats_server import LocalNats
+            from pyvia.cluster.nats_server import LocalNats, nats_password
 
-            nats = LocalNats(die_with_parent=True)
+            nats = LocalNats(die_with_parent=True, password=nats_password(self._secret()))
             self.engine_url = nats.start()
             self.nats = nats
-            log.info("started nats-server (pid %s) for the workers at %s", nats.pid, self.engine_url)
+            log.info("started nats-server (pid %s) for the workers at %s", nats.pid, redact_url(self.engine_url))
         # no engine, or one that lives in the worker: the worker process owns the state
         self._handoff = self.engine_url is None or self.engine_url.startswith("memory:")
         sock = bind_socket(cfg.host, cfg.port)
@@ -339,8 +347,6 @@ class Supervisor:
     def _engine_label(self) -> str:
         if self.engine_url is None:
             return "memory (one worker)"
-        from pyvia.cluster.base import redact_url
-
         return redact_url(self.engine_url)
 
     def _install_signals(self) -> None:
@@ -365,7 +371,7 @@ class Supervisor:
         if self._watcher is not None:
             self._watcher.set()  # type: ignore[attr-defined]  # a threading.Event
         if self.nats is not None:
-            self.nats.close()  # type: ignore[attr-defined]  # a LocalNats
+            self.nats.close()
             self.nats = None
         self._remove_pid_file()
         if self.sock is not None:
@@ -426,10 +432,7 @@ class Supervisor:
             env[ENGINE_URL_ENV] = self.engine_url
         if cfg.cluster_address is not None:
             env[CLUSTER_ADDRESS_ENV] = cfg.cluster_address
-        if not env.get("PYVIA_SECRET"):
-            from pyvia.session import load_secret
-
-            env["PYVIA_SECRET"] = load_secret(None).decode()  # the persisted one, or one for this run
+        env["PYVIA_SECRET"] = self._secret().decode()
         args = [sys.executable, "-m", "pyvia.server.supervisor", cfg.app,
                 "--graceful-timeout", str(cfg.graceful_timeout), "--reload-spread", str(cfg.reload_spread)]
         if cfg.dev:
@@ -459,6 +462,41 @@ class Supervisor:
         log.info("worker %d started (pid %d)%s", slot, proc.pid, ", held until the old one saved its state"
                  if held else "")
         return worker
+
+    def _secret(self) -> bytes:
+        """``PYVIA_SECRET``, else the persisted one, else one for this run: the same for every worker."""
+        if self._secret_value is None:
+            from pyvia.session import load_secret
+
+            self._secret_value = load_secret(os.environ.get("PYVIA_SECRET") or None)
+        return self._secret_value
+
+    def _check_engine(self, now: float) -> None:
+        """The nats-server started here died: start it again on its port, with its JetStream data
+        (what the workers wrote is there again), and its password; the workers reconnect by
+        themselves. A server that will not start is tried again, waiting 0.5 s, 1 s … 5 s."""
+        nats = self.nats
+        if nats is None:
+            return
+        if self._engine_restart_at is None:
+            status = nats.exit_status
+            if status is None:
+                return
+            log.warning("nats-server (pid %s) %s: starting it again on the same port, with its data",
+                        nats.pid, _describe_exit(status))
+            self._engine_restart_at = now
+        if now < self._engine_restart_at:
+            return
+        try:
+            nats.start()
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            self._engine_delay = min(5.0, max(0.5, self._engine_delay * 2))
+            self._engine_restart_at = time.monotonic() + self._engine_delay
+            log.error("nats-server did not start again (%s); next try in %.1f s", exc, self._engine_delay)
+            return
+        self._engine_restart_at = None
+        self._engine_delay = 0.25
+        log.info("nats-server started again (pid %s)", nats.pid)
 
     def _free_balance_slot(self) -> int | None:
         """A slot of the balance table that no worker process holds (None: no table, or all taken,
@@ -561,6 +599,7 @@ class Supervisor:
                 if not self.workers:
                     return
                 continue
+            self._check_engine(now)
             self._step_reload(now)
             for slot, at in list(self._restart_at.items()):
                 if at <= now:
@@ -571,6 +610,8 @@ class Supervisor:
     def _next_timeout(self) -> float:
         now = time.monotonic()
         moments = [now + 1.0, *self._restart_at.values()]
+        if self._engine_restart_at is not None:
+            moments.append(self._engine_restart_at)
         moments += [w.term_deadline for w in self.workers if w.term_deadline is not None]
         if self._stop_deadline is not None:
             moments.append(self._stop_deadline)

@@ -1,0 +1,174 @@
+"""What a user sees when something fails, in Chromium: a short message in an alert, gone once the
+tab recovers (issue 18's error channel), for each kind of failure."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from pyvia import App, Context, ServiceError, UserError, html
+from pyvia.alerts import DEFAULT_MESSAGES, ErrorChannel
+from tests.browser.latency import LatencyProxy, latency_proxy
+from tests.helpers import running_server
+
+
+def alert_app(**options: object) -> App:
+    app = App(title="Alerts", **{"action_rate": 50, "action_burst": 50, **options})
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        name = c.signal("", "name", writable=True, max_length=1000)
+        saved = c.signal(0, "saved")
+
+        @c.action
+        def save() -> None:
+            if name.value == "taken":
+                raise UserError("That name is taken")
+            saved.value += 1
+
+        @c.action
+        def boom() -> None:
+            raise RuntimeError("secret detail")
+
+        @c.action
+        def busy() -> None:
+            raise ServiceError("overloaded", retry_after=3)
+
+        @c.action
+        def upload() -> None:
+            saved.value += 1
+
+        c.view(lambda: html(
+            '<input id="name" {bind}><button id="save" data-on:click="{save}">save</button>'
+            '<button id="boom" data-on:click="{boom}">boom</button>'
+            '<button id="busy" data-on:click="{busy}">busy</button>'
+            '<button id="bad" data-on:click="{bad}">bad</button>'
+            '<form id="up" enctype="multipart/form-data" data-on:submit__prevent="{up}">'
+            '<input id="file" type="file" name="file"><button id="send">send</button></form>'
+            '<p>saved <b id="saved" data-text="{saved}"></b></p>',
+            bind=name.bind(), save=save, boom=boom, busy=busy, saved=saved.ref(),
+            bad="@post('/_action/nope', {requestCancellation: 'disabled'})",
+            up=raw_form_post(upload.url)))
+
+    return app
+
+
+def raw_form_post(url: str) -> str:
+    return f"@post('{url}', {{contentType: 'form', requestCancellation: 'disabled'}})"
+
+
+@pytest.fixture
+def served() -> Iterator[LatencyProxy]:
+    with running_server(alert_app()) as (_, port), latency_proxy(port, delay=0.01) as proxy:
+        yield proxy
+
+
+def _open(browser: Browser, proxy: LatencyProxy) -> Page:
+    page = browser.new_page()
+    page.goto(f"http://127.0.0.1:{proxy.port}/")
+    expect(page.locator("#saved")).to_have_text("0")
+    time.sleep(0.2)  # the stream's first frame is in
+    return page
+
+
+def test_each_failure_shows_its_message_and_the_alert_goes_when_the_tab_recovers(browser: Browser,
+                                                                                 served: LatencyProxy) -> None:
+    page = _open(browser, served)
+    try:
+        alert = page.get_by_role("alert")
+        expect(alert).to_be_hidden()
+
+        page.locator("#boom").click()  # an action that raises: 500, its detail never shown
+        expect(alert).to_have_text(DEFAULT_MESSAGES["500"] + "\N{MULTIPLICATION SIGN}")  # and the dismiss button
+        page.locator("#save").click()  # the next action succeeds: the alert goes
+        expect(alert).to_be_hidden()
+        expect(page.locator("#saved")).to_have_text("1")
+
+        page.locator("#name").fill("taken")  # a refusal meant for the user
+        page.locator("#save").click()
+        expect(alert).to_contain_text("That name is taken")
+
+        page.locator("#name").fill("x" * 300_000)  # a paste past the signal's limit: 413, named
+        page.locator("#save").click()
+        expect(alert).to_contain_text("signal 'name' got 300,000 characters; it takes at most 1,000")
+
+        page.locator("#name").fill("ok")
+        page.locator("#busy").click()  # a service error: 503
+        expect(alert).to_contain_text(DEFAULT_MESSAGES["503"])
+
+        page.locator("#bad").click()  # a request the server refuses before it reaches a tab: 404
+        expect(alert).to_contain_text(DEFAULT_MESSAGES["404"])
+
+        page.locator("#name").fill("fine")
+        page.locator("#save").click()
+        expect(alert).to_be_hidden()
+    finally:
+        page.close()
+
+
+def test_an_upload_past_the_servers_body_limit_says_it_is_too_large(browser: Browser, served: LatencyProxy) -> None:
+    page = _open(browser, served)
+    try:
+        page.locator("#file").set_input_files({"name": "big.bin", "mimeType": "application/octet-stream",
+                                               "buffer": b"\0" * (17 << 20)})
+        page.locator("#send").click()
+        expect(page.get_by_role("alert")).to_contain_text(DEFAULT_MESSAGES["413"])
+    finally:
+        page.close()
+
+
+def test_a_rate_limit_shows_how_long_to_wait(browser: Browser) -> None:
+    app = alert_app(action_rate=1.0, action_burst=1.0)
+    with running_server(app) as (_, port), latency_proxy(port, delay=0.01) as proxy:
+        page = _open(browser, proxy)
+        try:
+            page.locator("#save").click()
+            page.locator("#save").click()
+            expect(page.get_by_role("alert")).to_contain_text(DEFAULT_MESSAGES["429"] + " (wait 1 s)")
+        finally:
+            page.close()
+
+
+def test_a_lost_stream_says_it_is_reconnecting_and_goes_once_it_is_back(browser: Browser,
+                                                                        served: LatencyProxy) -> None:
+    page = _open(browser, served)
+    try:
+        served.go_down()
+        alert = page.get_by_role("alert")
+        expect(alert).to_contain_text(DEFAULT_MESSAGES["lost"], timeout=5000)
+        served.come_back()
+        expect(alert).to_be_hidden(timeout=15000)
+        page.locator("#save").click()
+        expect(page.locator("#saved")).to_have_text("1")
+    finally:
+        page.close()
+
+
+def test_the_alert_can_be_dismissed(browser: Browser, served: LatencyProxy) -> None:
+    page = _open(browser, served)
+    try:
+        page.locator("#boom").click()
+        alert = page.get_by_role("alert")
+        expect(alert).to_be_visible()
+        alert.get_by_role("button", name="Dismiss").click()
+        expect(alert).to_be_hidden()
+    finally:
+        page.close()
+
+
+def test_an_app_draws_its_own_alert_with_its_own_words(browser: Browser) -> None:
+    def banner(e: ErrorChannel) -> str:
+        return html('<p id="banner" role="alert" data-show="{}">Oops: <span data-text="{}"></span></p>',
+                    e.show, e.text)
+
+    app = alert_app(error_view=banner, error_messages={500: "We broke it."})
+    with running_server(app) as (_, port), latency_proxy(port, delay=0.01) as proxy:
+        page = _open(browser, proxy)
+        try:
+            page.locator("#boom").click()
+            expect(page.locator("#banner")).to_have_text("Oops: We broke it.")
+        finally:
+            page.close()

@@ -1,0 +1,68 @@
+"""pyvia.html: values are escaped for text and attributes; markup goes in as it is; raw() is explicit."""
+
+from __future__ import annotations
+
+import html as stdlib_html
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from markupsafe import Markup
+
+from pyvia import Action, Signal, html, raw
+from pyvia.markup import html as html_function
+
+
+def test_values_are_escaped_and_the_template_is_not() -> None:
+    out = html('<p class="{cls}">{msg}</p>', msg="<script>alert(1)</script>", cls='x" onclick="evil()')
+    assert out == ('<p class="x&#34; onclick=&#34;evil()">&lt;script&gt;alert(1)&lt;/script&gt;</p>')
+    assert isinstance(out, Markup)
+
+
+def test_positional_fields_are_escaped_too() -> None:
+    assert html("<b>{0}</b><i>{1}</i>", "<", "&") == "<b>&lt;</b><i>&amp;</i>"
+
+
+def test_markup_goes_in_as_it_is_and_nesting_does_not_escape_twice() -> None:
+    item = html("<li>{}</li>", "a & b")
+    assert html("<ul>{}</ul>", item) == "<ul><li>a &amp; b</li></ul>"
+    assert html("<div>{}</div>", raw("<hr>")) == "<div><hr></div>"
+
+
+def test_lists_and_generators_are_joined_with_each_item_escaped_unless_markup() -> None:
+    names = ["<a>", "b"]
+    assert html("<ul>{}</ul>", (html("<li>{}</li>", n) for n in names)) == "<ul><li>&lt;a&gt;</li><li>b</li></ul>"
+    assert html("<p>{}</p>", ["<x>", raw("<br>")]) == "<p>&lt;x&gt;<br></p>"
+    assert html("<p>{}</p>", []) == "<p></p>"
+
+
+def test_signals_actions_and_bindings_are_markup_aware() -> None:
+    draft = Signal("draft", "<typed>", writable=True)
+    assert html("<input {}>", draft.bind()) == '<input data-bind="draft">'
+    assert html("<p>{}</p>", draft) == "<p>&lt;typed&gt;</p>"
+
+
+def test_an_action_goes_into_an_attribute_escaped_once() -> None:
+    inc = Action("inc", lambda: None, "/_action/inc")
+    out = html('<button data-on:click="{}">+</button>', inc)
+    assert out == ('<button data-on:click="@post(&#39;/_action/inc&#39;, {requestCancellation: &#39;disabled&#39;, '
+                   'filterSignals: {exclude: $_via_filter}})">+</button>')
+    assert stdlib_html.unescape(str(out).split('"')[1]) == str(inc)
+
+
+def test_numbers_and_none_render_as_text() -> None:
+    assert html("{a} {b} {c}", a=3, b=1.5, c=None) == "3 1.5 None"
+
+
+def test_a_template_that_is_not_a_str_is_refused() -> None:
+    with pytest.raises(TypeError, match="takes the template as a str"):
+        html_function(b"<p>")  # type: ignore[arg-type]  # the point of the test
+
+
+@given(st.text())
+def test_any_text_comes_back_as_itself_and_cannot_open_a_tag_or_end_an_attribute(value: str) -> None:
+    out = html('<p title="{v}">{v}</p>', v=value)
+    body = str(out)[len('<p title="'):-len("</p>")]
+    attribute, _, text = body.partition('">')
+    assert "<" not in text and '"' not in attribute and "'" not in attribute
+    assert stdlib_html.unescape(text) == value == stdlib_html.unescape(attribute)
