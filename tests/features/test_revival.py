@@ -211,5 +211,5 @@ def test_a_stream_and_an_action_reviving_a_tab_at_once_run_its_handler_once() ->
 
         stream_answer, action_answer = client.loop.run_until_complete(both())
         assert runs == ["handler"]  # one revival served both
-        assert action_answer.status == 200  # type: ignore[attr-defined]
+        assert stream_answer.status == action_answer.status == 200  # type: ignore[attr-defined]
         assert tab.context is not None and tab.context.signals["count"].value == 2
