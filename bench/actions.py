@@ -2,7 +2,8 @@
 
 T tabs are opened (page view + stream, session cookie kept), spread over C connections; each
 connection then posts ``increment`` closed-loop to its tabs in turn, and an action counts only
-when the POST answered 200 *and* the tab's stream carried ``{"count": n+1}``. So the figure is
+when the POST answered 200 *and* the tab's stream carried ``{"_count": n+1}`` (the count is
+server-owned: the POST carries the context id and the writable ``step`` only). So the figure is
 the whole path a click takes: HTTP parse, Origin check, signal parsing, the action, the signal
 patch formatted and written to the stream, and the empty 200. Latency runs from the send to the
 moment the patch was parsed off the stream (each event is time-stamped as it arrives).
@@ -28,6 +29,8 @@ __all__ = ["SERVER_ENV", "add_arguments", "main"]
 #: second by default) would answer a closed loop from one address with 429s, so the benchmark
 #: would measure refusals. php-via's capacity runs lift its rate limit the same way.
 SERVER_ENV = {"PYVIA_APP__ACTION_RATE": "0"}
+#: The counter's count in the browser store: server-owned, so its id starts with ``_``.
+COUNT = "_count"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,10 +78,10 @@ async def _patch_seen(tab: Tab, expected: int, timeout: float) -> float | None:
     while True:
         at, raw = await tab.stream.next_event(timeout)
         patch = event_signals(raw)
-        if patch is None or "count" not in patch:
+        if patch is None or COUNT not in patch:
             continue
-        tab.signals["count"] = patch["count"]
-        return at if patch["count"] == expected else None
+        tab.signals[COUNT] = patch[COUNT]
+        return at if patch[COUNT] == expected else None
 
 
 async def _worker(load: Load, browser: Browser, tabs: list[Tab], timeout: float, port: int) -> None:
@@ -87,8 +90,8 @@ async def _worker(load: Load, browser: Browser, tabs: list[Tab], timeout: float,
     while load.running and tabs:
         tab = tabs[turn % len(tabs)]
         turn += 1
-        n = tab.signals["count"]
-        raw = browser.action_request("increment", {**tab.signals, "via_ctx": tab.ctx_id, "count": n})
+        n = tab.signals[COUNT]
+        raw = browser.action_request("increment", {**tab.signals, "via_ctx": tab.ctx_id})
         t0 = perf()
         try:
             response = await browser.conn.request(raw, timeout)

@@ -221,7 +221,7 @@ def _gol_tick() -> None:
         event = protocol.patch_elements("".join(_cell(i, new[i]) for i in changed)) + protocol.patch_signals(
             {_generation.id: _generation._value})
         now = gol.now()
-        for ctx in gol.clients(Scope.route("/")):
+        for ctx in gol.local_clients(Scope.route("/")):
             ctx.stream.send(event, None, now)
     else:
         _generation.increment()

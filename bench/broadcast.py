@@ -512,7 +512,7 @@ def encoder_micro() -> list[dict[str, Any]]:
 
     compression, meter = Compression(), PyviaMetrics()
     views = [protocol.patch_elements(_view_markup(v), "#via-view", "inner") for v in range(1000, 1300)]
-    first = protocol.patch_signals({"_disconnected": False})
+    first = protocol.patch_signals({protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN})
     rows = []
     for coding in ("identity", "zstd", "br"):
         out: dict[str, Any] = {"type": "micro", "coding": coding}
@@ -526,7 +526,7 @@ def encoder_micro() -> list[dict[str, Any]]:
                 streams.append(stream)
             per_tab = []
             for r in range(rounds):
-                view, signals = views[r % len(views)], protocol.patch_signals({"route__n": r})
+                view, signals = views[r % len(views)], protocol.patch_signals({"_route__n": r})
                 t0 = time.perf_counter()
                 for stream in streams:
                     stream.send(signals, view, 1.0)

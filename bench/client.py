@@ -446,8 +446,15 @@ def boot_signals(page: bytes) -> dict[str, Any]:
 
 
 def stream_target(signals: dict[str, Any]) -> str:
-    """The ``/_sse`` target carrying ``signals`` in the ``datastar`` query parameter, as Datastar sends it."""
-    return "/_sse?datastar=" + quote(orjson.dumps(signals).decode(), safe="")
+    """The ``/_sse`` target a page opens its stream with: the context id of ``signals`` in the
+    ``datastar`` query parameter, and nothing else (no signal value rides a URL)."""
+    return "/_sse?datastar=" + quote(orjson.dumps({"via_ctx": signals["via_ctx"]}).decode(), safe="")
+
+
+def posted(signals: dict[str, Any]) -> dict[str, Any]:
+    """What Datastar posts of a tab's signals: every one whose id does not start with ``_`` (the
+    writable signals, their revisions and ``via_ctx``); server-owned ones stay in the browser."""
+    return {k: v for k, v in signals.items() if not k.startswith("_")}
 
 
 def event_signals(raw: bytes) -> dict[str, Any] | None:

@@ -113,7 +113,7 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
         for _ in range(reseed):
             i = rng.randrange(SIZE * SIZE)
             new[i] = not new[i]
-        signals = protocol.patch_signals({"route__generation": gen})
+        signals = protocol.patch_signals({"_route__generation": gen})
         if mode == "diff":
             cells = "".join(f'<div id="c{i}" class="on"></div>' if new[i] else f'<div id="c{i}"></div>'
                             for i in range(SIZE * SIZE) if new[i] != board[i])
@@ -121,7 +121,7 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
         else:
             cells = "".join('<div class="on"></div>' if alive else "<div></div>" for alive in new)
             view = (f'<main id="life"><h1>Game of Life</h1><p>Generation '
-                    f'<strong id="gen" data-text="$route__generation">'
+                    f'<strong id="gen" data-text="$_route__generation">'
                     f'{gen}</strong>, 100 watching.</p><div id="board" data-on:click="{click}">{cells}</div></main>')
             frames.append(protocol.patch_elements(view, "#via-view", "inner") + signals)
         board = new
@@ -137,6 +137,7 @@ def _probe(spec: str) -> dict[str, Any]:
     import gc
 
     from bench.apps_broadcast import _libc, _rss_kb
+    from pyvia import protocol
     from pyvia.compress import StreamEncoder
 
     mode, coding, level, window, k_text = spec.split(":")
@@ -144,7 +145,7 @@ def _probe(spec: str) -> dict[str, Any]:
     shared = coding.endswith("-shared")
     codec = coding.removesuffix("-shared")
     frames = gol_frames(mode)
-    first = b'event: datastar-patch-signals\ndata: signals {"_disconnected":false}\n\n'
+    first = protocol.patch_signals({protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN})
     gc.collect()
     rss0, heap0 = _rss_kb(), _libc.mallinfo2().uordblks + _libc.mallinfo2().hblkhd
     encoders = [StreamEncoder(codec, level=int(level), window=int(window)) for _ in range(1 if shared else k)]
@@ -222,7 +223,7 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
                    server: Server, tabs: list[TabStream]) -> dict[str, Any]:
     label = f"{mode}/{coding}"
     conn = await Connection.open("127.0.0.1", server.port)
-    hub = Hub(key="route__generation")
+    hub = Hub(key="_route__generation")
     failures: Counter[str] = Counter()
     browsers, warm = await open_tabs(server.host, server.port, 2, hub, "identity", sessions=2, failures=failures)
     tabs += warm
@@ -319,7 +320,7 @@ async def idle_release(args: argparse.Namespace, recorder: Recorder) -> dict[str
 async def _idle_release(args: argparse.Namespace, recorder: Recorder, server: Server,
                         tabs: list[TabStream]) -> dict[str, Any]:
     conn = await Connection.open("127.0.0.1", server.port)
-    hub = Hub(key="route__generation")
+    hub = Hub(key="_route__generation")
     failures: Counter[str] = Counter()
     browsers, warm = await open_tabs(server.host, server.port, 2, hub, "identity", sessions=2, failures=failures)
     tabs += warm

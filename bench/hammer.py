@@ -34,7 +34,7 @@ from bench.report import Recorder, fmt, percentile, spread
 from bench.server import Server
 from bench.window import Window
 
-__all__ = ["DEFAULT_APP", "SERVER_ENV", "CountingHub", "add_arguments", "main", "signal_key"]
+__all__ = ["DEFAULT_APP", "SERVER_ENV", "CountingHub", "add_arguments", "is_shared", "main", "signal_key"]
 
 DEFAULT_APP = "examples.shared_counter:app"
 #: As for ``actions``: the per-address action rate would answer a one-address hammer with 429s.
@@ -54,13 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def signal_key(seed: dict[str, Any], name: str) -> str:
-    """The key of signal ``name`` in a page's seed: ``name`` itself or a scoped ``<scope>__name``."""
-    if name in seed:
-        return name
+    """The key of signal ``name`` in a page's seed: ``_name`` (server-owned) or ``name`` (writable),
+    or a scoped ``_<scope>__name`` / ``<scope>__name``."""
+    for key in ("_" + name, name):
+        if key in seed:
+            return key
     scoped = [k for k in seed if k.endswith("__" + name)]
     if len(scoped) != 1:
         raise ProtocolError(f"signal {name!r} not in the page's seed (or ambiguous): {sorted(seed)}")
     return scoped[0]
+
+
+def is_shared(key: str) -> bool:
+    """Whether a seed key names a shared signal (its scope and name are joined by ``__``)."""
+    return "__" in key
 
 
 class CountingHub(Hub):
@@ -224,7 +231,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         key = signal_key(seed, args.signal)
         browsers = [probe] + [await Browser.open(server.host, server.port)
                               for _ in range(min(args.observers, 16) - 1)]
-        bench = Bench(args, server, key, int(seed[key]), shared=key != args.signal)
+        bench = Bench(args, server, key, int(seed[key]), shared=is_shared(key))
         await bench.open(browsers)
         print(f"# {len(bench.tabs)} observers open; signal {key!r} ({'shared' if bench.shared else 'tab-private'}), "
               f"value {bench.value}; {len(bench.actors)} posting connections", flush=True)

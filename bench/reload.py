@@ -3,9 +3,10 @@
 A fresh ``pyvia run examples.counter:app --reload-spread S`` (one worker, pinned to CPU 1 and
 gated as :mod:`bench.server` does);
 the client, on CPU 0, opens N tabs (page view, then a stream, identity coding) and keeps them the
-way Datastar does: when a stream ends, the tab reopens it after a random 0-1 s (the page's
-one-second interval) with the signals it holds, and checks that the server revived it (the new
-stream starts with a full render). Meanwhile actions (``increment``, each on a new connection,
+way the page does: when a stream ends, the tab reopens it after a random 0-1 s with a GET that
+carries its context id; a server that no longer holds the tab answers ``_via_revive``, and the tab
+opens it again with a POST of its writable signals and its snapshot. It checks that the server
+revived it (the new stream starts with a full render). Meanwhile actions (``increment``, each on a new connection,
 for a tab taken in turn) are sent open loop at a fixed rate, and each one's latency, from the
 request written to the answer's last byte, is recorded with the phase it started in:
 
@@ -61,7 +62,7 @@ async def _exchange(port: int, raw: bytes, timeout: float = 10.0) -> tuple[int, 
 
 
 class BenchTab:
-    """One tab: its seed and cookie, a stream it keeps open, reopened as Datastar's page does."""
+    """One tab: its browser store and cookie, a stream it keeps open, reopened as the page does."""
 
     def __init__(self, port: int, signals: dict[str, Any], cookie: str) -> None:
         self.port = port
@@ -85,14 +86,30 @@ class BenchTab:
             writer.close()
         cookie = re.search(rb"(?i)set-cookie: ([^;\r]+)", head).group(1).decode()
         signals = json.loads(unescape(SEED.search(body).group(1).decode()))
-        tab = cls(port, {k: v for k, v in signals.items() if not k.startswith("_")}, cookie)
+        tab = cls(port, signals, cookie)
         tab.task = asyncio.create_task(tab._keep_open())
         await asyncio.wait_for(tab.first.wait(), 10)
         return tab
 
+    def _posted(self, *, snapshot: bool = False) -> bytes:
+        """What the page posts: the signals whose ids do not start with ``_`` (and, to revive the
+        tab, its snapshot)."""
+        return json.dumps({k: v for k, v in self.signals.items()
+                           if not k.startswith("_") or (snapshot and k == "_via_snap")}).encode()
+
+    def _stream_request(self, revive: bool) -> bytes:
+        if not revive:
+            query = quote(json.dumps({"via_ctx": self.signals["via_ctx"]}))
+            return (f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                    f"Cookie: {self.cookie}\r\n\r\n").encode()
+        body = self._posted(snapshot=True)
+        return (f"POST /_sse HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nOrigin: http://127.0.0.1:{self.port}\r\n"
+                f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
     async def _keep_open(self) -> None:
+        revive = False
         while True:
-            query = quote(json.dumps(self.signals))
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
             except OSError as exc:
@@ -100,11 +117,19 @@ class BenchTab:
                 await asyncio.sleep(1.0)
                 continue
             try:
-                writer.write(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                             f"Cookie: {self.cookie}\r\n\r\n".encode())
+                writer.write(self._stream_request(revive))
                 head = await reader.readuntil(b"\r\n\r\n")
                 if b" 200 " not in head.split(b"\r\n", 1)[0]:
                     self.problems.append(head.split(b"\r\n", 1)[0].decode())
+                length = re.search(rb"(?i)content-length: (\d+)", head)
+                if length is not None:  # not a stream: the server asks for the snapshot (or refused)
+                    body = await reader.readexactly(int(length.group(1)))
+                    revive = b"application/json" in head.lower() and "_via_revive" in json.loads(body or b"{}")
+                    if not revive:
+                        self.problems.append(f"stream answered {head.split(b' ', 2)[1].decode()} without a stream")
+                        await asyncio.sleep(1.0)
+                    continue
+                revive = False
                 awaiting_render = self.first.is_set()  # a reopened stream starts with a full render
                 self.reopened += awaiting_render
                 self.first.set()
@@ -118,7 +143,7 @@ class BenchTab:
                         awaiting_render = False
                     for value in re.findall(rb'data: signals (\{[^\n]*\})', chunk):
                         patch = json.loads(value)
-                        self.signals.update({k: v for k, v in patch.items() if not k.startswith("_")})
+                        self.signals.update(patch)
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
                 self.problems.append(f"stream cut: {type(exc).__name__}")
             finally:
@@ -126,7 +151,7 @@ class BenchTab:
             await asyncio.sleep(random.uniform(0.0, 1.0))  # the page's one-second interval
 
     def action(self) -> bytes:
-        body = json.dumps(self.signals).encode()
+        body = self._posted()
         return (f"POST /_action/increment HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
                 f"Origin: http://127.0.0.1:{self.port}\r\nCookie: {self.cookie}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body

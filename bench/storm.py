@@ -20,7 +20,7 @@ from typing import Any
 from bench.broadcast import check_tabs, storm
 from bench.client import boot_signals
 from bench.fanout import Browser, TabStream, open_tabs, wait_quiet
-from bench.hammer import CountingHub, signal_key
+from bench.hammer import CountingHub, is_shared, signal_key
 from bench.report import fmt, spread
 from bench.window import Window
 
@@ -53,7 +53,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         response, _ = await probe.page()
         seed = boot_signals(response.body)
         key = signal_key(seed, args.signal)
-        if key == args.signal:
+        if not is_shared(key):
             raise SystemExit(f"signal {key!r} is tab-private: a storm needs a shared one (see hammer)")
         hub = CountingHub(key)
         failures: Counter[str] = Counter()

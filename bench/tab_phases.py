@@ -110,9 +110,10 @@ class Pool:
 
 
 def _key(tab: Tab, name: str, shared: bool) -> str | None:
-    """The signal's key in the tab's seed, if it has the wanted kind (private: ``name``; shared: ``x__name``)."""
+    """The signal's key in the tab's seed, if it has the wanted kind (private: ``_name``, or ``name``
+    when writable; shared: ``_x__name`` or ``x__name``)."""
     if not shared:
-        return name if name in tab.signals else None
+        return next((k for k in ("_" + name, name) if k in tab.signals), None)
     found = [k for k in tab.signals if k.endswith("__" + name)]
     return found[0] if len(found) == 1 else None
 

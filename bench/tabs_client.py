@@ -11,7 +11,16 @@ from typing import Any
 
 import orjson
 
-from bench.client import Connection, Response, Stream, boot_signals, build_request, event_signals, stream_target
+from bench.client import (
+    Connection,
+    Response,
+    Stream,
+    boot_signals,
+    build_request,
+    event_signals,
+    posted,
+    stream_target,
+)
 
 __all__ = ["SESSION_COOKIE", "Browser", "Tab", "TabError"]
 
@@ -57,10 +66,11 @@ class Browser:
         return response
 
     def action_request(self, name: str, signals: dict[str, Any]) -> bytes:
-        """The POST Datastar sends for ``@post('/_action/<name>')`` with the tab's signals as JSON."""
+        """The POST Datastar sends for ``@post('/_action/<name>')``: the tab's signals as JSON, less
+        the server-owned ones (``_``-prefixed ids), which Datastar never sends."""
         headers = [("Origin", f"http://{self.host}"), ("Content-Type", "application/json"),
                    ("Datastar-Request", "true"), *self._cookie_headers()]
-        return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps(signals))
+        return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps(posted(signals)))
 
     async def open_tab(self, port: int, timeout: float = 5.0) -> Tab:
         """Page view, then the tab's stream; returns once the stream's first event arrived."""
@@ -71,7 +81,7 @@ class Browser:
         ctx_id = seed.get("via_ctx")
         if not isinstance(ctx_id, str):
             raise TabError("page without a via_ctx seed")
-        signals = {k: v for k, v in seed.items() if not k.startswith("_")}
+        signals = dict(seed)  # what the browser's store holds; an action posts its writable part
         conn = await Connection.open("127.0.0.1", port, timeout)
         accept = [] if self.encoding == "identity" else [("Accept-Encoding", self.encoding)]
         request = build_request("GET", stream_target(signals), self.host,
@@ -86,10 +96,10 @@ class Browser:
         for _ in range(_BACKLOG):
             _, event = await opened.next_event(timeout)
             patch = event_signals(event)
-            if patch is not None and patch.get("_disconnected") is False:  # the connect event
-                return tab
             if patch is not None:
-                signals.update(patch)
+                signals.update(patch)  # the connect event also sets what the page's actions leave out
+                if patch.get("_disconnected") is False:
+                    return tab
             elif not event.startswith(b"event: datastar-patch-elements\n"):
                 break
         opened.close()
@@ -97,7 +107,8 @@ class Browser:
 
 
 class Tab:
-    """An open tab: its context id, the signals it last knew, and its stream."""
+    """An open tab: its context id, the signals its browser store holds (server-owned ones under
+    their ``_`` ids), and its stream."""
 
     __slots__ = ("ctx_id", "signals", "stream")
 

@@ -1,10 +1,11 @@
 """Components: named parts of one page, each with its own signals, actions and view.
 
 ``c.component(setup, "apples")`` runs ``setup(comp)``, which declares on ``comp`` what a page
-declares on ``c``. Its ids get the component's name as a prefix (signal ``apples__n``, action
-``apples__inc``), so one ``counter`` function serves two components; its HTML sits in
-``<div id="c-apples">`` and ``comp.sync()`` re-renders and patches that element alone. Each
-component counts its renders: click around and watch only one number move.
+declares on ``c``. Its ids get the component's name as a prefix (signal ``apples__n``, which the
+browser holds as ``_apples__n`` because only the server writes it; action ``apples__inc``), so
+one ``counter`` function serves two components; its HTML sits in ``<div id="c-apples">`` and
+``comp.sync()`` re-renders and patches that element alone. Each component counts its renders:
+click around and watch only one number move.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ app = App(title="Components", head=["""<style>
 </style>"""])
 
 MAX_NOTES = 20
+MAX_NOTE_LENGTH = 80
 
 
 def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``)."""
-    return f"@post('{action.url}?{urlencode(query)}', {{requestCancellation: 'disabled'}})"
+    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
+    action's own expression, so it keeps its options, on the longer URL."""
+    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
 
 
 def counter(comp: Component, label: str) -> None:
@@ -61,15 +64,16 @@ def counter(comp: Component, label: str) -> None:
 
 
 def notes(comp: Component) -> None:
-    """A short list. ``items`` is a client-writable signal, so the browser keeps the list and a
-    revived tab gets it back; like every value from the browser, it is escaped when rendered."""
+    """A short list. ``items`` is server-owned: only the actions change it, and a revived tab gets it
+    back from the signed snapshot the browser keeps. ``draft`` is the input the user types into;
+    like every value from the browser, a note is escaped when rendered."""
     items = comp.signal([], "items")
-    draft = comp.signal("", "draft")
+    draft = comp.signal("", "draft", writable=True, max_length=MAX_NOTE_LENGTH)
     renders = itertools.count(1)
 
     @comp.action
     def add() -> None:
-        text = draft.as_str().strip()[:80]
+        text = draft.as_str().strip()[:MAX_NOTE_LENGTH]
         if text:
             items.value = [*items.value, text][-MAX_NOTES:]
             draft.value = ""
@@ -92,7 +96,7 @@ def notes(comp: Component) -> None:
 <section class="card notes">
   <h2>Notes</h2>
   <form id="notes-form" data-on:submit__prevent="{add}">
-    <input id="notes-draft" placeholder="Add a note" autocomplete="off" {draft.bind()}>
+    <input id="notes-draft" placeholder="Add a note" autocomplete="off" maxlength="{MAX_NOTE_LENGTH}" {draft.bind()}>
     <button>Add</button>
   </form>
   <ul id="notes-list">{lines}</ul>
@@ -113,11 +117,12 @@ def page(c: Context) -> None:
         c.sync()  # the page's whole view, every component included
 
     def view() -> str:
-        fruit = apples.signals["n"].as_int() + pears.signals["n"].as_int()
+        apples_n, pears_n = apples.signals["n"], pears.signals["n"]
+        fruit = apples_n.as_int() + pears_n.as_int()
         return f"""
 <main>
   <h1>Components</h1>
-  <p>Fruit in total: <strong id="total" data-text="$apples__n + $pears__n">{fruit}</strong>
+  <p>Fruit in total: <strong id="total" data-text="{apples_n.ref()} + {pears_n.ref()}">{fruit}</strong>
      (added up in the browser from the two components' signals)</p>
   <div class="cards">{apples}{pears}{notes_box}</div>
   <p><button id="render-all" data-on:click="{render_all}">Re-render the whole page</button></p>

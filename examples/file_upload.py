@@ -25,7 +25,7 @@ import html
 import secrets
 from typing import NamedTuple
 
-from pyvia import App, Context, Scope
+from pyvia import Action, App, Context, Scope
 
 MAX_FILE = 2 * 1024 * 1024  # bytes, per file
 MAX_KEPT = 20  # files kept per session; the oldest go first
@@ -108,33 +108,36 @@ def uploads(c: Context) -> None:
         if stored.pop(str(c.input("id", "")), None) is not None:
             files.value = listing(stored)
 
-    def on_file(action_url: str, key: object) -> str:
-        return f"@post('{action_url}?id={key}', {{requestCancellation: 'disabled'}})"
+    def on_file(action: Action, key: object) -> str:
+        return str(action).replace(f"'{action.url}'", f"'{action.url}?id={key}'", 1)
 
-    # Checked in the browser before anything is sent; the server checks again.
+    # Checked in the browser before anything is sent; the server checks again. The status line is
+    # server-owned: what the page writes into it here shows in this browser only, until the
+    # server's next message.
+    st, bad = status.ref(), failed.ref()
     submit = f"""
       const picked = [...document.getElementById('picker').files];
       const big = picked.filter(f => f.size > {MAX_FILE});
-      if (!picked.length) {{ $status = 'Choose one or more files first.'; $failed = true }}
+      if (!picked.length) {{ {st} = 'Choose one or more files first.'; {bad} = true }}
       else if (big.length) {{
         const names = big.map(f => f.name).join(', ');
-        $status = 'Over the {human(MAX_FILE)} limit per file: ' + names + '. Nothing was sent.';
-        $failed = true;
+        {st} = 'Over the {human(MAX_FILE)} limit per file: ' + names + '. Nothing was sent.';
+        {bad} = true;
       }} else {{
         const bytes = picked.reduce((n, f) => n + f.size, 0);
         $_sending = 'Uploading ' + picked.length + ' file(s), ' + (bytes / 1024).toFixed(1) + ' KiB…';
-        $status = '';
+        {st} = '';
         @post('{upload.url}', {{contentType: 'form', requestCancellation: 'disabled'}}).then(() => el.reset());
       }}"""
     refused = ("evt.detail.el === el && evt.detail.type === 'error' && "
-               "($status = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', $failed = true)")
+               f"({st} = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', {bad} = true)")
 
     def view() -> str:
         rows = "".join(
             f"""<tr id="file-{f['id']}"><td class="name">{html.escape(str(f['name']))}</td>
               <td class="size">{human(int(f['size']))}</td><td>{html.escape(str(f['type']))}</td>
-              <td><button class="link download" data-on:click="{on_file(download.url, f['id'])}">Download</button>
-                <button class="link remove" data-on:click="{on_file(remove.url, f['id'])}">Remove</button></td></tr>"""
+              <td><button class="link download" data-on:click="{on_file(download, f['id'])}">Download</button>
+                <button class="link remove" data-on:click="{on_file(remove, f['id'])}">Remove</button></td></tr>"""
             for f in files.value
         )
         table = (f'<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{rows}</table>'

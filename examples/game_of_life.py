@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from pyvia import App, Context, Scope
+from pyvia import Action, App, Context, Scope
 
 SIZE = 50
 PAGE = "/"
@@ -54,12 +54,12 @@ def tick() -> None:
 app.set_interval(tick, 200)
 
 
-def render_board(toggle_url: str) -> str:
+def render_board(toggle: Action) -> str:
     # one click handler for the whole board: the cell's index goes in the action's query string
     on_click = (
         "evt.target.parentElement.id == 'board' && "
-        f"@post('{toggle_url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target), "
-        "{requestCancellation: 'disabled'})"
+        + str(toggle).replace(f"'{toggle.url}'",
+                              f"'{toggle.url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target)", 1)
     )
     cells = "".join('<div class="on"></div>' if alive else "<div></div>" for alive in app.global_state["board"])
     return f'<div id="board" data-on:click="{on_click}">{cells}</div>'
@@ -93,7 +93,7 @@ def life(c: Context) -> None:
   <p>Generation <strong id="gen" data-text="{gen.ref()}">{gen.value}</strong>,
      {app.count_clients(c.primary_scope)} watching.
      <button id="random" data-on:click="{randomize}">Randomize</button></p>
-  {render_board(toggle.url)}
+  {render_board(toggle)}
 </main>""",
         share_render=True,
     )

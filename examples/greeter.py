@@ -6,12 +6,13 @@ Run it with ``pyvia run examples.greeter:app --port 3000``.
 from pyvia import App, Context
 
 app = App(title="Greeter")
+MAX_NAME = 100  # characters
 
 
 @app.page("/")
 def greeter(c: Context) -> None:
-    name = c.signal("", "name")
-    greeting = c.signal("", "greeting")
+    name = c.signal("", "name", writable=True, max_length=MAX_NAME)  # the input the user types into
+    greeting = c.signal("", "greeting")  # server-owned: only the server writes it
 
     @c.action
     def greet() -> None:
@@ -23,7 +24,7 @@ def greeter(c: Context) -> None:
 <main>
   <h1>Greeter</h1>
   <form id="form" data-on:submit__prevent="{greet}">
-    <label>Your name <input id="name" {name.bind()} autocomplete="off"></label>
+    <label>Your name <input id="name" {name.bind()} maxlength="{MAX_NAME}" autocomplete="off"></label>
     <button id="greet" type="submit">Greet</button>
   </form>
   <p id="greeting" data-text="{greeting.ref()}"></p>

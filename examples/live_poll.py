@@ -36,8 +36,9 @@ votes = {key: app.signal(0, f"votes_{key}", scope=PAGE) for key in OPTIONS}
 
 
 def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``)."""
-    return f"@post('{action.url}?{urlencode(query)}', {{requestCancellation: 'disabled'}})"
+    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
+    action's own expression, so it keeps its options, on the longer URL."""
+    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
 
 
 @app.page("/")
@@ -45,7 +46,7 @@ def poll(c: Context) -> None:
     c.scope(Scope.ROUTE)
     counts = {key: c.signal(0, f"votes_{key}", scope=Scope.ROUTE) for key in OPTIONS}  # join them
     choice = c.signal(c.session_data.get("vote", ""), "choice", scope=Scope.SESSION)
-    mine = choice.ref()  # $session__choice
+    mine = choice.ref()  # $_session__choice
 
     @c.action
     def vote() -> None:

@@ -25,6 +25,7 @@ app = App(title="Live search", head=["""<style>
 </style>"""])
 
 SHOWN = 50
+MAX_QUERY = 100  # characters of a search
 REGIONS = ["Northmarch", "Southdowns", "Eastvale", "Westreach", "Highlands", "Lowmoor", "Coastlands", "Midshire"]
 
 
@@ -79,20 +80,20 @@ def results(query: str) -> str:
 
 @app.page("/")
 def live_search(c: Context) -> None:
-    q = c.signal("", "q")
+    q = c.signal("", "q", writable=True, max_length=MAX_QUERY)  # the search box
 
     @c.action
     def search() -> None:
-        c.patch_elements(results(q.as_str()[:100]))  # morphs <div id="results"> alone
+        c.patch_elements(results(q.as_str()))  # morphs <div id="results"> alone
 
     c.view(lambda: f"""
 <main>
   <h1>Live search</h1>
   <form data-on:submit__prevent="{search}">
     <input id="q" type="search" placeholder="Search {len(PLACES)} places or regions" autocomplete="off"
-           {q.bind()} data-on:input__debounce.250ms="{search}">
+           maxlength="{MAX_QUERY}" {q.bind()} data-on:input__debounce.250ms="{search}">
   </form>
-  {results(q.as_str()[:100])}
+  {results(q.as_str())}
 </main>""")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from pyvia import App, Context, Request, Response
 
 PASSWORD = "pyvia"
+MAX_NOTE = 200  # characters of a note
 
 app = App(title="Login", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 36rem; }
@@ -118,12 +119,12 @@ with app.group("/area", middleware=[require_user]) as area:
     @area.page("/", title="The area")
     def dashboard(c: Context) -> None:
         notes: list[str] = c.session_data.setdefault("notes", [])
-        draft = c.signal("", "draft")
+        draft = c.signal("", "draft", writable=True, max_length=MAX_NOTE)
         c.action(logout, "logout")
 
         @c.action
         def add_note() -> None:
-            text = draft.as_str().strip()[:200]
+            text = draft.as_str().strip()
             if text:
                 notes.append(text)
                 draft.value = ""
@@ -136,7 +137,8 @@ with app.group("/area", middleware=[require_user]) as area:
   <p>Only logged-in users see this page. Your notes, kept in your session:</p>
   <ul id="notes">{"".join(f"<li>{html.escape(n)}</li>" for n in notes)}</ul>
   <form id="note-form" data-on:submit__prevent="{add_note}">
-    <input id="draft" {draft.bind()} placeholder="A note" autocomplete="off"> <button>Add</button>
+    <input id="draft" {draft.bind()} maxlength="{MAX_NOTE}" placeholder="A note" autocomplete="off">
+    <button>Add</button>
   </form>
 </main>""")
 

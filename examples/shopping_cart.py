@@ -40,8 +40,9 @@ def money(cents: int) -> str:
 
 
 def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``)."""
-    return f"@post('{action.url}?{urlencode(query)}', {{requestCancellation: 'disabled'}})"
+    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
+    action's own expression, so it keeps its options, on the longer URL."""
+    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
 
 
 @app.page("/")

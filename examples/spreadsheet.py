@@ -142,8 +142,9 @@ def window_start(scroll_top: int) -> int:
 
 def post(action: Action, query: str = "") -> str:
     """``@post`` of an action; ``query`` is a JavaScript expression appended to its URL."""
-    url = f"'{action.url}'" + (f" + {query}" if query else "")
-    return f"@post({url}, {{requestCancellation: 'disabled'}})"
+    if not query:
+        return str(action)
+    return str(action).replace(f"'{action.url}'", f"'{action.url}' + {query}", 1)
 
 
 MOVES = {"ArrowUp": (-1, 0), "ArrowDown": (1, 0), "ArrowLeft": (0, -1), "ArrowRight": (0, 1)}
@@ -154,8 +155,8 @@ def sheet(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab of the sheet
     cursors = c.signal([], "cursors", scope=Scope.ROUTE)  # [{tab, row, col, color}], one per open tab
     clipboard = c.signal(c.session_data.get("clipboard", ""), "clipboard", scope=Scope.SESSION)
-    scroll_top = c.signal(0, "scroll_top")  # px; the browser writes it on scroll
-    draft = c.signal("", "draft")  # the editor's text
+    scroll_top = c.signal(0, "scroll_top", writable=True)  # px; the browser writes it on scroll
+    draft = c.signal("", "draft", writable=True, max_length=MAX_VALUE)  # the editor's text
     editing = c.signal(False, "editing")
     row = c.signal(1, "row")
     col = c.signal(0, "col")
@@ -236,30 +237,32 @@ def sheet(c: Context) -> None:
     move_by_key = post(move, "'?key=' + k")
     edit_current = post(edit, "'?keep=1'")
     select_clicked = post(select, "'?cell=' + cell.dataset.cell")
+    is_editing = editing.ref()  # server-owned: the page sets it here ahead of the server's answer
     keys = f"""
       const k = evt.key, mod = evt.ctrlKey || evt.metaKey;
       if (evt.altKey || evt.isComposing) return;
-      if ($editing) {{
+      if ({is_editing}) {{
         if (k === 'Enter') {{ evt.preventDefault(); {post(commit)} }}
-        else if (k === 'Escape') {{ $editing = false; {post(cancel)} }}
-        else if (k.length === 1 && !mod && evt.target.id !== 'editor') {{ evt.preventDefault(); $draft += k }}
+        else if (k === 'Escape') {{ {is_editing} = false; {post(cancel)} }}
+        else if (k.length === 1 && !mod && evt.target.id !== 'editor') {{ evt.preventDefault(); {draft.ref()} += k }}
       }}
       else if (mod && k === 'c') {{ {post(copy)} }}
       else if (mod && k === 'v') {{ evt.preventDefault(); {post(paste)} }}
       else if (mod) {{ }}
       else if (k.startsWith('Arrow')) {{ evt.preventDefault(); {move_by_key} }}
-      else if (k === 'Enter' || k === 'F2') {{ evt.preventDefault(); $editing = true; {edit_current} }}
+      else if (k === 'Enter' || k === 'F2') {{ evt.preventDefault(); {is_editing} = true; {edit_current} }}
       else if (k === 'Delete' || k === 'Backspace') {{ evt.preventDefault(); {post(clear)} }}
-      else if (k.length === 1) {{ evt.preventDefault(); $editing = true; $draft = k; {post(edit)} }}"""
+      else if (k.length === 1) {{ evt.preventDefault(); {is_editing} = true; {draft.ref()} = k; {post(edit)} }}"""
     click = f"""
       const cell = evt.target.closest('[data-cell]');
       if (cell && evt.target.id !== 'editor') {select_clicked}"""
-    double_click = f"if (evt.target.closest('[data-cell]')) {{ $editing = true; {edit_current} }}"
+    double_click = f"if (evt.target.closest('[data-cell]')) {{ {is_editing} = true; {edit_current} }}"
 
     def render_cell(r: int, k: int, value: str, peers: dict[tuple[int, int], str]) -> str:
         if (r, k) == (row.value, col.value):
             if editing.value:
-                inner = f'<input id="editor" {draft.bind()} autocomplete="off" data-init="el.focus()">'
+                inner = (f'<input id="editor" {draft.bind()} maxlength="{MAX_VALUE}" autocomplete="off"'
+                         ' data-init="el.focus()">')
             else:
                 inner = html.escape(value)
             return f'<div class="cell sel" data-cell="{r}:{k}">{inner}</div>'
@@ -289,8 +292,9 @@ def sheet(c: Context) -> None:
     <span id="people">{people} {len(cursors.value)} here</span>
   </div>
   <div class="head"><div></div>{"".join(f"<div>{name}</div>" for name in COLUMNS)}</div>
-  <div id="viewport" data-on:scroll__throttle.60ms.trailing="$scroll_top = Math.round(el.scrollTop); {post(scroll)}"
-       data-effect="el.scrollTop = $scroll_top">
+  <div id="viewport"
+       data-on:scroll__throttle.60ms.trailing="{scroll_top.ref()} = Math.round(el.scrollTop); {post(scroll)}"
+       data-effect="el.scrollTop = {scroll_top.ref()}">
     <div id="rows" data-on:click="{html.escape(click)}" data-on:dblclick="{html.escape(double_click)}">
       <div id="window" style="top: {first * ROW_H}px">{rows}</div>
     </div>

@@ -103,7 +103,7 @@ def ticker(c: Context) -> None:
     shared = c.signal({}, "quotes", scope=Scope.ROUTE)  # the same signal as ``quotes`` above
 
     def row(symbol: str) -> str:
-        q = f"{shared.ref()}.{symbol}"  # $route__quotes.ACME
+        q = f"{shared.ref()}.{symbol}"  # $_route__quotes.ACME
         return f"""
   <tr id="row-{symbol}">
     <td>{symbol}</td>

@@ -64,15 +64,16 @@ def load(show: str) -> tuple[list[tuple[int, str, bool]], int, int]:
 
 
 def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``)."""
-    return f"@post('{action.url}?{urlencode(query)}', {{requestCancellation: 'disabled'}})"
+    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
+    action's own expression, so it keeps its options, on the longer URL."""
+    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
 
 
 @app.page("/")
 def todo(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab on this page
-    draft = c.signal("", "draft", writable=True)  # the input the user types in
-    show = c.signal("all", "show")  # this tab's filter; the browser keeps it across a revival
+    draft = c.signal("", "draft", writable=True, max_length=MAX_TITLE)  # the new item's title
+    show = c.signal("all", "show")  # this tab's filter; a revived tab gets it back from its snapshot
 
     def write(sql: str, *params: object) -> None:
         with db() as conn:

@@ -31,6 +31,8 @@ SENTENCES = [
     "How vexingly quick daft zebras jump!",
     "Servers render the page and the browser only morphs it.",
 ]
+MAX_NAME = 20  # characters of a player's or a room's name
+MAX_TYPED = 2 * max(map(len, SENTENCES))  # room for typos past the end
 
 app = App(title="Type race", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 44rem; }
@@ -102,14 +104,14 @@ def rooms_changed(c: Context) -> None:
 @app.page("/")
 def rooms(c: Context) -> None:
     c.scope(Scope.ROUTE)
-    wanted = c.signal("", "wanted")
+    wanted = c.signal("", "wanted", writable=True, max_length=MAX_NAME)
     problem = c.signal("", "problem")
 
     @c.action
     def go() -> None:
         name = wanted.as_str().strip().lower()
-        if not re.fullmatch(r"[a-z0-9]{1,20}", name):
-            problem.value = "A room name is 1 to 20 letters or digits."
+        if not re.fullmatch(rf"[a-z0-9]{{1,{MAX_NAME}}}", name):
+            problem.value = f"A room name is 1 to {MAX_NAME} letters or digits."
             return
         c.redirect(app.url(f"/room/{name}"))
 
@@ -125,7 +127,8 @@ def rooms(c: Context) -> None:
   <h1>Type race</h1>
   <ul id="rooms">{items}</ul>
   <form id="go-form" data-on:submit__prevent="{go}">
-    <input id="wanted" {wanted.bind()} placeholder="another room" autocomplete="off"> <button>Go</button>
+    <input id="wanted" {wanted.bind()} maxlength="{MAX_NAME}" placeholder="another room" autocomplete="off">
+    <button>Go</button>
   </form>
   <p id="problem" data-text="{problem.ref()}"></p>
 </main>"""
@@ -135,7 +138,7 @@ def rooms(c: Context) -> None:
 
 @app.page("/room/{name}", title="Type race")
 def race(c: Context, name: str) -> None:
-    if not re.fullmatch(r"[a-z0-9]{1,20}", name):
+    if not re.fullmatch(rf"[a-z0-9]{{1,{MAX_NAME}}}", name):
         c.view(lambda: f'<p>No room here. <a href="{app.url("/")}">All rooms</a></p>')
         return
     scope = room_scope(name)
@@ -149,8 +152,8 @@ def race(c: Context, name: str) -> None:
     }
     phase, countdown, sentence, players = room["phase"], room["countdown"], room["sentence"], room["players"]
     username = c.signal(c.session_data.get("name", ""), "username", scope=Scope.SESSION)
-    name_field = c.signal(c.session_data.get("name", ""), "name_field")
-    typed = c.signal("", "typed")
+    name_field = c.signal(c.session_data.get("name", ""), "name_field", writable=True, max_length=MAX_NAME)
+    typed = c.signal("", "typed", writable=True, max_length=MAX_TYPED)
     me = player_key(c.session_id)
 
     def my_entry() -> dict | None:
@@ -158,7 +161,7 @@ def race(c: Context, name: str) -> None:
 
     @c.action
     def set_name() -> None:
-        chosen = name_field.as_str().strip()[:20]
+        chosen = name_field.as_str().strip()
         if chosen:
             c.session_data["name"] = username.value = chosen
             players.mutate(lambda ps: [{**p, "name": chosen} if p["key"] == me else p for p in ps])
@@ -234,7 +237,8 @@ def race(c: Context, name: str) -> None:
   <p><a href="{app.url("/")}">All rooms</a></p>
   <h1>Room {html.escape(name)}</h1>
   <form id="name-form" data-on:submit__prevent="{set_name}">
-    <input id="name" {name_field.bind()} placeholder="Your name" autocomplete="off"> <button>Set name</button>
+    <input id="name" {name_field.bind()} maxlength="{MAX_NAME}" placeholder="Your name" autocomplete="off">
+    <button>Set name</button>
     <span id="me" data-text="{username.ref()}">{html.escape(username.value)}</span>
   </form>
   <div id="phase" class="{phase.value}">{banner}</div>

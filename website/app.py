@@ -44,7 +44,7 @@ GALLERY = [
     Example("components", "Components", "Named parts of a page with their own signals and actions."),
     Example("todo", "Todo list", "A list kept in SQLite and shared by everyone on the page."),
     Example("shared_counter", "Shared counter", "One value for every tab on the route, rendered once per flush."),
-    Example("chat", "Chat rooms", "Rooms as custom scopes, names in the session, presence and typing."),
+    Example("chat", "Chat rooms", "History in the database, each new message appended to every tab of the room."),
     Example("game_of_life", "Game of Life", "2,500 cells shared by everyone, advanced by a server timer."),
     Example("spreadsheet", "Spreadsheet", "SQLite-backed grid: virtual scrolling, live cursors, keyboard."),
     Example("live_search", "Live search", "Search as you type over a thousand items."),
@@ -160,7 +160,8 @@ def home(c: Context) -> None:
 <h1>pyvia</h1>
 <p>Real-time, server-rendered web apps in Python, without writing JavaScript. Every open tab gets a
 context on the server; one Server-Sent-Events stream per tab carries HTML and signal patches that
-the Datastar client morphs into the page; scopes decide who shares what.</p>
+the Datastar client morphs into the page; scopes decide who shares what. The server owns every
+value unless it is an input the user edits, so a click sends the tab's id and what was typed.</p>
 <p><a href="/docs/getting-started">Get started</a> · <a href="/docs/index">Read the guides</a> ·
 <a href="/examples">See the examples</a> (open any of them in two tabs).</p>
 <h2>Examples</h2>

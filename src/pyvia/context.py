@@ -606,6 +606,12 @@ class Context:
         return self.app._snapshots.make(self.id, self._snapshot_seq, values)
 
     @property
+    def has_writable_signals(self) -> bool:
+        """Whether the page holds values only it knows (what the user typed): a revival asks for them."""
+        return any(sig.writable for sig in self._signals.values()) or any(
+            sig.writable for sig in self._shared.values())
+
+    @property
     def snapshot_seq(self) -> int:
         """The number of the last snapshot the browser was sent (a revival refuses older ones)."""
         return self._snapshot_seq

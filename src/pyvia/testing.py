@@ -519,6 +519,8 @@ class Tab:
                 self.html = ev.elements
             elif ev.selector is None and ev.mode == "outer":
                 self.html = _replace_by_id(self.html, ev.elements)
+            elif ev.selector is not None and ev.selector.startswith("#") and _SIMPLE_ID.match(ev.selector):
+                self.html = _patch_at(self.html, ev.selector[1:], ev.mode, ev.elements)
 
     def new_events(self) -> list[Event]:
         """Events received since the last call."""
@@ -642,6 +644,33 @@ def _replace_by_id(markup: str, fragment: str) -> str:
     if span is None:
         return markup
     return markup[: span[0]] + fragment + markup[span[3]:]
+
+
+_SIMPLE_ID = re.compile(r"#[\w-]+\Z")
+
+
+def _patch_at(markup: str, element_id: str, mode: str, fragment: str) -> str:
+    """Apply a patch at the element with ``element_id``, as Datastar's modes do (no morphing:
+    the fragment replaces or joins the markup as it is)."""
+    span = _element_span(markup, element_id)
+    if span is None:
+        return markup
+    outer_start, inner_start, inner_end, outer_end = span
+    if mode == "inner":
+        return markup[:inner_start] + fragment + markup[inner_end:]
+    if mode in ("outer", "replace"):
+        return markup[:outer_start] + fragment + markup[outer_end:]
+    if mode == "append":
+        return markup[:inner_end] + fragment + markup[inner_end:]
+    if mode == "prepend":
+        return markup[:inner_start] + fragment + markup[inner_start:]
+    if mode == "before":
+        return markup[:outer_start] + fragment + markup[outer_start:]
+    if mode == "after":
+        return markup[:outer_end] + fragment + markup[outer_end:]
+    if mode == "remove":
+        return markup[:outer_start] + markup[outer_end:]
+    return markup
 
 
 def iter_events(tab: Tab, type: str) -> Iterator[Event]:

@@ -72,7 +72,7 @@ def test_several_files_in_one_post_are_listed_with_size_and_type() -> None:
         binary = bytes(range(256)) * 8  # 2 KiB with CR, LF and NUL in it
         status = upload(tab, ("notes.txt", "text/plain", b"hello"), ("<data>.bin", "application/octet-stream", binary))
         assert status == 200
-        assert tab.signals["status"] == "Uploaded 2 files (2.0 KiB)." and tab.signals["failed"] is False
+        assert tab.signals["_status"] == "Uploaded 2 files (2.0 KiB)." and tab.signals["_failed"] is False
         listed = tab.signals["_session__files"]
         assert [(f["name"], f["size"], f["type"]) for f in listed] == [
             ("notes.txt", 5, "text/plain"), ("<data>.bin", 2048, "application/octet-stream")]
@@ -93,18 +93,18 @@ def test_too_large_files_are_refused_with_a_clear_message() -> None:
         tab = client.open("/")
         big = b"x" * (MAX_FILE + 1)
         assert upload(tab, ("small.txt", "text/plain", b"ok"), ("huge.iso", "application/x-iso9660-image", big)) == 200
-        assert tab.signals["failed"] is True
-        assert tab.signals["status"] == "Over the 2.0 MiB limit per file: huge.iso (2.0 MiB). Nothing was uploaded."
+        assert tab.signals["_failed"] is True
+        assert tab.signals["_status"] == "Over the 2.0 MiB limit per file: huge.iso (2.0 MiB). Nothing was uploaded."
         assert tab.signals["_session__files"] == []  # not even the small one
         assert upload(tab, ("exact.bin", "application/octet-stream", b"x" * MAX_FILE)) == 200
-        assert tab.signals["failed"] is False and len(tab.signals["_session__files"]) == 1
+        assert tab.signals["_failed"] is False and len(tab.signals["_session__files"]) == 1
 
 
 def test_a_post_without_files_asks_for_some() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
         assert upload(tab) == 200
-        assert tab.signals["status"] == "Choose one or more files first." and tab.signals["failed"] is True
+        assert tab.signals["_status"] == "Choose one or more files first." and tab.signals["_failed"] is True
 
 
 def test_the_list_belongs_to_the_session_and_downloads_to_it_too() -> None:
@@ -157,7 +157,7 @@ def test_mounted_below_a_prefix_every_url_carries_it() -> None:
         assert posted and posted.group(1) == "/examples/file_upload/_action/upload"
         body, ctype = multipart({"via_ctx": tab.id}, [("files", "a.txt", "text/plain", b"mounted")])
         assert client.post(posted.group(1), body=body, headers={"content-type": ctype}).status == 200
-        assert tab.signals["status"] == "Uploaded 1 file (7 B)."
+        assert tab.signals["_status"] == "Uploaded 1 file (7 B)."
         (button,) = tab.find("button.download")
         assert "'/examples/file_upload/_action/download?id=" in button.attrs["data-on:click"]
         tab.click("button.download")

@@ -70,7 +70,8 @@ def test_unknown_options_are_ignored() -> None:
         tab = client.open("/")
         for url in ("/_action/vote", "/_action/vote?option=nope", "/_action/vote?option=__class__"):
             assert tab.post(url).status == 200
-        tab.action("vote", session__choice="", route__votes_dark=1000)  # what a tampered browser sends
+        tab.action("vote", session__choice="", route__votes_dark=1000,  # what a tampered browser sends
+                   _session__choice="", _route__votes_dark=1000)
         assert all(sig.value == 0 for sig in votes.values())
         assert tab.signals["_session__choice"] == ""
         tab.click("#vote-offline")  # a real vote still counts
@@ -80,6 +81,6 @@ def test_unknown_options_are_ignored() -> None:
 def test_the_bindings_for_your_vote() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
-        assert "data-class:mine=\"$session__choice == 'dark'\"" in tab.html
-        assert "data-attr:disabled=\"$session__choice != ''\"" in tab.html
-        assert "data-show=\"$session__choice != ''\"" in tab.html
+        assert "data-class:mine=\"$_session__choice == 'dark'\"" in tab.html
+        assert "data-attr:disabled=\"$_session__choice != ''\"" in tab.html
+        assert "data-show=\"$_session__choice != ''\"" in tab.html

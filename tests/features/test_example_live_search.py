@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from examples.live_search import PLACES, SHOWN, app, highlight, make_places, search_places
+from examples.live_search import MAX_QUERY, PLACES, SHOWN, app, highlight, make_places, search_places
 
 from pyvia import protocol
 from pyvia.testing import Tab, TestClient
@@ -95,3 +95,17 @@ def test_a_revived_tab_renders_the_query_the_browser_holds() -> None:
         tab.submit("form")
         tab.revive()
         assert stats(tab)[0] == len(search_places("ford"))
+
+
+def test_a_query_is_at_most_max_query_characters() -> None:
+    with TestClient(app) as client:
+        tab = client.open("/")
+        (box,) = tab.find("#q")
+        assert box.attrs["maxlength"] == str(MAX_QUERY)  # the browser stops the user there
+        tab.new_events()
+        assert tab.action("search", q="a" * (MAX_QUERY + 1)).status == 413  # the server too, out loud
+        events = tab.new_events()
+        assert [e.type for e in events] == [protocol.PATCH_SIGNALS]  # the action did not run: no results
+        assert "signal 'q' got 101 characters" in events[0].signals["_via_error"]  # what the user is shown
+        assert tab.action("search", q="a" * MAX_QUERY).status == 200
+        assert stats(tab)[0] == 0

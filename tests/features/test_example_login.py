@@ -62,7 +62,7 @@ def test_a_wrong_password_is_refused() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
         assert log_in(tab, "ann", "nope").status == 200
-        assert tab.signals["error"] == "Wrong user name or password."
+        assert tab.signals["_error"] == "Wrong user name or password."
         assert tab.scripts == []
         assert log_in(tab, "   ", "pyvia").status == 200  # no name
         assert tab.scripts == []

@@ -121,15 +121,15 @@ def test_typing_commits_with_enter_and_everyone_sees_it(database: Path) -> None:
     with TestClient(app) as ann, TestClient(app) as bob:
         a, b = ann.open("/"), bob.open("/")
         select(a, 3, 5)
-        assert (a.signals["row"], a.signals["col"]) == (3, 5)
+        assert (a.signals["_row"], a.signals["_col"]) == (3, 5)
         a.action("edit", draft="h")  # the first key: the browser holds it in the draft
-        assert a.signals["editing"] is True
+        assert a.signals["_editing"] is True
         assert 'id="editor" data-bind="draft"' in cell(a, 3, 5)
         a.signals["draft"] = "hello <b>"  # typed in the editor
         a.action("commit")
         assert stored(database, 3, 5) == "hello <b>"
-        assert a.signals["editing"] is False and a.signals["draft"] == ""
-        assert (a.signals["row"], a.signals["col"]) == (4, 5)  # Enter moves down
+        assert a.signals["_editing"] is False and a.signals["draft"] == ""
+        assert (a.signals["_row"], a.signals["_col"]) == (4, 5)  # Enter moves down
         app.flush_broadcasts()
         assert "hello &lt;b&gt;" in cell(b, 3, 5)
         assert 'id="editor"' not in a.html
@@ -143,10 +143,10 @@ def test_escape_cancels_and_enter_edits_the_current_value(database: Path) -> Non
         tab.action("edit", draft="x")
         tab.action("cancel", draft="xyz")
         assert stored(database, 2, 1) == before
-        assert tab.signals["editing"] is False and 'id="editor"' not in tab.html
+        assert tab.signals["_editing"] is False and 'id="editor"' not in tab.html
 
         tab.post(tab.context.actions["edit"].url + "?keep=1")  # Enter or F2
-        assert tab.signals["draft"] == before and tab.signals["editing"] is True
+        assert tab.signals["draft"] == before and tab.signals["_editing"] is True
         tab.action("commit", draft=f"{before}!")
         assert stored(database, 2, 1) == f"{before}!"
 
@@ -157,10 +157,10 @@ def test_clicking_another_cell_commits_the_edit(database: Path) -> None:
         select(tab, 5, 5)
         tab.action("edit", draft="first")
         select(tab, 5, 5)  # a click inside the cell being edited changes nothing
-        assert tab.signals["editing"] is True
+        assert tab.signals["_editing"] is True
         select(tab, 6, 6)
         assert stored(database, 5, 5) == "first"
-        assert tab.signals["editing"] is False and (tab.signals["row"], tab.signals["col"]) == (6, 6)
+        assert tab.signals["_editing"] is False and (tab.signals["_row"], tab.signals["_col"]) == (6, 6)
 
 
 def test_arrows_move_stop_at_the_edges_and_keep_the_selection_in_view() -> None:
@@ -169,22 +169,22 @@ def test_arrows_move_stop_at_the_edges_and_keep_the_selection_in_view() -> None:
         select(tab, 0, 0)
         key(tab, "ArrowUp")
         key(tab, "ArrowLeft")
-        assert (tab.signals["row"], tab.signals["col"]) == (0, 0)
+        assert (tab.signals["_row"], tab.signals["_col"]) == (0, 0)
         key(tab, "ArrowRight")
         key(tab, "ArrowDown")
-        assert (tab.signals["row"], tab.signals["col"]) == (1, 1)
+        assert (tab.signals["_row"], tab.signals["_col"]) == (1, 1)
         for _ in range(25):
             key(tab, "ArrowDown")
-        assert tab.signals["row"] == 26
+        assert tab.signals["_row"] == 26
         assert tab.signals["scroll_top"] == (26 - spreadsheet.VISIBLE + 1) * ROW_H  # scrolled to show it
         app.flush_broadcasts()
         assert 'class="cell sel" data-cell="26:1"' in tab.html
         select(tab, ROWS - 1, COLS - 1)
         key(tab, "ArrowDown")
         key(tab, "ArrowRight")
-        assert (tab.signals["row"], tab.signals["col"]) == (ROWS - 1, COLS - 1)
+        assert (tab.signals["_row"], tab.signals["_col"]) == (ROWS - 1, COLS - 1)
         key(tab, "ArrowUp")
-        assert tab.signals["row"] == ROWS - 2
+        assert tab.signals["_row"] == ROWS - 2
         select(tab, 3, 0)
         assert tab.signals["scroll_top"] == 3 * ROW_H  # back up
 
@@ -237,6 +237,7 @@ def test_the_markup_wires_keys_clicks_and_scrolling() -> None:
         keys = main.attrs["data-on:keydown__window"]
         for name in ("commit", "cancel", "copy", "paste", "move", "edit", "clear"):
             assert f"@post('{tab.context.actions[name].url}'" in keys
+        assert "if ($_editing)" in keys and "$draft += k" in keys  # set ahead of the server's answer
         (rows,) = tab.find("#rows")
         assert "select" in rows.attrs["data-on:click"] and "keep=1" in rows.attrs["data-on:dblclick"]
         (viewport,) = tab.find("#viewport")

@@ -69,9 +69,9 @@ def test_prices_move_only_while_someone_watches() -> None:
         expected = ticker.market.quotes()
         assert a.signals["_route__quotes"] == expected == b.signals["_route__quotes"]
         assert set(expected) == set(SYMBOLS)
-        assert 'data-text="$route__quotes.ACME.price"' in a.html
-        assert "data-class:up=\"$route__quotes.ACME.move == 'up'\"" in a.html
-        assert 'data-attr:points="$route__quotes.JADE.points"' in b.html
+        assert 'data-text="$_route__quotes.ACME.price"' in a.html
+        assert "data-class:up=\"$_route__quotes.ACME.move == 'up'\"" in a.html
+        assert 'data-attr:points="$_route__quotes.JADE.points"' in b.html
         assert "2 watching" in a.html and a.html == b.html  # one shared render
 
         b.disconnect()

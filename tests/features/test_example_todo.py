@@ -100,7 +100,7 @@ def test_the_filter_belongs_to_each_tab() -> None:
         app.flush_broadcasts()
 
         a.click("#show-active")
-        assert a.signals["show"] == "active"
+        assert a.signals["_show"] == "active"
         assert titles(a) == ["one", "three"]
         assert 'id="show-active" aria-pressed="true"' in a.html
         a.click("#show-done")
@@ -113,7 +113,7 @@ def test_the_filter_belongs_to_each_tab() -> None:
         assert titles(b) == ["one", "two", "three"]
 
         a.post("/_action/set_filter?show=bogus")
-        assert a.signals["show"] == "all"
+        assert a.signals["_show"] == "all"
         assert titles(a) == ["one", "two", "three"]
 
 

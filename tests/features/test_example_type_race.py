@@ -47,7 +47,7 @@ def named(client: TestClient, name: str, room: str = "lobby") -> Tab:
 
 
 def room(tab: Tab, signal: str, name: str = "lobby") -> object:
-    return tab.signals[f"race_{name}__{signal}"]
+    return tab.signals[f"_race_{name}__{signal}"]
 
 
 def bars(tab: Tab) -> dict[str, str]:
@@ -71,7 +71,7 @@ def test_the_index_lists_rooms_with_their_players_and_goes_to_a_new_one() -> Non
         index = client.open("/")
         assert re.findall(r'<a href="/room/(\w+)">', index.html) == ["lobby", "marathon", "sprint"]
         index.submit("#go-form", wanted="No Spaces!")
-        assert index.signals["problem"] == "A room name is 1 to 20 letters or digits."
+        assert index.signals["_problem"] == "A room name is 1 to 20 letters or digits."
         index.submit("#go-form", wanted=" Chess ")
         assert index.scripts == ['window.location.href = "/room/chess"']
 

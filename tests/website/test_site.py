@@ -34,7 +34,8 @@ def test_guides_render_with_site_links(client: TestClient, slug: str) -> None:
 
 def test_unknown_guide_and_example_are_not_served(client: TestClient) -> None:
     assert "No guide named" in client.get("/docs/nope").body.decode()
-    assert "No guide named" in client.get("/docs/..%2f..%2fetc").body.decode()
+    traversal = client.get("/docs/..%2f..%2fetc")  # decoded as the servers do: /docs/../../etc, no page
+    assert traversal.status == 404 and "No guide named" not in traversal.body.decode()
     assert client.get("/gallery/nope").status == 404
 
 
@@ -47,7 +48,7 @@ def test_gallery_page_shows_the_source_beside_the_live_example(client: TestClien
 def test_mounted_examples_work_under_their_prefix(client: TestClient) -> None:
     tab = client.open("/examples/counter/")
     tab.click("#inc")
-    assert tab.signals["count"] == 1
+    assert tab.signals["_count"] == 1
     a, b = client.open("/examples/shared_counter/"), client.open("/examples/shared_counter/")
     a.click("#inc")
     client.clock.advance(0.05)
