@@ -18,7 +18,7 @@ def start_ticking() -> None:
     def tick() -> None:
         ticks[0] += 1
         patch = f'<b id="tick">{ticks[0]}</b>'
-        for c in app.clients():
+        for c in app.local_clients():
             c.patch_elements(patch)
 
     app.set_interval(tick, TICK_MS)
