@@ -68,6 +68,7 @@ from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
 from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.replay import Replays
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
     GLOBAL,
@@ -140,14 +141,15 @@ __all__ = ["App", "RouteGroup"]
 class _Grave:
     """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
 
-    __slots__ = ("deadline", "restored", "seq", "snapshot", "tab_state")
+    __slots__ = ("ask_page", "deadline", "seq", "snapshot", "tab_state")
 
     def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None,
-                 *, restored: bool = False) -> None:
+                 *, ask_page: bool = False) -> None:
         self.deadline = deadline
         self.tab_state = tab_state
-        #: Made by an earlier process: the page may hold a newer snapshot, so it is asked too.
-        self.restored = restored
+        #: The page holds what this record lacks (its writable values; a newer snapshot after a
+        #: restart): a stream that revives the tab is asked for them.
+        self.ask_page = ask_page
         #: The number of the last snapshot the browser was sent: an older one is a replay.
         self.seq = seq
         #: The server's own snapshot of the tab's server-owned signals (dropped past the budget).
@@ -166,17 +168,19 @@ class _Revived:
 class _TabStream:
     """Connects one stream response to its tab, remembering which sink is its own."""
 
-    __slots__ = ("app", "coding", "ctx", "sink")
+    __slots__ = ("app", "coding", "ctx", "last_event_id", "sink")
 
-    def __init__(self, app: App, ctx: Context, coding: str) -> None:
+    def __init__(self, app: App, ctx: Context, coding: str, last_event_id: str | None = None) -> None:
         self.app = app
         self.ctx = ctx
         self.coding = coding
+        #: The id of the last frame the page got (Datastar's retries send it), None on a first request.
+        self.last_event_id = last_event_id
         self.sink: StreamSink | None = None
 
     def open(self, sink: StreamSink) -> None:
         self.sink = sink
-        self.app._on_stream_open(self.ctx, sink, self.coding)
+        self.app._on_stream_open(self.ctx, sink, self.coding, self.last_event_id)
 
     def close(self) -> None:
         if self.sink is not None:
@@ -347,6 +351,7 @@ class App:
         # destroyed ids -> what revives them; insertion order is expiry order
         self._graveyard: OrderedDict[str, _Grave] = OrderedDict()
         self._graveyard_bytes = 0  # of the snapshots it holds
+        self._reviving: dict[str, asyncio.Task[Any]] = {}  # revivals under way, by context id
         self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
@@ -375,6 +380,9 @@ class App:
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
+        #: Each tab's recent frames, replayed to a stream that reconnects (pyvia.replay).
+        self._replays = Replays(tab_limit=self.config.replay_tab_bytes, limit=self.config.replay_budget,
+                                idle=self.config.replay_idle, encoders=self.compression.budget)
         db_config = settings.db_config()
         #: The database of ``[db] url`` (:mod:`pyvia.db`), opened at start and closed at stop.
         self.db: Database = NoDatabase(metrics=self.metrics) if db_config is None else connect(
@@ -1314,19 +1322,34 @@ class App:
         self._seq += 1
         heapq.heappush(self._deadlines, (deadline, self._seq, ctx))
 
-    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity") -> None:
+    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity",
+                        last_event_id: str | None = None) -> None:
         if ctx.state is State.DESTROYED:
             sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
             return
         now = self._now()
-        # A reconnect may follow bytes lost with the old connection (a network cut, a tab cut off
-        # for reading too slowly): it gets a full render. The first connect after the page view
-        # only needs what happened since.
-        full = ctx.revived or ctx.state is not State.CREATED or ctx.stream.lost
+        # The first connect after the page view only needs what happened since (unless what
+        # waited for it overflowed: ``stream.lost``). A reconnect gets the frames after the last
+        # one its page got (``last_event_id``) from the tab's replay buffer, and a full render when
+        # they are not all there any more, or the tab was revived.
+        replay: list[bytes] | None = None
+        if ctx.revived or ctx.stream.lost:
+            full = True
+        elif ctx.state is State.CREATED:
+            full = False
+        else:
+            replay = ctx.stream.frames_after(last_event_id)
+            full = replay is None
+            replays = self._replays
+            if full:
+                replays.full_renders += 1
+            else:
+                replays.resumes += 1
+                replays.replayed_frames += len(replay or ())
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
-        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream))
+        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream), replay)
         self._waiting.pop(ctx.id, None)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
@@ -1437,6 +1460,7 @@ class App:
         if self.compression.budget.is_over:
             self._reclaim_encoders()
         self.compression.return_memory(now)
+        self._replays.sweep(now)
         self._measure_unsent()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
@@ -1547,6 +1571,7 @@ class App:
         for fn in ctx._on_cleanup:
             self._run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
+        self._replays.forget(ctx.stream)
         for name in ctx._scopes:
             self.scopes.leave(ctx, name)
         if self.link is not None:
@@ -1573,7 +1598,8 @@ class App:
         except TypeError:
             snapshot = None  # a value that is not JSON: the page could not show it either
         self._unbury(ctx.id)
-        grave = _Grave(self._now() + self.config.revival_window, ctx.tab_state, ctx.snapshot_seq, snapshot)
+        grave = _Grave(self._now() + self.config.revival_window, ctx.tab_state, ctx.snapshot_seq, snapshot,
+                       ask_page=ctx.has_writable_signals)
         self._graveyard[ctx.id] = grave
         if snapshot is not None:
             self._graveyard_bytes += len(snapshot)
@@ -1634,12 +1660,12 @@ class App:
         else from the browser's snapshot, which a stream request carries only when asked for."""
         grave = self._graveyard.get(ctx_id)
         restore = self._kept_snapshot(ctx_id, grave)
-        if restore is None or (grave is not None and grave.restored):
+        if restore is None or (grave is not None and grave.ask_page):
             if self._verify_id(ctx_id, session_id) is None:
                 return self._reload_stream(ctx_id)
             if request.method != "POST" or "last-event-id" in request.headers:
                 return self._ask_for_snapshot()  # a GET, or a retry whose body was made before
-            sent = self._browser_snapshot(ctx_id, signals, grave)
+            sent = self._browser_snapshot(ctx_id, signals, grave, restore)
             if sent is False:
                 return self._reload_stream(ctx_id)
             restore = _newest(restore, sent)
@@ -1653,17 +1679,23 @@ class App:
             return None
         return self._snapshots.open(ctx_id, grave.snapshot)
 
-    def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None
-                          ) -> tuple[int, dict[str, Any]] | bool | None:
-        """The snapshot the reviving stream sent: ``(seq, values)``, None if it sent none, False if
-        it is forged, made for another tab, or older than one this server sent (a replay)."""
+    def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None,
+                          kept: tuple[int, dict[str, Any]] | None) -> tuple[int, dict[str, Any]] | bool | None:
+        """The snapshot the page sent: ``(seq, values)``; None if it sent none, or one older than
+        what this server kept (the server's own newer values win: the page may have missed a
+        frame); False if it is forged, made for another tab, or older than one this server sent
+        while it kept no values to revive from (a replay)."""
         raw = signals.get(protocol.SNAPSHOT_SIGNAL)
         if raw is None:
             return None
         opened = self._snapshots.open(ctx_id, raw)
-        if opened is None or (grave is not None and opened[0] < grave.seq):
-            log.warning("refused a %s snapshot for a tab (its page reloads)",
-                        "forged" if opened is None else "replayed")
+        if opened is None:
+            log.warning("refused a forged snapshot for a tab (its page reloads)")
+            return False
+        if grave is not None and opened[0] < grave.seq:
+            if kept is not None:
+                return None
+            log.warning("refused a replayed snapshot for a tab (its page reloads)")
             return False
         return opened
 
@@ -1703,7 +1735,8 @@ class App:
             seq = handed.get("seq")
             self._graveyard[ctx_id] = _Grave(
                 self._now() + self.config.revival_window, tab_state if isinstance(tab_state, dict) else {},
-                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None, restored=restored)
+                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None,
+                ask_page=restored or handed.get("writable") is not False)
             if isinstance(snapshot, str):
                 self._graveyard_bytes += len(snapshot)
 
@@ -1715,13 +1748,16 @@ class App:
             grave = self._unbury(ctx_id)
             if grave is None:
                 return None
-            return {"tab_state": _json_or_empty(grave.tab_state), "snapshot": grave.snapshot, "seq": grave.seq}
+            return {"tab_state": _json_or_empty(grave.tab_state), "snapshot": grave.snapshot, "seq": grave.seq,
+                    "writable": grave.ask_page}
         if Scope.session(ctx.session_id) != session_hash:
             return None
         state = _json_or_empty(ctx.tab_state)
+        writable = ctx.has_writable_signals
         self.destroy(ctx)
         grave = self._unbury(ctx_id)
-        return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0}
+        return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0,
+                "writable": writable}
 
     def _stream_for(self, request: Request, ctx: Context) -> Any:
         if not self._same_session(ctx, self._session_of(request)):
@@ -1729,7 +1765,7 @@ class App:
 
         def endpoint(req: Request) -> StreamResponse:
             coding = self.compression.coding_for(req)
-            tab = _TabStream(self, ctx, coding)
+            tab = _TabStream(self, ctx, coding, req.headers.get("last-event-id"))
             headers = [*protocol.SSE_HEADERS, *self.compression.stream_headers(coding)]
             return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
 
@@ -1777,8 +1813,12 @@ class App:
         """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be.
 
         ``restore`` holds the values of its server-owned signals (a verified snapshot); the
-        writable ones come from ``signals``, the browser's.
+        writable ones come from ``signals``, the browser's. A second revival of the same tab while
+        one is under way (its stream and an action at once) waits for it: the handler runs once.
         """
+        under_way = self._reviving.get(ctx_id)
+        if under_way is not None:
+            return _when_done(under_way, lambda: self.contexts.get(ctx_id))
         verified = self._verify_id(ctx_id, session_id)
         if verified is None:
             return None
@@ -1816,8 +1856,14 @@ class App:
             log.info("revived a tab of %s", route.pattern)
             return ctx
 
-        return _then(self._with_middleware(request, route, endpoint),
-                     lambda result: self._after_loads(lambda: finish(result)))
+        result = _then(self._with_middleware(request, route, endpoint),
+                       lambda result: self._after_loads(lambda: finish(result)))
+        if not inspect.isawaitable(result):
+            return result
+        task = self.create_task(_settled(result))
+        self._reviving[ctx_id] = task
+        task.add_done_callback(lambda _: self._reviving.pop(ctx_id, None))
+        return task
 
     # --- actions ---------------------------------------------------------------------------------
 
@@ -1878,7 +1924,7 @@ class App:
         grave = self._graveyard.get(ctx_id)
         restore = self._kept_snapshot(ctx_id, grave)
         if protocol.SNAPSHOT_SIGNAL in signals:
-            sent = self._browser_snapshot(ctx_id, signals, grave)
+            sent = self._browser_snapshot(ctx_id, signals, grave, restore)
             if sent is False:
                 raise ContextNotFound("a tab whose snapshot was refused")
             restore = _newest(restore, sent)
@@ -2060,6 +2106,13 @@ def _newest(kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, 
     if kept is None or (sent is not None and sent[0] > kept[0]):
         return sent
     return kept
+
+
+async def _when_done(task: asyncio.Task[Any], then: Callable[[], Any]) -> Any:
+    """``then()`` once ``task`` is done, whatever it ended with."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(task)
+    return then()
 
 
 async def _settled(result: Any) -> Any:

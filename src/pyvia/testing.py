@@ -51,6 +51,8 @@ class Event:
     mode: str = "outer"
     elements: str = ""
     signals: dict[str, Any] = field(default_factory=dict)
+    #: The event's ``id:`` field, if it has one (a tab's frames end with an event that only has one).
+    id: str | None = None
 
     @property
     def script(self) -> str | None:
@@ -74,6 +76,8 @@ def parse_events(data: bytes) -> tuple[list[Event], bytes]:
             key, _, value = line.partition(": ")
             if key == "event":
                 ev.type = value
+            elif key == "id":
+                ev.id = value
             elif key == "data":
                 dkey, _, dval = value.partition(" ")
                 if dkey == "selector":
@@ -173,7 +177,11 @@ class _Sink:
             raise AssertionError("a compressed event did not decode whole as soon as it was written")
         events, self._buffer = parse_events(self._buffer + plain)
         for ev in events:
-            self.tab._receive(ev)
+            if ev.id is not None:
+                self.tab.last_event_id = ev.id or None  # as Datastar keeps it for its retries
+                self.tab.event_ids.append(ev.id)
+            if ev.type:
+                self.tab._receive(ev)
 
     def resume(self) -> None:
         self.paused = False
@@ -412,6 +420,10 @@ class Tab:
         self._sink: _Sink | None = None
         self._stream: StreamResponse | None = None
         self.stream_status: int | None = None
+        #: The id of the last frame received: a reconnect sends it (``last-event-id``), as Datastar's retries do.
+        self.last_event_id: str | None = None
+        #: Every event id received, in order (each frame of a tab's stream ends with one).
+        self.event_ids: list[str] = []
 
     # --- stream ----------------------------------------------------------------------------------
 
@@ -424,13 +436,15 @@ class Tab:
         that no longer holds the tab answers ``_via_revive``; the page then opens it with a POST
         carrying its writable signals and its snapshot."""
         query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps({protocol.CONTEXT_SIGNAL: self.id}).decode()})
-        result = self.client.request("GET", f"{self.sse_url}?{query}")
+        resume = {"last-event-id": self.last_event_id} if self.last_event_id else None
+        result = self.client.request("GET", f"{self.sse_url}?{query}", headers=resume)
         if isinstance(result, Response) and _is_json(result) and result.status == 200:
             patch = orjson.loads(decoded_body(result))
             _merge(self.signals, patch)
             if protocol.REVIVE_SIGNAL in patch:
                 payload = {k: v for k, v in self.signals.items()
                            if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL}
+                self.last_event_id = None  # a new request of the page's: Datastar sends no id with it
                 result = self.client.request("POST", self.sse_url, json=payload)
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
@@ -443,7 +457,13 @@ class Tab:
             self.stream_status = result.status
         return result
 
-    reconnect = connect
+    def reconnect(self, *, resume: bool = True) -> Response | StreamResponse:
+        """Open the stream again, as Datastar's retry does: with the id of the last frame received,
+        so the server sends only the frames after it. ``resume=False``: as a page whose last id
+        the server no longer knows (its replay buffer was dropped): it gets a full render."""
+        if not resume:
+            self.last_event_id = "unknown.0"
+        return self.connect()
 
     def expire(self) -> None:
         """Destroy the tab's server context (as the timeouts would) without touching the page."""
@@ -504,6 +524,8 @@ class Tab:
                 self.html = ev.elements
             elif ev.selector is None and ev.mode == "outer":
                 self.html = _replace_by_id(self.html, ev.elements)
+            elif ev.selector is not None and ev.selector.startswith("#") and _SIMPLE_ID.match(ev.selector):
+                self.html = _patch_at(self.html, ev.selector[1:], ev.mode, ev.elements)
 
     def new_events(self) -> list[Event]:
         """Events received since the last call."""
@@ -627,6 +649,33 @@ def _replace_by_id(markup: str, fragment: str) -> str:
     if span is None:
         return markup
     return markup[: span[0]] + fragment + markup[span[3]:]
+
+
+_SIMPLE_ID = re.compile(r"#[\w-]+\Z")
+
+
+def _patch_at(markup: str, element_id: str, mode: str, fragment: str) -> str:
+    """Apply a patch at the element with ``element_id``, as Datastar's modes do (no morphing:
+    the fragment replaces or joins the markup as it is)."""
+    span = _element_span(markup, element_id)
+    if span is None:
+        return markup
+    outer_start, inner_start, inner_end, outer_end = span
+    if mode == "inner":
+        return markup[:inner_start] + fragment + markup[inner_end:]
+    if mode in ("outer", "replace"):
+        return markup[:outer_start] + fragment + markup[outer_end:]
+    if mode == "append":
+        return markup[:inner_end] + fragment + markup[inner_end:]
+    if mode == "prepend":
+        return markup[:inner_start] + fragment + markup[inner_start:]
+    if mode == "before":
+        return markup[:outer_start] + fragment + markup[outer_start:]
+    if mode == "after":
+        return markup[:outer_end] + fragment + markup[outer_end:]
+    if mode == "remove":
+        return markup[:outer_start] + markup[outer_end:]
+    return markup
 
 
 def iter_events(tab: Tab, type: str) -> Iterator[Event]:

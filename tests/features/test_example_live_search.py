@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from examples.live_search import MAX_QUERY, PLACES, SHOWN, app, highlight, make_places, search_places
 
 from pyvia import protocol
@@ -89,8 +88,6 @@ def test_each_tab_searches_on_its_own() -> None:
         assert stats(b)[0] == 1000 and stats(c)[0] == 1000
 
 
-@pytest.mark.xfail(strict=True, reason="core: a tab revived from the snapshot its own process kept gets none "
-                   "of the browser's writable values (the stream GET carries the context id only)")
 def test_a_revived_tab_renders_the_query_the_browser_holds() -> None:
     with TestClient(app) as client:
         tab = client.open("/")

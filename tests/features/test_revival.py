@@ -164,3 +164,52 @@ def test_middleware_runs_on_revival_and_can_refuse_it() -> None:
         tab.reconnect()
         assert tab.scripts == ["window.location.reload()"]
         assert app.contexts == {}
+
+
+def test_a_stream_and_an_action_reviving_a_tab_at_once_run_its_handler_once() -> None:
+    import asyncio
+    import inspect
+
+    import orjson
+
+    from pyvia.http import Headers, Request
+
+    runs: list[str] = []
+    app = App(secret="revive once")
+
+    @app.page("/")
+    async def page(c: Context) -> None:
+        runs.append("handler")
+        await asyncio.sleep(0.01)  # a slow handler: the second request comes while it runs
+        count = c.signal(0, "count")
+
+        @c.action
+        def inc() -> None:
+            count.value += 1
+
+        c.view(lambda: f"<p>{count.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        tab.action("inc")
+        tab.disconnect()
+        client.clock.advance(120)
+        assert tab.context is None and runs == ["handler"]  # the page view
+        runs.clear()
+        cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+        headers = Headers([("host", "testserver"), ("origin", "http://testserver"), ("cookie", cookie),
+                           ("content-type", "application/json")])
+        body = orjson.dumps({"via_ctx": tab.id, "_via_snap": tab.signals["_via_snap"]})
+        stream = Request("POST", "/_sse", headers=headers, body=body, client="127.0.0.1")
+        action = Request("POST", "/_action/inc", headers=headers, body=body, client="127.0.0.1")
+
+        async def settled(result: object) -> object:
+            return await result if inspect.isawaitable(result) else result
+
+        async def both() -> list[object]:
+            return await asyncio.gather(settled(app.handle(stream)), settled(app.handle(action)))
+
+        stream_answer, action_answer = client.loop.run_until_complete(both())
+        assert runs == ["handler"]  # one revival served both
+        assert stream_answer.status == action_answer.status == 200  # type: ignore[attr-defined]
+        assert tab.context is not None and tab.context.signals["count"].value == 2

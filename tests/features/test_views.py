@@ -113,3 +113,29 @@ def test_full_document_callable_without_block_patches_the_body() -> None:
         view = tab.new_events()[0]
         assert (view.selector, view.mode) == ("body", "inner")
         assert view.elements == "<p id='n'>1</p>"
+
+
+def test_the_test_client_applies_every_patch_mode_at_an_id() -> None:
+    from pyvia import html
+
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        @c.action
+        def edit() -> None:
+            c.patch_elements(html("<li>b</li>"), selector="#list", mode="append")
+            c.patch_elements(html("<li>a</li>"), selector="#list", mode="prepend")
+            c.patch_elements(html("<p>top</p>"), selector="#list", mode="before")
+            c.patch_elements(html("<p>bottom</p>"), selector="#list", mode="after")
+            c.patch_elements("", selector="#gone", mode="remove")
+            c.patch_elements(html('<span id="x">new</span>'), selector="#x", mode="outer")
+            c.patch_elements(html("inner"), selector="#box", mode="inner")
+
+        c.view(lambda: '<ul id="list"></ul><i id="gone">old</i><span id="x">old</span><div id="box">-</div>')
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        tab.action("edit")
+        assert tab.html == ('<p>top</p><ul id="list"><li>a</li><li>b</li></ul><p>bottom</p>'
+                            '<span id="x">new</span><div id="box">inner</div>')
