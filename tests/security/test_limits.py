@@ -254,7 +254,7 @@ def test_a_loop_that_stays_late_sheds_new_requests_then_serves_again(app: Limits
         c = RawClient(*address, timeout=10.0)
         try:
             for _ in range(4):  # back to back: every loop turn runs two of these
-                c.send(get("/burn?s=0.3"))
+                c.send(get("/burn?s=0.5"))  # each turn late by more than twice shed_after (0.4 s)
                 response = c.read_response()
                 statuses.append(response.status)
                 if response.header("connection") == "close":  # a new connection refused at accept

@@ -220,10 +220,10 @@ def test_probe_sheds_only_while_the_loop_stays_late() -> None:
     registry.probe(registry._probe_due + 0.01)
     assert not registry.shedding
     registry.probe(registry._probe_due + 0.8)
-    registry.probe(registry._probe_due + 0.9)  # late twice, but by less than twice shed_after: slow handlers
+    registry.probe(registry._probe_due + 0.9)  # late twice, but by less than twice shed_after
     assert not registry.shedding
     registry.probe(registry._probe_due + 1.1)
-    registry.probe(registry._probe_due + 1.2)  # late by twice shed_after, twice in a row: the loop cannot keep up
+    registry.probe(registry._probe_due + 1.2)  # late by twice shed_after, twice in a row
     assert registry.shedding and registry.lagging
     registry.probe(registry._probe_due + 0.01)
     assert not registry.shedding

@@ -113,10 +113,10 @@ class ServerLimits:
       of ``shed_after`` is answered 503 when it is read (a new connection's, before the app sees
       it; those still in the listen queue at once, on the raw socket), so turns stay about that
       long and what is served waited at most that. A loop late by twice ``shed_after`` twice in
-      a row sheds every new request until it is on time. A single pause, a GC pass or one slow
-      handler, sheds nothing: the bench measured generation-1 collections of 0.6 s
-      (bench/RESULTS.md), and what queued behind one is served a moment later. A 503 costs about
-      1/50 of a real request, so the queues drain. Issue 21 asked accepted work's p99 within
+      a row sheds every new request until it is on time. A single
+      pause, a GC pass or one slow handler, sheds nothing: the bench measured generation-1
+      collections of 0.6 s (bench/RESULTS.md), and what queued behind one is served a moment
+      later. A 503 costs about 1/50 of a real request, so the queues drain. Issue 21 asked accepted work's p99 within
       250 ms: that is this default. ``None`` turns it off.
     * ``shed_exempt``: the core's ``/_health``, ``/_ready`` and ``/metrics`` are answered even
       when shedding: an overloaded replica is alive, and a readiness probe failing on every

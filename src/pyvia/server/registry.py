@@ -598,8 +598,8 @@ class ConnectionRegistry:
 
     def probe(self, now: float) -> None:
         """Record how late the probe due at ``_probe_due`` ran at ``now``; shed every new request
-        while the loop stays late by twice ``shed_after``, and judge the long turns and the
-        listen queue of the other rules (:meth:`_late`, :meth:`drain_backlog`).
+        while the loop stays late by twice ``shed_after``, and judge the long turns and the listen
+        queue of the other rules (:meth:`_late`, :meth:`drain_backlog`).
 
         A loop turn that runs long (CPU overload on open connections: every ready socket's handler
         runs in one turn) makes the next probe late. One late probe is a pause (a GC pass, one slow
@@ -609,9 +609,11 @@ class ConnectionRegistry:
         """
         shed_after = self.limits.shed_after
         self.lag = lag = max(0.0, now - self._probe_due)
+        carried = self.dispatched - self._dispatched_seen
+        self._dispatched_seen = self.dispatched
         late = shed_after is not None and lag > 2 * shed_after
-        # Two probes in a row late by twice shed_after: a loop that stays late (sustained
-        # overload), not one pause, nor a slow handler of a few tenths of a second.
+        # Two probes in a row late by twice shed_after: a loop that stays late whatever it runs,
+        # not one pause. (Turns late by less are the other rules', which look at what they carry.)
         self.lagging = lagging = late and self._was_late
         self._was_late = late
         # Long turns (each over SERVE_WITHIN of the target) for a whole shed_after, two at least:
@@ -619,8 +621,6 @@ class ConnectionRegistry:
         # it did not, so the window's least wait stays low: CoDel's rule alone would never see this
         # queue. Such a turn must carry many requests: one pause (a collection), a slow handler or
         # the slow turns of a cold start (templates compiled, first imports) are not a queue.
-        carried = self.dispatched - self._dispatched_seen
-        self._dispatched_seen = self.dispatched
         slow = shed_after is not None and lag > shed_after * SERVE_WITHIN and carried >= _LOADED_TURN
         if slow:
             if not self._slow_turns:
