@@ -650,14 +650,14 @@ class ConnectionRegistry:
         loaded server) and connections arrive faster than that, the listen queue grows for
         seconds, then overflows, and new connections get nothing at all (the attack saw 17 of 40
         unanswered after 10 s) while every open connection is served. So each probe looks at the
-        queue. While the server is overloaded it accepts all that waits and answers each with
-        the 503 at once, written on the raw socket (no transport, no task: a few microseconds
-        each), unless it asks for a path never shed or has sent nothing yet: a connection handed
-        to the loop is read three or four turns later, too late to be served in time, so what
-        the overloaded server serves of new connections is what uvloop accepts itself, judged at
-        its accept. Otherwise, when the first connection waited more than ``SERVE_WITHIN`` of
-        ``shed_after``, it hands what waits to ``hand_over`` (up to 16 a probe: each brings its
-        work into the next turns) to be served.
+        queue. While the server is overloaded it accepts all that waits and answers the 503 at
+        once, written on the raw socket (no transport, no task: a few microseconds each), to each
+        that waited more than half of ``SERVE_WITHIN`` of ``shed_after``, unless it asks for a
+        path never shed or has sent nothing yet: a connection handed to the loop is read three or
+        four turns later, so only a young one can still be served in time; up to 16 of those a
+        probe go to ``hand_over``. Otherwise, when the first connection waited more than
+        ``SERVE_WITHIN`` of ``shed_after``, it hands what waits to ``hand_over`` (up to 16 a probe:
+        each brings its work into the next turns) to be served.
         """
         self._listening.append((sock, hand_over))
 
@@ -677,8 +677,8 @@ class ConnectionRegistry:
         handed = 0
         for sock, hand_over in self._listening:
             for _ in range(limit):
-                if handed >= hand_over_at_most:
-                    return refused  # the rest waits for the next probe, or its 503: one turn can hold so many
+                if handed >= hand_over_at_most and not overloaded:
+                    return refused  # the rest waits for the next probe: one turn can hold so many
                 try:
                     conn, peer = sock.accept()
                 except (BlockingIOError, InterruptedError):
@@ -697,9 +697,15 @@ class ConnectionRegistry:
                     overloaded = self.busy = True
                     self._busy_until = self.loop.time() + 2 * shed_after
                 # One taken from the queue is read three or four turns later (the loop adopts it in
-                # a task, then reads it), too late while overloaded: refused, young or not. What the
-                # overloaded server serves of new connections is what uvloop accepts itself.
-                if overloaded and not self._asks_exempt(conn) and _has_data(conn):
+                # a task, then reads it): while overloaded only a young one can still be served in
+                # time (a few a probe, so new connections keep being served too); the others are
+                # refused.
+                if (
+                    overloaded
+                    and (waited > shed_after * SERVE_WITHIN / 2 or handed >= hand_over_at_most)
+                    and not self._asks_exempt(conn)
+                    and _has_data(conn)
+                ):
                     refused += 1
                     self._refuse_raw(conn, str(peer[0]) if isinstance(peer, tuple) else "", waited)
                     continue
