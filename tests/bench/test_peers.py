@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from bench.peer_apps.content import VIEW_BYTES
 
 from bench import peers
-from bench.peer_apps.content import VIEW_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (
