@@ -848,6 +848,21 @@ async def _measure(
     return await broadcast(server, contender.dialect, str(param), args)
 
 
+def _failed(why: str) -> dict[str, Any]:
+    """The record of a measurement that could not run (its server did not pass the start gates)."""
+    return {
+        "figures": {},
+        "ok": 0,
+        "failures": {why.split(":", 1)[0]: 1},
+        "first_failure": why[:600],
+        "server_busy": 0.0,
+        "client_busy": 0.0,
+        "others_on_server_core": 0.0,
+        "others_on_client_core": 0.0,
+        "noisy": False,
+    }
+
+
 def _label(kind: str, param: Any) -> str:
     return kind if param is None else f"{kind} {param}"
 
@@ -905,7 +920,23 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                     continue  # no stream compression of that kind: nothing to measure
                 if args.quiet_each:
                     await wait_quiet(max_wait=args.quiet_each)
-                server = await start(contender, interpreters[contender.name])
+                try:
+                    server = await start(contender, interpreters[contender.name])
+                except RuntimeError as exc:  # a failed gate: this rep is lost, the run goes on
+                    result = _failed(f"start: {exc}")
+                    result.update(
+                        type="rep",
+                        label=_label(kind, param),
+                        kind=kind,
+                        param=param,
+                        rep=rep,
+                        contender=contender.name,
+                        dirty=True,
+                    )
+                    session.recorder.write(result)
+                    reps.append(result)
+                    _print_rep(result)
+                    continue
                 try:
                     result = await _measure(kind, param, contender, server, args)
                 finally:
@@ -923,6 +954,10 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                     stop_seconds=server.stop_seconds,
                     killed=server.killed,
                 )
+                if result["dirty"] or server.killed:
+                    result["log"] = str(server.log_path)  # kept: it may say why
+                else:
+                    server.log_path.unlink(missing_ok=True)
                 session.recorder.write(result)
                 reps.append(result)
                 _print_rep(result)
@@ -930,6 +965,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     summary["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
     session.recorder.write(summary)
     print(summary_table(summary))
+    print(f"# load average at the end: {' '.join(summary['loadavg_at_end'])}")
     return summary
 
 
