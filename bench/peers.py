@@ -1,4 +1,4 @@
-"""``peers``: pyvia side by side with stario and datastar-py, each installed from PyPI at run time.
+"""``peers``: pyvia side by side with stario, datastar-py and StarHTML, each installed from PyPI at run time.
 
 Each contender serves the same app (``bench/peer_apps``: the same words, written in each one's
 own idiom) and gets the same workloads, interleaved A B C A B C over ``--reps`` repetitions, a
@@ -31,8 +31,8 @@ requirement each run, so the newest release within the bounds below is measured)
 interpreter of at least Python 3.12 (stario's floor; ``--python`` chooses it). pyvia runs on that
 interpreter too, from this checkout's ``src/``, with its runtime dependencies in a virtualenv
 of its own (``--pyvia-python project`` serves it from the project's interpreter instead).
-StarHTML and NiceGUI are not part of this harness: NiceGUI speaks Socket.IO, not SSE, and
-would need a client of its own.
+StarHTML (on uvicorn, with its compression middleware) is the fourth contender; NiceGUI is not
+part of this harness: it speaks Socket.IO, not SSE, and would need a client of its own.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ from bench.window import Window
 __all__ = ["CONTENDERS", "add_arguments", "main", "summarise", "summary_table"]
 
 APPS = REPO / "bench" / "peer_apps"
-COUNTER_MARKER = b'<strong id="count"'
+#: The counter's two elements: the count and the + button (attribute order differs between frameworks).
+COUNTER_MARKERS = (b'id="count"', b'id="inc"')
 WORKLOADS = ("page", "roundtrip", "idle", "broadcast", "doc")
 #: Every figure, in the order of the summary: (key, what it is, unit, digits).
 FIGURES: tuple[tuple[str, str, str, int], ...] = (
@@ -111,15 +112,19 @@ class Dialect:
     def tab_signals(self, body: bytes) -> dict[str, Any]:
         """The signals the page seeds: what the tab's stream and actions identify it with."""
         if self.pyvia:
-            found = boot_signals(body)
-            if not isinstance(found.get("via_ctx"), str):
+            seed = boot_signals(body)
+            if not isinstance(seed.get("via_ctx"), str):
                 raise ProtocolError("page without a via_ctx seed")
-            return found
+            return seed
+        found: dict[str, Any] = {}
         match = _DATA_SIGNALS.search(body)
-        if match is None:
+        if match is not None:  # data-signals='{"tab": ..., "count": 0}'
+            found.update(orjson.loads(html.unescape((match.group(1) or match.group(2)).decode())))
+        for one in _DATA_SIGNAL.finditer(body):  # data-signals:tab__ifmissing='"..."' (StarHTML's form)
+            found[one.group(1).decode()] = orjson.loads(html.unescape((one.group(2) or one.group(3)).decode()))
+        if not found:
             raise ProtocolError("page without data-signals")
-        value: dict[str, Any] = orjson.loads(html.unescape((match.group(1) or match.group(2)).decode()))
-        return value
+        return found
 
     def stream_target(self, page: str, signals: dict[str, Any]) -> str:
         if self.pyvia:
@@ -140,6 +145,7 @@ class Dialect:
 
 
 _DATA_SIGNALS = re.compile(rb"""data-signals=(?:'([^']*)'|"([^"]*)")""")
+_DATA_SIGNAL = re.compile(rb"""data-signals:([A-Za-z0-9_-]+?)(?:__[A-Za-z0-9_.]+)?=(?:'([^']*)'|"([^"]*)")""")
 PYVIA = Dialect("pyvia", count_key="_count", board_key="_route__n")
 PEER = Dialect("peer", count_key="count", board_key="n")
 
@@ -170,11 +176,12 @@ class Contender:
             ]
         if self.name == "stario":
             return [str(python), str(APPS / "stario_app.py")]
+        module = "starhtml_app" if self.name == "starhtml" else "datastar_starlette_app"
         return [
             str(python),
             "-m",
             "uvicorn",
-            "datastar_starlette_app:app",
+            f"{module}:app",
             "--app-dir",
             str(APPS),
             "--host",
@@ -233,6 +240,13 @@ CONTENDERS: dict[str, Contender] = {
         ("datastar-py>=1,<2", "starlette", "uvicorn", "uvloop", "httptools", "Jinja2"),
         ("datastar-py", "starlette", "uvicorn", "uvloop", "httptools", "Jinja2"),
         ("identity",),
+        PEER,
+    ),
+    "starhtml": Contender(
+        "starhtml",
+        ("starhtml", "uvicorn", "uvloop", "httptools"),
+        ("starhtml", "starlette", "starlette-compress", "uvicorn", "uvloop", "httptools"),
+        ("identity", "zstd", "br"),
         PEER,
     ),
 }
@@ -363,7 +377,7 @@ async def _gate(server: Server, timeout: float) -> None:
             response = await conn.request(build_request("GET", "/", server.host), timeout=10.0)
         finally:
             conn.close()
-        if response.status != 200 or COUNTER_MARKER not in response.body:
+        if response.status != 200 or not all(m in response.body for m in COUNTER_MARKERS):
             raise RuntimeError(f"GET / answered {response.status} without the counter: {response.body[:200]!r}")
         for pid in proc.tree_pids(server.pid):
             pinned = proc.affinity_of(pid)
@@ -551,7 +565,7 @@ def _window_record(window: Window) -> dict[str, Any]:
     }
 
 
-async def pages(server: Server, path: str, marker: bytes, args: argparse.Namespace) -> dict[str, Any]:
+async def pages(server: Server, path: str, markers: tuple[bytes, ...], args: argparse.Namespace) -> dict[str, Any]:
     """C connections in a closed loop of ``GET path``; server CPU per verified page."""
     state = {"tally": Tally(), "running": True}
     sizes: list[int] = []
@@ -570,7 +584,7 @@ async def pages(server: Server, path: str, marker: bytes, args: argparse.Namespa
                     continue
                 if response.status != 200:
                     tally.fail(f"status {response.status}", repr(response.body[:200]))
-                elif marker not in response.body:
+                elif not all(m in response.body for m in markers):
                     tally.fail("no marker", repr(response.body[:200]))
                 else:
                     tally.ok += 1
@@ -782,7 +796,7 @@ async def broadcast(server: Server, dialect: Dialect, coding: str, args: argpars
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peers",
-        default="pyvia,stario,datastar-py",
+        default="pyvia,stario,datastar-py,starhtml",
         help=f"contenders, comma-separated, pyvia first (of {', '.join(CONTENDERS)})",
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {', '.join(WORKLOADS)}")
@@ -838,9 +852,9 @@ async def _measure(
     kind: str, param: Any, contender: Contender, server: Server, args: argparse.Namespace
 ) -> dict[str, Any]:
     if kind == "page":
-        return await pages(server, "/", COUNTER_MARKER, args)
+        return await pages(server, "/", COUNTER_MARKERS, args)
     if kind == "doc":
-        return await pages(server, "/doc", DOC_MARKER.encode(), args)
+        return await pages(server, "/doc", (DOC_MARKER.encode(),), args)
     if kind == "roundtrip":
         return await roundtrip(server, contender.dialect, args)
     if kind == "idle":
@@ -891,14 +905,18 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     interpreters: dict[str, Path] = {}
     versions: dict[str, dict[str, str]] = {}
+    installing = []
     for contender in contenders:
         if contender.name == "pyvia" and args.pyvia_python == "project":
             interpreters["pyvia"] = Path(sys.executable)
             versions["pyvia"] = {"python": ".".join(map(str, sys.version_info[:2]))}
-            continue
-        interpreters[contender.name], versions[contender.name] = ensure_venv(
-            contender, python, version, root, install=not args.no_install
-        )
+        else:  # the installs run side by side: pip mostly waits on the registry
+            installing.append(contender)
+    made = await asyncio.gather(
+        *(asyncio.to_thread(ensure_venv, c, python, version, root, not args.no_install) for c in installing)
+    )
+    for contender, (interpreter, found) in zip(installing, made, strict=True):
+        interpreters[contender.name], versions[contender.name] = interpreter, found
     record: dict[str, Any] = {
         "type": "peers",
         "interpreter": python,
@@ -911,7 +929,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     for contender in contenders:
         listed = ", ".join(f"{k} {v}" for k, v in versions[contender.name].items())
         print(f"# {contender.name}: {listed}; {' '.join(record['commands'][contender.name])[:150]}")
-    print("# StarHTML and NiceGUI: not in this harness (NiceGUI speaks Socket.IO, StarHTML has no app here yet)")
+    print("# NiceGUI: not in this harness (it speaks Socket.IO, not SSE: it would need a client of its own)")
     reps: list[dict[str, Any]] = []
     for kind, param in _plan(args):
         for rep in range(1, args.reps + 1):
@@ -920,6 +938,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                     continue  # no stream compression of that kind: nothing to measure
                 if args.quiet_each:
                     await wait_quiet(max_wait=args.quiet_each)
+                started = time.monotonic()
                 try:
                     server = await start(contender, interpreters[contender.name])
                 except RuntimeError as exc:  # a failed gate: this rep is lost, the run goes on
@@ -937,6 +956,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                     reps.append(result)
                     _print_rep(result)
                     continue
+                started_in = time.monotonic() - started
                 try:
                     result = await _measure(kind, param, contender, server, args)
                 finally:
@@ -951,6 +971,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                     contender=contender.name,
                     dirty=bool(result["failures"]),
                     rss_kb_at_stop=rss,
+                    start_seconds=started_in,
                     stop_seconds=server.stop_seconds,
                     killed=server.killed,
                 )

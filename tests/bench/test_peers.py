@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,27 +21,10 @@ from bench.peer_apps.content import VIEW_BYTES
 from bench import peers
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = (
-    "--reps",
-    "1",
-    "--duration",
-    "0.3",
-    "--warmup",
-    "0.2",
-    "--idle-tabs",
-    "20",
-    "--idle-seconds",
-    "0.3",
-    "--settle",
-    "0.2",
-    "--broadcast-tabs",
-    "20",
-    "--rounds",
-    "3",
-    "--rounds-warmup",
-    "1",
-    "--codings",
-    "identity,zstd",
+#: Every workload but idle (the in-process test below runs that one), every contender, tiny.
+TINY = shlex.split(
+    "--workloads page,roundtrip,broadcast,doc --reps 1 --duration 0.3 --warmup 0.2 --broadcast-tabs 20 --rounds 3 "
+    "--rounds-warmup 1 --codings identity,zstd"
 )
 
 
@@ -70,13 +54,14 @@ def test_every_contender_runs_every_workload_verified() -> None:
     setup = next(r for r in records if r["type"] == "peers")
     versions = setup["versions"]
     assert versions["stario"]["stario"].startswith("5.") and versions["datastar-py"]["datastar-py"].startswith("1.")
+    assert versions["starhtml"]["starhtml"] != "absent"
     assert len({v["python"] for v in versions.values()}) == 1  # one interpreter for every contender
     reps = [r for r in records if r["type"] == "rep"]
     done = {(r["label"], r["contender"]) for r in reps}
-    for label in ("page", "roundtrip", "idle 20", "broadcast identity", "doc"):
-        assert {c for lab, c in done if lab == label} == {"pyvia", "stario", "datastar-py"}, label
+    for label in ("page", "roundtrip", "broadcast identity", "doc"):
+        assert {c for lab, c in done if lab == label} == {"pyvia", "stario", "datastar-py", "starhtml"}, label
     # datastar-py on Starlette has no stream compression: zstd is measured for the other two only
-    assert {c for lab, c in done if lab == "broadcast zstd"} == {"pyvia", "stario"}
+    assert {c for lab, c in done if lab == "broadcast zstd"} == {"pyvia", "stario", "starhtml"}
     for r in reps:
         assert not r["dirty"] and r["ok"] > 0, r
         for key, value in r["figures"].items():  # RSS per tab may come out below 0 with 20 tabs: not checked
@@ -91,7 +76,7 @@ def test_every_contender_runs_every_workload_verified() -> None:
     assert all(18_000 < size < 30_000 for size in docs.values()), docs
     summary = next(r for r in records if r["type"] == "summary")
     row = next(r for r in summary["rows"] if r["key"] == "roundtrip_us")
-    best = min(row["cells"]["stario"]["median"], row["cells"]["datastar-py"]["median"])
+    best = min(row["cells"][name]["median"] for name in ("stario", "datastar-py", "starhtml"))
     assert row["ratio"] == row["cells"]["pyvia"]["median"] / best
     assert "| private round trip (POST, patch on the tab's stream) | µs |" in out
     assert f"{row['ratio']:.2f}x |" in out
@@ -106,7 +91,7 @@ def _args(**overrides: Any) -> argparse.Namespace:
     return args
 
 
-def test_a_patch_that_never_arrives_and_a_page_without_its_marker_are_dirty() -> None:
+def test_idle_tabs_stay_open_and_a_lost_patch_or_a_missing_marker_is_dirty() -> None:
     stario = peers.CONTENDERS["stario"]
     python, version = peers.find_python(None)
     interpreter, _ = peers.ensure_venv(
@@ -117,18 +102,22 @@ def test_a_patch_that_never_arrives_and_a_page_without_its_marker_are_dirty() ->
         install=not (peers.default_venvs() / f"stario-py{version[0]}.{version[1]}").exists(),
     )
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    async def scenario() -> tuple[dict[str, Any], ...]:
         server = await peers.start(stario, interpreter)
         try:
+            idle = await peers.idle(server, stario.dialect, 30, _args(idle_seconds=0.2, settle=0.1))
             deaf = peers.Dialect("peer", count_key="not_the_count", board_key="n")  # never sees its patch
             lost = await peers.roundtrip(server, deaf, _args())
-            blind = await peers.pages(server, "/", b"not-on-the-page", _args())
+            blind = await peers.pages(server, "/", (b"not-on-the-page",), _args())
             fine = await peers.roundtrip(server, stario.dialect, _args())
         finally:
             await server.stop(grace=2.0)
-        return lost, blind, fine
+            server.log_path.unlink(missing_ok=True)
+        return idle, lost, blind, fine
 
-    lost, blind, fine = asyncio.run(scenario())
+    idle, lost, blind, fine = asyncio.run(scenario())
+    assert idle["ok"] == idle["tabs"] == 30 and not idle["failures"]
+    assert idle["figures"]["idle_ms_per_s"] >= 0 and idle["rss_kb"][1] > 0
     assert lost["ok"] == 0 and lost["failures"] and lost["first_failure"]
     assert blind["ok"] == 0 and blind["failures"].get("no marker", 0) > 0
     assert fine["ok"] > 0 and not fine["failures"]
