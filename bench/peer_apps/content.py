@@ -17,7 +17,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["BOARD_TITLE", "COUNTER_INTRO", "COUNTER_TITLE", "DOC", "DOC_MARKER", "VIEW_BYTES", "board_view"]
+__all__ = [
+    "BOARD_TITLE",
+    "COUNTER_INTRO",
+    "COUNTER_TITLE",
+    "DOC",
+    "DOC_MARKER",
+    "VIEW_BYTES",
+    "board_filler",
+    "board_view",
+]
 
 COUNTER_TITLE = "Counter"
 COUNTER_INTRO = (
@@ -31,12 +40,19 @@ VIEW_BYTES = 300
 DOC_MARKER = 'id="doc-end"'
 
 
+def board_filler(value: int) -> str:
+    """The fragment's last paragraph: as long as it takes to make :func:`board_view` ``VIEW_BYTES``."""
+    head = f'<section id="board" data-n="{value}"><h2>{BOARD_TITLE}</h2><p>Count <b id="nv">{value}</b></p><p>'
+    pad = max(0, VIEW_BYTES - len(head) - len("</p></section>"))
+    return ("lorem ipsum dolor sit amet " * (pad // 27 + 1))[:pad]
+
+
 def board_view(value: int) -> str:
     """The shared fragment, ``VIEW_BYTES`` long (``bench.apps_broadcast._view_markup``'s markup)."""
-    head = f'<section id="board" data-n="{value}"><h2>{BOARD_TITLE}</h2><p>Count <b id="nv">{value}</b></p><p>'
-    tail = "</p></section>"
-    pad = max(0, VIEW_BYTES - len(head) - len(tail))
-    return head + ("lorem ipsum dolor sit amet " * (pad // 27 + 1))[:pad] + tail
+    return (
+        f'<section id="board" data-n="{value}"><h2>{BOARD_TITLE}</h2><p>Count <b id="nv">{value}</b></p>'
+        f"<p>{board_filler(value)}</p></section>"
+    )
 
 
 _TEXT = (

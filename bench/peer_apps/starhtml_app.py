@@ -33,7 +33,7 @@ import secrets
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from content import BOARD_TITLE, COUNTER_INTRO, COUNTER_TITLE, DOC, DOC_MARKER, VIEW_BYTES
+from content import BOARD_TITLE, COUNTER_INTRO, COUNTER_TITLE, DOC, DOC_MARKER, board_filler
 from starhtml import (
     H1,
     H2,
@@ -83,15 +83,7 @@ board = {"n": 0}
 
 def _board(value: int) -> Any:
     """``content.board_view`` as components: the same words, StarHTML's markup."""
-    head = f'<section id="board" data-n="{value}"><h2>{BOARD_TITLE}</h2><p>Count <b id="nv">{value}</b></p><p>'
-    pad = max(0, VIEW_BYTES - len(head) - len("</p></section>"))
-    return Section(
-        H2(BOARD_TITLE),
-        P("Count ", B(value, id="nv")),
-        P(("lorem ipsum dolor sit amet " * (pad // 27 + 1))[:pad]),
-        id="board",
-        data_n=value,
-    )
+    return Section(H2(BOARD_TITLE), P("Count ", B(value, id="nv")), P(board_filler(value)), id="board", data_n=value)
 
 
 @rt("/")
