@@ -158,6 +158,7 @@ class Stream:
     """
 
     __slots__ = ("_pending", "_waiter", "bytes_seen", "closed", "comments", "conn", "decoder", "events", "headers",
+                 "last_id",
                  "set_cookies", "status")
 
     def __init__(self, conn: Connection, status: int, headers: dict[str, str], set_cookies: list[str]) -> None:
@@ -169,6 +170,8 @@ class Stream:
         self.comments = 0
         self.bytes_seen = 0
         self.closed = False
+        #: The id of the last frame received (a tab's stream ends each frame with one).
+        self.last_id: str | None = None
         self._pending = bytearray()
         self._waiter: asyncio.Future[None] | None = None
         self.decoder = BodyDecoder(headers.get("content-encoding", "identity"))
@@ -184,6 +187,9 @@ class Stream:
             del pending[:end + 2]
             if all(line.startswith(b":") for line in raw.split(b"\n")):
                 self.comments += 1
+                continue
+            if raw.startswith(b"id: ") and b"\n" not in raw:  # the id that ends a tab's frame
+                self.last_id = raw[4:].decode()
                 continue
             now = now or time.perf_counter()
             self.events.append((now, raw))

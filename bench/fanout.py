@@ -405,6 +405,8 @@ class TabStream(asyncio.Protocol):
                 hub.on_elements(self, raw, now)
             elif raw.startswith(b":"):
                 self.n_comments += 1
+            elif raw.startswith(b"id: ") and b"\n" not in raw:
+                pass  # the id that ends each frame of a tab's stream
             else:
                 self.n_unknown += 1
         if start:

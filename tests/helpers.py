@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import ssl
 import threading
@@ -319,8 +320,22 @@ def make_protocol(
     return protocol, transport, registry
 
 
+#: The id event that ends every frame of a tab's stream (``protocol.frame_id``).
+FRAME_ID = re.compile(rb"id: [0-9a-f]+\.[0-9]+\n\n\Z")
+
+
+def frame_body(chunk: bytes) -> bytes:
+    """A tab stream's frame without the id event that ends it (which must be there)."""
+    found = FRAME_ID.search(chunk)
+    assert found is not None, f"no frame id at the end of {chunk!r}"
+    return chunk[: found.start()]
+
+
 def signals_event(chunk: bytes) -> dict[str, Any]:
-    """The signals of one ``datastar-patch-signals`` event (a chunk holding exactly that event)."""
+    """The signals of one ``datastar-patch-signals`` event (a chunk holding exactly that event,
+    and the frame id that ends it when it comes from a tab's stream)."""
+    if FRAME_ID.search(chunk):
+        chunk = frame_body(chunk)
     head, _, data = chunk.decode().partition("\ndata: signals ")
     assert head == "event: datastar-patch-signals" and data.endswith("\n\n"), chunk
     signals: dict[str, Any] = json.loads(data)

@@ -68,6 +68,7 @@ from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
 from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.replay import Replays
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
     GLOBAL,
@@ -167,17 +168,19 @@ class _Revived:
 class _TabStream:
     """Connects one stream response to its tab, remembering which sink is its own."""
 
-    __slots__ = ("app", "coding", "ctx", "sink")
+    __slots__ = ("app", "coding", "ctx", "last_event_id", "sink")
 
-    def __init__(self, app: App, ctx: Context, coding: str) -> None:
+    def __init__(self, app: App, ctx: Context, coding: str, last_event_id: str | None = None) -> None:
         self.app = app
         self.ctx = ctx
         self.coding = coding
+        #: The id of the last frame the page got (Datastar's retries send it), None on a first request.
+        self.last_event_id = last_event_id
         self.sink: StreamSink | None = None
 
     def open(self, sink: StreamSink) -> None:
         self.sink = sink
-        self.app._on_stream_open(self.ctx, sink, self.coding)
+        self.app._on_stream_open(self.ctx, sink, self.coding, self.last_event_id)
 
     def close(self) -> None:
         if self.sink is not None:
@@ -373,6 +376,9 @@ class App:
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
+        #: Each tab's recent frames, replayed to a stream that reconnects (pyvia.replay).
+        self._replays = Replays(tab_limit=self.config.replay_tab_bytes, limit=self.config.replay_budget,
+                                idle=self.config.replay_idle, encoders=self.compression.budget)
         db_config = settings.db_config()
         #: The database of ``[db] url`` (:mod:`pyvia.db`), opened at start and closed at stop.
         self.db: Database = NoDatabase(metrics=self.metrics) if db_config is None else connect(
@@ -1306,19 +1312,33 @@ class App:
         self._seq += 1
         heapq.heappush(self._deadlines, (deadline, self._seq, ctx))
 
-    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity") -> None:
+    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity",
+                        last_event_id: str | None = None) -> None:
         if ctx.state is State.DESTROYED:
             sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
             return
         now = self._now()
-        # A reconnect may follow bytes lost with the old connection (a network cut, a tab cut off
-        # for reading too slowly): it gets a full render. The first connect after the page view
-        # only needs what happened since.
-        full = ctx.revived or ctx.state is not State.CREATED
+        # The first connect after the page view only needs what happened since. A reconnect gets
+        # the frames after the last one its page got (``last_event_id``) from the tab's replay
+        # buffer, and a full render when they are not all there any more, or the tab was revived.
+        replay: list[bytes] | None = None
+        if ctx.revived:
+            full = True
+        elif ctx.state is State.CREATED:
+            full = False
+        else:
+            replay = ctx.stream.frames_after(last_event_id)
+            full = replay is None
+            replays = self._replays
+            if full:
+                replays.full_renders += 1
+            else:
+                replays.resumes += 1
+                replays.replayed_frames += len(replay or ())
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
-        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream))
+        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream), replay)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
         self._connected[ctx.id] = ctx
@@ -1428,6 +1448,7 @@ class App:
         if self.compression.budget.is_over:
             self._reclaim_encoders()
         self.compression.return_memory(now)
+        self._replays.sweep(now)
         self._measure_unsent()
         self._prune_records(now)
         self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
@@ -1545,6 +1566,7 @@ class App:
         for fn in ctx._on_cleanup:
             self._run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
+        self._replays.forget(ctx.stream)
         for name in ctx._scopes:
             self.scopes.leave(ctx, name)
         if self.link is not None:
@@ -1738,7 +1760,7 @@ class App:
 
         def endpoint(req: Request) -> StreamResponse:
             coding = self.compression.coding_for(req)
-            tab = _TabStream(self, ctx, coding)
+            tab = _TabStream(self, ctx, coding, req.headers.get("last-event-id"))
             headers = [*protocol.SSE_HEADERS, *self.compression.stream_headers(coding)]
             return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
 

@@ -85,6 +85,14 @@ class Config:
     encoder_budget: int | None = None
     #: A zstd or gzip stream idle this long frees its encoder (zstd ends its frame; the stream stays open).
     encoder_idle_release: float = 60.0
+    #: Bytes of recent frames kept per tab, so a stream that reconnects gets exactly the frames it
+    #: missed instead of a full render (64 KiB: a minute of small frames ten times a second); 0 keeps none.
+    replay_tab_bytes: int = 64 << 10
+    #: Cap on the replay buffers of all tabs together; default a quarter of ``encoder_budget``. They
+    #: also give way to the encoders: encoders and buffers together stay within ``encoder_budget``.
+    replay_budget: int | None = None
+    #: A tab's replay buffer is dropped once no frame was added to it for this long (seconds).
+    replay_idle: float = 30.0
     #: A folder served as static files (paths with an extension are looked up there first).
     static_dir: str | None = None
     #: ``Cache-Control`` of static files: a string, or ``fn(relative_path, mime) -> str``.
@@ -140,7 +148,7 @@ class Config:
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive",
                      "broadcast_tick", "broadcast_settle", "slow_tab_timeout", "encoder_idle_release", "action_rate",
-                     "action_burst"):
+                     "action_burst", "replay_idle"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name}={value!r}: must be a number >= 0")
@@ -153,6 +161,12 @@ class Config:
             raise ConfigError(f"max_unsent_bytes={self.max_unsent_bytes!r}: must be a byte count >= 0")
         if self.encoder_budget is not None and (not isinstance(self.encoder_budget, int) or self.encoder_budget < 0):
             raise ConfigError(f"encoder_budget={self.encoder_budget!r}: must be a byte count >= 0, or None")
+        if not isinstance(self.replay_tab_bytes, int) or isinstance(self.replay_tab_bytes, bool) \
+                or self.replay_tab_bytes < 0:
+            raise ConfigError(f"replay_tab_bytes={self.replay_tab_bytes!r}: must be a byte count >= 0")
+        if self.replay_budget is not None and (not isinstance(self.replay_budget, int)
+                                               or isinstance(self.replay_budget, bool) or self.replay_budget < 0):
+            raise ConfigError(f"replay_budget={self.replay_budget!r}: must be a byte count >= 0, or None")
         codings = ("zstd", "br", "gzip", "identity")
         if isinstance(self.compression_preference, str) or any(c not in codings for c in self.compression_preference):
             raise ConfigError(f"compression_preference={self.compression_preference!r}: a list of {codings}")

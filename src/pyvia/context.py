@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -198,7 +198,7 @@ class Context:
         self.deadline = 0.0
         self.last_action = 0.0
         self.revived = False
-        self.stream = Stream(app.config.max_stream_buffer, app._outflow)
+        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays)
         #: Data middleware put in ``request.state`` on the page view (or the revival).
         self.state_from_middleware: dict[str, Any] = dict(request.state)
         #: Server-side per-tab values; kept when the tab is revived in this process.
@@ -514,10 +514,13 @@ class Context:
         if not markup:
             return None
         if self._view_block is not None:
-            return protocol.patch_elements(markup)
-        if is_document(markup):
-            return protocol.patch_elements(body_of(markup), "body", "inner")
-        return protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+            frame = protocol.patch_elements(markup)
+        elif is_document(markup):
+            frame = protocol.patch_elements(body_of(markup), "body", "inner")
+        else:
+            frame = protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+        self.stream.view_size = len(frame)  # what a full render costs: a resume weighs its frames against it
+        return frame
 
     def seed_signals(self) -> dict[str, Any]:
         """Every signal of the page's first HTML: tab and shared values whole, with their revisions
@@ -625,15 +628,46 @@ class Context:
         if frame:
             self._send(frame, None)
 
-    def patch_elements(self, html: str, selector: str | None = None, mode: str = "outer") -> None:
-        """Patch part of the page: morph by id (default) or place ``html`` at ``selector``."""
+    def patch_elements(
+        self, html: str = "", selector: str | None = None, mode: str = "outer", *, namespace: str = "html",
+        use_view_transition: bool = False, event_id: str | None = None, retry: int | None = None,
+    ) -> None:
+        """Patch part of the page: morph by id (default) or place ``html`` at ``selector`` by ``mode``.
+
+        ``namespace`` (``"svg"``, ``"mathml"``) creates new elements in that namespace;
+        ``use_view_transition`` runs the patch in a view transition where the browser has them;
+        ``event_id`` and ``retry`` (ms) are the SSE fields, sent as given (the tab's own frame id
+        follows each frame, and it is what a reconnect resumes from). Options at their default are
+        not sent.
+        """
         if mode not in ("outer", "replace") and selector is None:
             raise DeclarationError(f"patch_elements mode {mode!r} needs a selector")
-        self._send(protocol.patch_elements(html, selector, mode), None)
+        self._send(protocol.patch_elements(html, selector, mode, namespace=namespace,
+                                           use_view_transition=use_view_transition, event_id=event_id,
+                                           retry=retry), None)
 
-    def patch_signals(self, values: Mapping[str, Any]) -> None:
-        """Send signal values to the browser without declaring them (``None`` removes one)."""
-        self._send(protocol.patch_signals(dict(values)), None)
+    def remove_elements(self, selector: str, *, use_view_transition: bool = False, event_id: str | None = None,
+                        retry: int | None = None) -> None:
+        """Remove the elements that ``selector`` matches from the page."""
+        self._send(protocol.remove_elements(selector, use_view_transition=use_view_transition,
+                                            event_id=event_id, retry=retry), None)
+
+    def patch_signals(self, values: Mapping[str, Any] | str | bytes, *, only_if_missing: bool = False,
+                      event_id: str | None = None, retry: int | None = None) -> None:
+        """Send signal values to the browser without declaring them (``None`` removes one).
+
+        ``values`` is a mapping or JSON text of one object. ``only_if_missing``: the browser keeps
+        the values it already has and takes only the signals it lacks. This does not change the
+        server's own ``Signal`` values.
+        """
+        raw = values if isinstance(values, (str, bytes)) else dict(values)
+        self._send(protocol.patch_signals(raw, only_if_missing=only_if_missing, event_id=event_id, retry=retry),
+                   None)
+
+    def remove_signals(self, paths: str | Iterable[str], *, event_id: str | None = None,
+                       retry: int | None = None) -> None:
+        """Remove signals from the browser's store, by name or dotted path (``"form.email"``)."""
+        self._send(protocol.remove_signals(paths, event_id=event_id, retry=retry), None)
 
     def send_raw(self, events: str | bytes) -> None:
         """Send whole Datastar events made elsewhere (the datastar-py SDK's, say), after checking them.
@@ -654,10 +688,18 @@ class Context:
             self._error_shown = False
             self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
 
-    def exec_script(self, js: str) -> None:
-        """Run JavaScript once in the tab."""
+    def exec_script(self, js: str, *, auto_remove: bool = True,
+                    attributes: Mapping[str, str] | Sequence[str] | None = None, event_id: str | None = None,
+                    retry: int | None = None) -> None:
+        """Run JavaScript once in the tab.
+
+        ``attributes`` go on the script tag: a mapping (``{"type": "module"}``, values escaped) or
+        the SDK spec's list of ``'name="value"'`` strings. ``auto_remove=False`` leaves the tag in
+        the page.
+        """
         if js:
-            self._send(protocol.execute_script(js), None)
+            self._send(protocol.execute_script(js, auto_remove=auto_remove, attributes=attributes,
+                                               event_id=event_id, retry=retry), None)
 
     def redirect(self, url: str) -> None:
         """Send the tab to another URL."""

@@ -12,7 +12,9 @@ Invariants:
 
 from __future__ import annotations
 
+import html as _html
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -41,12 +43,20 @@ FILTER_DOWN = "(^|\\.)_(?!via_snap)"
 
 #: Datastar 1.0 element patch modes; ``outer`` is the default and is not sent.
 MODES = frozenset({"outer", "inner", "replace", "prepend", "append", "before", "after", "remove"})
+#: Namespaces the shipped client (v1.0.1) creates new elements in; ``html`` is the default.
+NAMESPACES = frozenset({"html", "svg", "mathml"})
+#: The SSE reconnection delay the client assumes (SDK spec ``sseRetryDuration``), never sent.
+DEFAULT_RETRY_MS = 1000
 
 _PATCH_ELEMENTS_HEAD = b"event: " + PATCH_ELEMENTS.encode() + b"\n"
-_PATCH_SIGNALS_HEAD = b"event: " + PATCH_SIGNALS.encode() + b"\ndata: signals "
+_PATCH_SIGNALS_EVENT = b"event: " + PATCH_SIGNALS.encode() + b"\n"
+_PATCH_SIGNALS_HEAD = _PATCH_SIGNALS_EVENT + b"data: signals "
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_ONE_LINE = re.compile(r"[^\r\n\0]*\Z")
+_ATTRIBUTE_NAME = re.compile(r"[^\s\"'>/=\0]+\Z")
 _KEEP_ALIVE = b": keep-alive\n\n"
 _SCRIPT_END = re.compile(r"</(script)", re.IGNORECASE)
+_AUTO_REMOVE = ' data-effect="el.remove()"'
 
 #: Bytes that open an SSE stream body; the comment makes proxies flush the head.
 STREAM_PREAMBLE = b": via\n\n"
@@ -57,9 +67,39 @@ SSE_HEADERS: list[tuple[str, str]] = [
 ]
 
 
-def patch_elements(html: str, selector: str | None = None, mode: str = "outer") -> bytes:
-    """Format a ``datastar-patch-elements`` event."""
-    parts = [_PATCH_ELEMENTS_HEAD]
+def _head(event: bytes, event_id: str | None, retry: int | None) -> bytes:
+    """The ``event:`` line and, in the spec's order, the optional ``id:`` and ``retry:`` lines."""
+    if event_id is None and retry is None:
+        return event
+    parts = [event]
+    if event_id is not None:
+        if not isinstance(event_id, str) or not event_id or not _ONE_LINE.match(event_id):
+            raise ValueError(f"event_id {event_id!r} must be a non-empty string on one line, without NUL")
+        parts.append(b"id: " + event_id.encode() + b"\n")
+    if retry is not None:
+        if type(retry) is not int or retry < 0:
+            raise ValueError(f"retry {retry!r} must be a whole number of milliseconds >= 0")
+        if retry != DEFAULT_RETRY_MS:
+            parts.append(b"retry: %d\n" % retry)
+    return b"".join(parts)
+
+
+def patch_elements(
+    html: str = "",
+    selector: str | None = None,
+    mode: str = "outer",
+    *,
+    namespace: str = "html",
+    use_view_transition: bool = False,
+    event_id: str | None = None,
+    retry: int | None = None,
+) -> bytes:
+    """Format a ``datastar-patch-elements`` event; options at their default are not sent.
+
+    ``retry`` is the browser's reconnection delay in milliseconds (1000, the default, is not sent).
+    Raises ValueError for a selector, mode, namespace or event id the client could not read.
+    """
+    parts = [_head(_PATCH_ELEMENTS_HEAD, event_id, retry)]
     if selector is not None:
         if not selector or _LINE_BREAK.search(selector):
             raise ValueError(f"selector {selector!r} must be non-empty and on one line")
@@ -68,6 +108,12 @@ def patch_elements(html: str, selector: str | None = None, mode: str = "outer") 
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} must be one of {sorted(MODES)}")
         parts.append(b"data: mode " + mode.encode() + b"\n")
+    if use_view_transition:
+        parts.append(b"data: useViewTransition true\n")
+    if namespace != "html":
+        if namespace not in NAMESPACES:
+            raise ValueError(f"namespace {namespace!r} must be one of {sorted(NAMESPACES)}")
+        parts.append(b"data: namespace " + namespace.encode() + b"\n")
     if html:
         for line in _LINE_BREAK.split(html):
             parts.append(b"data: elements " + line.encode() + b"\n")
@@ -75,15 +121,114 @@ def patch_elements(html: str, selector: str | None = None, mode: str = "outer") 
     return b"".join(parts)
 
 
-def patch_signals(signals: dict[str, Any]) -> bytes:
-    """Format a ``datastar-patch-signals`` event (JSON merge patch; ``None`` removes a signal)."""
-    return _PATCH_SIGNALS_HEAD + orjson.dumps(signals) + b"\n\n"
+def remove_elements(
+    selector: str,
+    *,
+    use_view_transition: bool = False,
+    event_id: str | None = None,
+    retry: int | None = None,
+) -> bytes:
+    """Remove the elements ``selector`` matches (a patch in ``remove`` mode; v1.0.1 needs a selector)."""
+    return patch_elements(
+        "", selector, "remove", use_view_transition=use_view_transition, event_id=event_id, retry=retry
+    )
 
 
-def execute_script(js: str) -> bytes:
-    """Run ``js`` once in the page: Datastar 1.0 has no script event, so append a self-removing tag."""
+def patch_signals(
+    signals: Mapping[str, Any] | str | bytes,
+    *,
+    only_if_missing: bool = False,
+    event_id: str | None = None,
+    retry: int | None = None,
+) -> bytes:
+    """Format a ``datastar-patch-signals`` event: a JSON merge patch (``None`` removes a signal).
+
+    ``signals`` is a mapping (encoded with orjson) or JSON text made elsewhere, which must be one
+    object; each of its lines gets its own ``data: signals`` prefix. ``only_if_missing``: the
+    browser keeps the signals it already has.
+    """
+    if isinstance(signals, (str, bytes)):
+        raw = signals.encode() if isinstance(signals, str) else signals
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"signals are not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValueError("signals must be one JSON object")
+        lines = [b"data: signals " + line + b"\n" for line in raw.strip().splitlines()]
+    else:
+        if not only_if_missing and event_id is None and retry is None:
+            return _PATCH_SIGNALS_HEAD + orjson.dumps(signals) + b"\n\n"  # the hot path
+        lines = [b"data: signals " + orjson.dumps(signals) + b"\n"]
+    head = _head(_PATCH_SIGNALS_EVENT, event_id, retry)
+    flag = b"data: onlyIfMissing true\n" if only_if_missing else b""
+    return b"".join((head, flag, *lines, b"\n"))
+
+
+def removal_patch(paths: str | Iterable[str]) -> dict[str, Any]:
+    """The merge patch that removes signals by dotted path (``"user.email"``): ``None`` leaves.
+
+    Raises ValueError for an empty path or segment.
+    """
+    out: dict[str, Any] = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        segments = path.split(".") if isinstance(path, str) else [""]
+        if not all(segments):
+            raise ValueError(f"signal path {path!r} must be names joined by dots, like 'user.email'")
+        node = out
+        for name in segments[:-1]:
+            if name not in node:
+                node[name] = {}
+            child = node[name]
+            if child is None:  # a removed parent already covers its children
+                break
+            node = child
+        else:
+            node[segments[-1]] = None
+    if not out:
+        raise ValueError("remove_signals needs at least one signal path")
+    return out
+
+
+def remove_signals(paths: str | Iterable[str], *, event_id: str | None = None, retry: int | None = None) -> bytes:
+    """Remove signals from the browser's store by dotted path."""
+    return patch_signals(removal_patch(paths), event_id=event_id, retry=retry)
+
+
+def script_tag(
+    js: str, *, auto_remove: bool = True, attributes: Mapping[str, str] | Sequence[str] | None = None
+) -> str:
+    """The ``<script>`` element of an execute-script patch: ``attributes`` (a mapping, escaped, or
+    the spec's list of ``name="value"`` strings, written as given) then the self-removal."""
+    attrs = ""
+    if attributes:
+        if isinstance(attributes, Mapping):
+            for name, value in attributes.items():
+                if not isinstance(name, str) or not _ATTRIBUTE_NAME.match(name):
+                    raise ValueError(f"script attribute name {name!r} is not a valid attribute name")
+                attrs += f' {name}="{_html.escape(str(value), quote=True)}"'
+        else:
+            for item in attributes:
+                if not isinstance(item, str) or not item.strip() or ">" in item or "<" in item or "\0" in item:
+                    raise ValueError(f"script attribute {item!r} must be like 'type=\"module\"', without < or >")
+                attrs += " " + item.strip()
     body = _SCRIPT_END.sub(r"<\\/\1", js)
-    return patch_elements(f'<script data-effect="el.remove()">{body}</script>', "body", "append")
+    return f"<script{attrs}{_AUTO_REMOVE if auto_remove else ''}>{body}</script>"
+
+
+def execute_script(
+    js: str,
+    *,
+    auto_remove: bool = True,
+    attributes: Mapping[str, str] | Sequence[str] | None = None,
+    event_id: str | None = None,
+    retry: int | None = None,
+) -> bytes:
+    """Run ``js`` once in the page: Datastar 1.0 has no script event, so append a script tag to
+    ``<body>`` that (with ``auto_remove``, the default) removes itself once it ran."""
+    return patch_elements(
+        script_tag(js, auto_remove=auto_remove, attributes=attributes), "body", "append", event_id=event_id, retry=retry
+    )
 
 
 _RAW_EVENT_TYPES = frozenset({PATCH_ELEMENTS, PATCH_SIGNALS})
@@ -117,6 +262,29 @@ def check_events(events: str | bytes) -> bytes:
 
 def keep_alive() -> bytes:
     return _KEEP_ALIVE
+
+
+# --- a tab's frame ids ---------------------------------------------------------------------------
+
+
+def frame_id(epoch: str, seq: int) -> bytes:
+    """The id event that ends a tab's frame ``seq``: ``id: EPOCH.SEQ`` and a blank line.
+
+    It is an event of its own (no type, so Datastar dispatches nothing), after the frame's last
+    event: the browser takes the id as its last-event-id only once every event before it was
+    applied, so a connection cut anywhere inside a frame leaves the previous id.
+    """
+    return b"id: %s.%d\n\n" % (epoch.encode(), seq)
+
+
+def parse_frame_id(text: str | None) -> tuple[str, int] | None:
+    """``(epoch, seq)`` of a ``last-event-id`` made by :func:`frame_id`, else None."""
+    if not text or len(text) > 64:
+        return None
+    epoch, dot, seq = text.rpartition(".")
+    if not dot or not epoch or not seq.isdigit() or not seq.isascii():
+        return None
+    return epoch, int(seq)
 
 
 # --- signals in --------------------------------------------------------------------------------

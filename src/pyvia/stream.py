@@ -13,17 +13,28 @@ Compression happens at the moment of writing, never while queuing, so held and c
 stay plain; each HTTP response has its own encoder. What a stream opens with (the backlog, the
 connect event) is written with :meth:`StreamEncoder.encode_opening`, so for zstd a tab builds its
 compressor only with the first event after that: a tab that connects and stays idle holds none.
+
+Frames: every write of events is one frame, ended by its id (``protocol.frame_id``: the
+stream's epoch, made once per tab and never reused by another, and a counter), and kept in the
+tab's replay buffer (:mod:`pyvia.replay`). A reconnect that names the last id its page got is
+given the frames after it (:meth:`Stream.frames_after`), written again through the new
+response's encoder, before anything new.
 """
 
 from __future__ import annotations
 
+from itertools import count
 from typing import TYPE_CHECKING
 
 from pyvia.compress import StreamEncoder
 from pyvia.http import StreamSink
+from pyvia.protocol import frame_id, parse_frame_id
+from pyvia.replay import Replays, TabReplay, process_epoch
 
 if TYPE_CHECKING:
     from pyvia.ops.metrics import PyviaMetrics
+
+_streams = count(1)  # numbers each stream's epoch within the process
 
 
 class Outflow:
@@ -45,11 +56,18 @@ class Outflow:
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("encoder", "held_view", "last_event", "last_write", "max_buffer", "outflow", "over_since",
-                 "pending", "sink")
+    __slots__ = ("encoder", "epoch", "held_view", "last_event", "last_write", "max_buffer", "outflow", "over_since",
+                 "pending", "replay", "replays", "seq", "sink", "view_size")
 
-    def __init__(self, max_buffer: int, outflow: Outflow | None = None) -> None:
+    def __init__(self, max_buffer: int, outflow: Outflow | None = None, replays: Replays | None = None) -> None:
         self.outflow = outflow if outflow is not None else Outflow()
+        # frames: the id of the last one written, and what a reconnect may need again
+        self.replays = replays
+        self.epoch: str | None = None  # made with the first frame
+        self.seq = 0
+        self.replay: TabReplay | None = None
+        #: Bytes of the latest view frame: what a full render costs, about.
+        self.view_size = 0
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
         self.pending: list[bytes] = []
@@ -64,8 +82,13 @@ class Stream:
     def is_connected(self) -> bool:
         return self.sink is not None
 
-    def attach(self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None) -> None:
-        """Take a new sink (a newer stream of the same tab replaces an older one)."""
+    def attach(self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None,
+               replay: list[bytes] | None = None) -> None:
+        """Take a new sink (a newer stream of the same tab replaces an older one).
+
+        ``replay``: frames written before that the page did not get (:meth:`frames_after`); they go
+        first, as they were, then what waited for a stream, in one write.
+        """
         if self.sink is not None and self.sink is not sink:
             self.close()
         self.sink = sink
@@ -73,10 +96,52 @@ class Stream:
         self.last_write = self.last_event = now
         self.over_since = 0.0
         backlog = self._take_backlog()
-        if backlog:
+        if replay:
+            self._emit(sink, b"".join([*replay, self._frame(backlog)] if backlog else replay), opening=True)
+        elif backlog:
             self._write(sink, backlog, opening=True)
 
+    def frames_after(self, last_event_id: str | None) -> list[bytes] | None:
+        """The frames a reconnecting page missed, given the last frame id it got (``last-event-id``;
+        None: none since the page view), or None when a full render is due: they are not all kept,
+        or together they are larger than the tab's latest view frame (a page whose every frame is
+        a new view is brought back cheaper by one).
+
+        An id of another stream (another process, worker or incarnation of the tab) is never matched.
+        """
+        if last_event_id:
+            parsed = parse_frame_id(last_event_id)
+            if parsed is None or parsed[0] != self.epoch:
+                return None
+            seq = parsed[1]
+        else:
+            seq = 0
+        if seq == self.seq:
+            return []
+        replay = self.replay
+        missed = replay.after(seq) if replay is not None else None
+        if missed and self.view_size and sum(map(len, missed)) > self.view_size:
+            return None
+        return missed
+
+    def _frame(self, data: bytes) -> bytes:
+        """End ``data`` with the next frame id and keep it for a reconnect (a stream made without
+        :class:`Replays`, outside an app, numbers nothing)."""
+        replays = self.replays
+        if replays is None:
+            return data
+        seq = self.seq = self.seq + 1
+        epoch = self.epoch
+        if epoch is None:
+            epoch = self.epoch = f"{process_epoch()}{next(_streams):x}"
+        data += frame_id(epoch, seq)
+        replays.keep(self, seq, data)
+        return data
+
     def _write(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
+        self._emit(sink, self._frame(data), opening)
+
+    def _emit(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
         encoder = self.encoder
         if encoder is not None:
             data = encoder.encode_opening(data) if opening else encoder.encode(data)
@@ -109,6 +174,8 @@ class Stream:
         ``opening``: these are the events the stream opens with (the connect event), written
         without building the tab's compressor where the coding allows it (zstd).
         """
+        if view is not None:
+            self.view_size = len(view)
         sink = self.sink
         if sink is None or sink.is_closed:
             if view is not None:

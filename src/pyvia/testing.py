@@ -51,6 +51,8 @@ class Event:
     mode: str = "outer"
     elements: str = ""
     signals: dict[str, Any] = field(default_factory=dict)
+    #: The event's ``id:`` field, if it has one (a tab's frames end with an event that only has one).
+    id: str | None = None
 
     @property
     def script(self) -> str | None:
@@ -74,6 +76,8 @@ def parse_events(data: bytes) -> tuple[list[Event], bytes]:
             key, _, value = line.partition(": ")
             if key == "event":
                 ev.type = value
+            elif key == "id":
+                ev.id = value
             elif key == "data":
                 dkey, _, dval = value.partition(" ")
                 if dkey == "selector":
@@ -173,7 +177,11 @@ class _Sink:
             raise AssertionError("a compressed event did not decode whole as soon as it was written")
         events, self._buffer = parse_events(self._buffer + plain)
         for ev in events:
-            self.tab._receive(ev)
+            if ev.id is not None:
+                self.tab.last_event_id = ev.id or None  # as Datastar keeps it for its retries
+                self.tab.event_ids.append(ev.id)
+            if ev.type:
+                self.tab._receive(ev)
 
     def resume(self) -> None:
         self.paused = False
@@ -407,6 +415,10 @@ class Tab:
         self._sink: _Sink | None = None
         self._stream: StreamResponse | None = None
         self.stream_status: int | None = None
+        #: The id of the last frame received: a reconnect sends it (``last-event-id``), as Datastar's retries do.
+        self.last_event_id: str | None = None
+        #: Every event id received, in order (each frame of a tab's stream ends with one).
+        self.event_ids: list[str] = []
 
     # --- stream ----------------------------------------------------------------------------------
 
@@ -419,13 +431,15 @@ class Tab:
         that no longer holds the tab answers ``_via_revive``; the page then opens it with a POST
         carrying its writable signals and its snapshot."""
         query = urlencode({protocol.DATASTAR_PARAM: orjson.dumps({protocol.CONTEXT_SIGNAL: self.id}).decode()})
-        result = self.client.request("GET", f"{self.sse_url}?{query}")
+        resume = {"last-event-id": self.last_event_id} if self.last_event_id else None
+        result = self.client.request("GET", f"{self.sse_url}?{query}", headers=resume)
         if isinstance(result, Response) and _is_json(result) and result.status == 200:
             patch = orjson.loads(decoded_body(result))
             _merge(self.signals, patch)
             if protocol.REVIVE_SIGNAL in patch:
                 payload = {k: v for k, v in self.signals.items()
                            if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL}
+                self.last_event_id = None  # a new request of the page's: Datastar sends no id with it
                 result = self.client.request("POST", self.sse_url, json=payload)
         if isinstance(result, StreamResponse):
             self.stream_status = result.status
@@ -438,7 +452,13 @@ class Tab:
             self.stream_status = result.status
         return result
 
-    reconnect = connect
+    def reconnect(self, *, resume: bool = True) -> Response | StreamResponse:
+        """Open the stream again, as Datastar's retry does: with the id of the last frame received,
+        so the server sends only the frames after it. ``resume=False``: as a page whose last id
+        the server no longer knows (its replay buffer was dropped): it gets a full render."""
+        if not resume:
+            self.last_event_id = "unknown.0"
+        return self.connect()
 
     def expire(self) -> None:
         """Destroy the tab's server context (as the timeouts would) without touching the page."""

@@ -12,7 +12,7 @@ from datastar_py.sse import DatastarEvent
 
 from pyvia import App, Request, protocol
 from pyvia.asgi import asgi
-from pyvia.http import StreamResponse, StreamSink
+from pyvia.datastar import DatastarResponse
 from tests.asgi.servers import serving
 from tests.helpers import RawClient
 
@@ -63,14 +63,9 @@ def test_sdk_events_cross_the_asgi_stream_unchanged() -> None:
               SSE.remove_elements("#old"), SSE.execute_script("console.log('hi')")]
     app = App()
 
-    def write_all(sink: StreamSink) -> None:
-        for event in events:
-            sink.write(event.encode())
-        sink.close()
-
     @app.route("GET", "/sdk")
-    def sdk(request: Request) -> StreamResponse:
-        return StreamResponse(list(protocol.SSE_HEADERS), on_open=write_all, on_close=lambda: None)
+    def sdk(request: Request) -> DatastarResponse:
+        return DatastarResponse(events)  # the public response type of pyvia.datastar
 
     with serving(asgi(app)) as server, RawClient(server.host, server.port) as client:
         client.send(b"GET /sdk HTTP/1.1\r\nHost: x\r\n\r\n")

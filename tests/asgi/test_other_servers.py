@@ -7,7 +7,7 @@ from examples.counter import app as counter_app
 from pyvia.asgi import asgi
 from pyvia.lifecycle import State
 from tests.asgi.servers import GranianProcess, open_page, open_stream, post_action, request, serving
-from tests.helpers import OPENING, signals_event
+from tests.helpers import OPENING, frame_body, signals_event
 
 FIRST = OPENING
 
@@ -19,7 +19,7 @@ def round_trip(host: str, port: int) -> str:
     stream, head = open_stream(host, port, signals, cookie)
     with stream:
         assert head.status == 200 and head.header("content-type") == "text/event-stream"
-        assert stream.read_chunk() == FIRST
+        assert frame_body(stream.read_chunk()) == FIRST
         for n in range(2):
             response = post_action(host, port, "increment", signals, cookie)
             assert (response.status, response.body) == (200, b"")

@@ -16,7 +16,7 @@ from examples.counter import app as counter_app
 from pyvia import App, Context
 from pyvia.asgi import asgi
 from tests.asgi.servers import serving
-from tests.helpers import OPENING, RawClient, RawResponse, running_server
+from tests.helpers import OPENING, RawClient, RawResponse, frame_body, running_server
 from tests.processes import ServerProcess, free_port
 
 SEED = re.compile(r'data-signals="([^"]*)"')
@@ -84,8 +84,8 @@ def open_stream(host: str, port: int, signals: dict, cookie: str, method: str = 
 
 
 def patch_of(chunk: bytes) -> dict:
-    """The signals of one ``datastar-patch-signals`` event."""
-    head, _, data = chunk.decode().partition("\ndata: signals ")
+    """The signals of one ``datastar-patch-signals`` event (the frame id that ends it aside)."""
+    head, _, data = frame_body(chunk).decode().partition("\ndata: signals ")
     assert head == "event: datastar-patch-signals", chunk
     return json.loads(data)
 
@@ -118,7 +118,7 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
         assert head.header("content-type") == "text/event-stream"
         assert head.header("cache-control") == "no-cache"
         assert head.header("x-accel-buffering") == "no"
-        first = stream.read_chunk()
+        first = frame_body(stream.read_chunk())
         assert first == OPENING
         response = post_action(host, port, "increment", {"via_ctx": seed["via_ctx"], "step": 1}, cookie)
         assert (response.status, response.body) == (200, b"")
@@ -174,7 +174,7 @@ def test_user_text_cannot_forge_events(kind: str) -> None:
             received = b""
             while received.count(b"\n\n") < 2:
                 received += stream.read_chunk()
-    events = received.decode().split("\n\n")
+    events = [e for e in received.decode().split("\n\n") if not e.startswith("id: ")]  # the frame ids aside
     assert events[2:] == [""]  # exactly two events: the patch and the view
     for event in events[:2]:
         lines = event.split("\n")

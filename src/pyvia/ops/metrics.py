@@ -491,6 +491,16 @@ class PyviaMetrics:
         self.encoder_limit = r.gauge("pyvia_encoder_budget_bytes", "The cap on stream-encoder memory.")
         self.encoders = r.gauge("pyvia_encoders", "Live stream encoders.")
         self.encoder_releases = r.counter("pyvia_encoder_releases_total", "Encoders released to stay in budget.")
+        self.replay_bytes = r.gauge("pyvia_replay_buffer_bytes", "Bytes of recent frames kept for tabs that reconnect.")
+        self.replay_buffers = r.gauge("pyvia_replay_buffers", "Tabs with a replay buffer.")
+        self.replay_limit = r.gauge("pyvia_replay_budget_bytes", "The cap on all replay buffers together.")
+        self.resumes = r.counter("pyvia_stream_resumes_total",
+                                 "Reconnected streams given exactly the frames they missed.")
+        self.replayed_frames = r.counter("pyvia_stream_replayed_frames_total", "Frames written again on a resume.")
+        self.full_renders = r.counter("pyvia_stream_full_renders_total",
+                                      "Reconnected streams of a held tab that needed a full render (frames gone).")
+        self.replay_evictions = r.counter("pyvia_replay_evictions_total",
+                                          "Replay buffers dropped to stay within their budget.")
         self.errors = r.counter("pyvia_errors_total", "Errors raised by user code (logged with their phase).")
         self.rate_limited = r.counter("pyvia_rate_limited_total", "Actions refused with 429.")
         self.session_evictions = r.counter("pyvia_session_evictions_total", "Sessions dropped past max_sessions.")
@@ -681,7 +691,11 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m.scopes.set(sum(len(a.scopes) for a in apps))
     totals: dict[str, float] = {}
     for a in apps:
-        for source in (a.broadcaster.stats(), a.compression.budget.stats()):
+        replays = getattr(a, "_replays", None)
+        sources = [a.broadcaster.stats(), a.compression.budget.stats()]
+        if replays is not None:
+            sources.append(replays.stats())
+        for source in sources:
             for k, v in source.items():
                 totals[k] = totals.get(k, 0) + v
         limiter = getattr(a, "_limiter", None)
@@ -701,6 +715,13 @@ def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
     m.encoder_limit.set(totals.get("limit_bytes", 0))
     m.encoders.set(totals.get("encoders", 0))
     m.encoder_releases.set_total(totals.get("releases", 0))
+    m.replay_bytes.set(totals.get("replay_bytes", 0))
+    m.replay_buffers.set(totals.get("replay_buffers", 0))
+    m.replay_limit.set(totals.get("replay_limit_bytes", 0))
+    m.resumes.set_total(totals.get("resumes", 0))
+    m.replayed_frames.set_total(totals.get("replayed_frames", 0))
+    m.full_renders.set_total(totals.get("full_renders", 0))
+    m.replay_evictions.set_total(totals.get("replay_evicted", 0))
     m.errors.set_total(totals["errors"])
     m.rate_limited.set_total(totals["rate_limited"])
     m.session_evictions.set_total(totals["evictions"])

@@ -69,7 +69,7 @@ _PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "ke
 #: Keys whose values are byte counts: an integer, or a string such as "512MiB".
 _SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget", "max_request_line",
                         "max_header_bytes", "max_body", "max_unsent_bytes", "max_snapshot_bytes", "max_form_bytes",
-                        "max_file_bytes", "upload_spool_bytes"})
+                        "max_file_bytes", "upload_spool_bytes", "replay_tab_bytes", "replay_budget"})
 _SECRET_WORDS = ("secret", "password", "token")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

@@ -1,0 +1,189 @@
+"""In Debian's Chromium: a stream cut while frames flow resumes with exactly the frames it missed
+(Datastar's retry sends the last id), and the Datastar answers of plain routes do what they say."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+
+from playwright.sync_api import Browser, expect
+
+from pyvia import App, Context, Request, Response
+from pyvia.datastar import DatastarResponse, elements_response, patch_elements, script_response, signals_response
+from tests.browser.conftest import Proxy, ServerProcess, free_port
+
+ITEMS = 150
+
+app = App()
+
+
+@app.page("/")
+def flowing(c: Context) -> None:
+    count = c.signal(0, "count")
+
+    def add() -> None:
+        if count.value >= ITEMS:
+            return
+        c.patch_elements(f'<li id="i{count.value}">{count.value}</li>', selector="#list", mode="append")
+        count.value += 1
+        c.sync_signals()
+
+    @c.action
+    def start() -> None:
+        c.set_interval(add, 20)
+
+    c.view(lambda: '<button id="start" data-on:click="@post(\'/_action/start\')">start</button>'
+                   f'<span id="count" data-text="$_count">{count.value}</span>'
+                   '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(count.value)) + "</ul>")
+
+
+@app.page("/routes")
+def routes_page(c: Context) -> None:
+    c.view(lambda: """
+<div data-signals="{theme: 'light'}">
+  <svg id="vis" width="10" height="10"></svg>
+  <p id="theme" data-text="$theme"></p>
+  <ul id="feed"></ul>
+  <button id="frag" data-on:click="@get('/frag')">frag</button>
+  <button id="sig" data-on:click="@get('/sig')">sig</button>
+  <button id="sig2" data-on:click="@get('/sig2')">sig2</button>
+  <button id="js" data-on:click="@get('/js')">js</button>
+  <button id="stream" data-on:click="@get('/feed')">stream</button>
+</div>""")
+
+
+@app.route("GET", "/frag")
+def frag(request: Request) -> Response:
+    return elements_response('<circle id="dot" cx="5" cy="5" r="4"/>', selector="#vis", mode="append",
+                             namespace="svg")
+
+
+@app.route("GET", "/sig")
+def sig(request: Request) -> Response:
+    return signals_response({"theme": "dark"}, only_if_missing=True)
+
+
+@app.route("GET", "/sig2")
+def sig2(request: Request) -> Response:
+    return signals_response({"theme": "dark"})
+
+
+@app.route("GET", "/js")
+def js(request: Request) -> Response:
+    # import.meta parses only in a module script: it runs only if the attribute reached the element
+    return script_response("window.ranAsModule = typeof import.meta === 'object'", attributes={"type": "module"})
+
+
+@app.route("GET", "/feed")
+def feed(request: Request) -> DatastarResponse:
+    async def events() -> AsyncIterator[bytes]:
+        for n in range(3):
+            yield patch_elements(f'<li id="f{n}">{n}</li>', "#feed", "append")
+            await asyncio.sleep(0.05)
+    return DatastarResponse(events())
+
+
+class LossyProxy(Proxy):
+    """A proxy that can swallow what the server sends (a dying network drops frames in flight)
+    before it cuts every connection."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.swallowing = False
+        super().__init__(upstream_port)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+        if from_client:
+            super()._pipe(src, dst, from_client)
+            return
+        try:
+            while data := src.recv(65536):
+                if not self.swallowing:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            src.close()
+            dst.close()
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    assert found, name
+    return float(found.group(1))
+
+
+def test_a_stream_cut_while_frames_flow_resumes_without_loss_or_repeat(browser: Browser) -> None:
+    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
+    server.start()
+    proxy = LossyProxy(server.port)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"http://127.0.0.1:{proxy.port}/")
+        _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+        page.click("#start")
+        _wait(lambda: page.locator("#list li").count() >= 40, "frames to flow")
+        streams = proxy.stream_requests()
+        proxy.swallowing = True  # the network dies: what the server writes now never arrives ...
+        time.sleep(0.3)
+        proxy.cut_all()  # ... until the stream's socket is cut
+        proxy.swallowing = False
+        _wait(lambda: proxy.stream_requests() > streams, "Datastar's retry")
+        expect(page.locator("#count")).to_have_text(str(ITEMS), timeout=20_000)
+        ids = page.eval_on_selector_all("#list li", "els => els.map(e => e.id)")
+        assert ids == [f"i{n}" for n in range(ITEMS)], "every item once, in order"
+        assert metric(server.port, "pyvia_stream_resumes_total") >= 1
+        assert metric(server.port, "pyvia_stream_full_renders_total") == 0
+        assert metric(server.port, "pyvia_stream_replayed_frames_total") >= 5  # ~15 were swallowed
+        assert errors == []
+    finally:
+        page.close()
+        proxy.close()
+        server.stop()
+
+
+def test_the_one_shot_answers_and_a_route_s_stream_in_the_browser(browser: Browser) -> None:
+    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
+    server.start()
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"http://127.0.0.1:{server.port}/routes")
+        expect(page.locator("#theme")).to_have_text("light")
+        page.click("#frag")
+        page.wait_for_selector("#dot", state="attached")
+        assert page.eval_on_selector("#dot", "e => e.namespaceURI") == "http://www.w3.org/2000/svg"
+        with page.expect_response("**/sig?**"):
+            page.click("#sig")
+        page.wait_for_timeout(200)
+        expect(page.locator("#theme")).to_have_text("light")  # only if missing: the page's value stays
+        page.click("#sig2")
+        expect(page.locator("#theme")).to_have_text("dark")  # the same answer without the header: applied
+        page.click("#js")
+        page.wait_for_function("window.ranAsModule === true")
+        page.click("#stream")
+        expect(page.locator("#feed li")).to_have_count(3)
+        assert errors == []
+    finally:
+        page.close()
+        server.stop()
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
