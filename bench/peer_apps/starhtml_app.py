@@ -19,7 +19,8 @@ and ``elements(...)``, handler arguments read from the Datastar signals):
 * ``GET /doc``: ``content.DOC`` as FT components.
 
 Defaults are StarHTML's (its default headers: the vendored Datastar bundle, the icon loader),
-except ``static_path=None`` (no static files served from the working directory) and the
+except ``static_path=None`` (no static files served from the working directory), a fixed
+``secret_key`` (else it writes a ``.sesskey`` file into the working directory) and the
 ``compression()`` middleware StarHTML offers (gzip, br, zstd; it streams ``text/event-stream``),
 so the broadcast runs with every coding. Served as ``uvicorn starhtml_app:app --app-dir
 bench/peer_apps --loop uvloop --http httptools``.
@@ -73,7 +74,7 @@ from starhtml.datastar import get, post
 
 _TAB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-app, rt = star_app(title=COUNTER_TITLE, static_path=None, middleware=(compression(),))
+app, rt = star_app(title=COUNTER_TITLE, static_path=None, secret_key="bench", middleware=(compression(),))
 relay = Relay()
 relay.install(app)
 tabs: dict[str, asyncio.Queue[int]] = {}  # the queue of every tab whose stream is open
