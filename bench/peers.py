@@ -66,7 +66,23 @@ from bench.report import fmt, percentile, spread
 from bench.server import REPO, SERVER_CPU, Server, free_port, server_env
 from bench.window import Window
 
-__all__ = ["CONTENDERS", "add_arguments", "main", "summarise", "summary_table"]
+__all__ = [
+    "CONTENDERS",
+    "Contender",
+    "Dialect",
+    "add_arguments",
+    "broadcast",
+    "default_venvs",
+    "ensure_venv",
+    "find_python",
+    "idle",
+    "main",
+    "pages",
+    "roundtrip",
+    "start",
+    "summarise",
+    "summary_table",
+]
 
 APPS = REPO / "bench" / "peer_apps"
 #: The counter's two elements: the count and the + button (attribute order differs between frameworks).
