@@ -1,4 +1,4 @@
-"""``python -m bench pages|actions|tabs|hammer|storm|reconnect|calibrate [options]``: pyvia's benchmark harness.
+"""``python -m bench pages|actions|tabs|hammer|storm|reconnect|calibrate|peers [options]``: pyvia's benchmark harness.
 
 Each command pins itself to CPU 0, prints the provenance, starts a fresh server on CPU 1 (gated
 on its startup log, its affinity and a real page), warms up, measures, stops the server (SIGTERM,
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import actions, calibrate, hammer, pages, reconnect, storm, tabs
+from bench import actions, calibrate, hammer, pages, peers, reconnect, storm, tabs
 from bench.client import run as run_loop
 from bench.fanout import wait_quiet
 from bench.profile import start_py_spy, summarise
@@ -27,9 +27,9 @@ from bench.report import RESULTS, Recorder
 from bench.server import CLIENT_CPU, Server, server_command, start_server
 
 COMMANDS = {"pages": pages, "actions": actions, "tabs": tabs, "hammer": hammer, "storm": storm, "reconnect": reconnect,
-            "calibrate": calibrate}
-#: Commands that measure without a server.
-NO_SERVER = {"calibrate"}
+            "calibrate": calibrate, "peers": peers}
+#: Commands that start no server through the session (``peers`` starts its own, one per contender).
+NO_SERVER = {"calibrate", "peers"}
 
 
 class Session:
