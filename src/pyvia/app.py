@@ -52,6 +52,7 @@ from pyvia.errors import (
     ContextNotFound,
     DeclarationError,
     Forbidden,
+    MalformedRequest,
     MethodNotAllowed,
     NotFound,
     PyviaDeprecationWarning,
@@ -1027,6 +1028,8 @@ class App:
 
     def _dispatch(self, request: Request) -> Any:
         path = request.path
+        if "\0" in path:  # decoded from %00: no route holds one; the native server refuses it first
+            raise MalformedRequest("a NUL (%00) in the request path")
         if path in _OPS_PATHS and request.method in ("GET", "HEAD"):
             request.kind = "ops"  # before middleware: probes must not need a login
             return _OPS_PATHS[path](self)
