@@ -412,13 +412,6 @@ def test_presence_counts_the_tabs_of_every_node(two_nodes) -> None:
     tabs[1].close()
 
 
-def test_app_timers_run_on_one_node(two_nodes) -> None:
-    a, b, _ = two_nodes
-    time.sleep(1.5)
-    assert len(get_json(a, "/tickers")) == 1
-    assert get_json(a, "/tickers") == get_json(b, "/tickers")
-
-
 # --- two workers on one port ---------------------------------------------------------------------
 
 
