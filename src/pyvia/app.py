@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import heapq
 import inspect
 import logging
 import math
@@ -22,7 +21,7 @@ import socket
 import time
 import typing
 import warnings
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -35,9 +34,9 @@ from pyvia.assets import Bundle, load_bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
-from pyvia.compress import Compression, Release, default_budget
+from pyvia.compress import Compression, default_budget
 from pyvia.config import Config
-from pyvia.context import Context, call_hook
+from pyvia.context import Context
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DEVTOOLS_PATH, DevLog
 from pyvia.devtools import error_events as dev_error_events
@@ -71,6 +70,21 @@ from pyvia.persistence import load_state, load_state_from_db, save_state, save_s
 from pyvia.render import Templates, bootstrap_head, build_document
 from pyvia.replay import Replays
 from pyvia.routing import Middleware, Route, Router, compile_route
+from pyvia.runtime import Runtime
+from pyvia.runtime.common import (
+    ACTION_PREFIX,
+    BUNDLE_PATH,
+    CLOSE_PATH,
+    GRAVEYARD_CAP,
+    PASSED,
+    SSE_PATH,
+    STREAM_DOWN,
+    settle,
+    settled,
+    then,
+    when_done,
+)
+from pyvia.runtime.registry import Interval
 from pyvia.scopes import (
     GLOBAL,
     ROUTE,
@@ -96,17 +110,11 @@ from pyvia.signals import check_name
 from pyvia.snapshot import Snapshots
 from pyvia.state import GlobalState, SessionData, SessionStore
 from pyvia.static import Asset, StaticFiles
-from pyvia.stream import Outflow, Stream
+from pyvia.stream import Outflow
 
 log = logging.getLogger("pyvia")
 T = TypeVar("T")
 
-SSE_PATH = "/_sse"
-ACTION_PREFIX = "/_action/"
-CLOSE_PATH = "/_session/close"
-BUNDLE_PATH = "/datastar.js"
-_DESTROY_SLICE = 0.005  # seconds of destroying per loop turn (php-via 0.14 uses 10 ms slices)
-_GRAVEYARD_CAP = 100_000
 _RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
 _SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
@@ -124,16 +132,11 @@ _ERRORS_REMEMBERED = 256
 #: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
 _TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
 
-#: What an action answers once its connection went to the worker holding the tab (never written).
-PASSED = Response(204)
-
 _OPS_PATHS: dict[str, Callable[[Any], Response]] = {
     "/_health": health_response,
     "/_ready": ready_response,
     "/metrics": metrics_response,
 }
-#: What a page is told when its stream is down or about to end: actions carry its snapshot.
-_STREAM_DOWN = {protocol.DISCONNECTED_SIGNAL: True, protocol.FILTER_SIGNAL: protocol.FILTER_DOWN}
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
@@ -189,74 +192,6 @@ class _TabStream:
             self.sink = None
 
 
-class _Interval:
-    """A context's repeating timer: re-armed after each run, dropped when the context dies."""
-
-    __slots__ = ("app", "ctx", "fn", "handle", "period")
-
-    def __init__(self, app: App, ctx: Context, fn: Callable[..., Any], period: float) -> None:
-        self.app = app
-        self.ctx = ctx
-        self.fn = fn
-        self.period = period
-        self.handle: TimerHandle | None = None
-
-    def arm(self) -> None:
-        clock = self.app.clock
-        assert clock is not None
-        self.handle = clock.call_later(self.period, self.tick)
-
-    def tick(self) -> None:
-        ctx = self.ctx
-        if ctx.state is State.DESTROYED:
-            return
-        ctx._begin_batch()
-        try:
-            result = call_hook(self.fn, ctx)
-            if inspect.isawaitable(result):
-                self.app._spawn(result, ctx, "timer")
-        except Exception as exc:
-            self.app._report(exc, ctx, "timer")
-        finally:
-            ctx._end_batch()
-        if ctx.state is not State.DESTROYED:
-            self.arm()
-
-    def cancel(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
-
-
-def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
-    if inspect.isawaitable(result):
-        async def later() -> Any:
-            value = fn(await result)
-            return await value if inspect.isawaitable(value) else value
-        return later()
-    return fn(result)
-
-
-def _settle(answer: asyncio.Future[Any], result: Any) -> None:
-    """Give ``answer`` the value of ``result``, now or once it is done."""
-    if not inspect.isawaitable(result):
-        answer.set_result(result)
-        return
-
-    def done(task: asyncio.Future[Any]) -> None:
-        if answer.done():
-            return
-        if task.cancelled():
-            answer.cancel()
-        elif task.exception() is not None:
-            answer.set_exception(task.exception())  # type: ignore[arg-type]  # checked
-        else:
-            answer.set_result(task.result())
-
-    asyncio.ensure_future(result).add_done_callback(done)
-
-
 class RouteGroup:
     """Routes sharing a path prefix and middleware: ``with app.group("/admin", middleware=[auth]) as g``."""
 
@@ -305,6 +240,8 @@ class App:
             raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
+        #: The parts that serve the tabs (pyvia.runtime): the registry, the endpoints, sessions, ...
+        self.runtime = Runtime(self)
         #: The words for failures every page starts from (pyvia.alerts).
         self._messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
@@ -339,16 +276,6 @@ class App:
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
-        # every live tab, by context id
-        self.contexts: dict[str, Context] = {}
-        self._connected: dict[str, Context] = {}
-        #: Page contexts waiting for their first stream, oldest first (``max_waiting_contexts``).
-        self._waiting: dict[str, Context] = {}
-        # (deadline, seq, ctx) for tabs without a stream; stale entries are skipped
-        self._deadlines: list[tuple[float, int, Context]] = []
-        self._seq = 0
-        self._destroy_queue: deque[Context] = deque()
-        self._destroying = False
         # destroyed ids -> what revives them; insertion order is expiry order
         self._graveyard: OrderedDict[str, _Grave] = OrderedDict()
         self._graveyard_bytes = 0  # of the snapshots it holds
@@ -358,8 +285,6 @@ class App:
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_at = 0.0
-        self._sweep_handle: TimerHandle | None = None
-        self._next_keep_alive = 0.0
         self._tasks: set[Any] = set()
         self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
         self.scopes = ScopeRegistry(self.broadcaster.mark)
@@ -374,8 +299,6 @@ class App:
         self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
         self.errors = 0
-        #: Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited.
-        self.evicted_waiting = 0
         #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
         self._errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
@@ -401,6 +324,33 @@ class App:
         #: Set by the native server (plain HTTP): ``adopt_connection(sock, request_bytes)`` serves a
         #: connection another worker of this machine passed (pyvia.cluster.passing).
         self.adopt_connection: Callable[[socket.socket, bytes], None] | None = None
+
+    # --- the runtime's state, as the App has always shown it --------------------------------------
+
+    @property
+    def contexts(self) -> dict[str, Context]:
+        """Every live tab of this worker, by context id."""
+        return self.runtime.registry.contexts
+
+    @property
+    def _connected(self) -> dict[str, Context]:
+        return self.runtime.registry.connected
+
+    @property
+    def _waiting(self) -> dict[str, Context]:
+        return self.runtime.registry.waiting
+
+    @property
+    def evicted_waiting(self) -> int:
+        """Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited."""
+        return self.runtime.registry.evicted_waiting
+
+    def destroy(self, ctx: Context) -> None:
+        """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
+        self.runtime.registry.destroy(ctx)
+
+    def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
+        return self.runtime.registry.arm_interval(ctx, fn, period)
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -754,7 +704,7 @@ class App:
         self.db.open()  # a SQLite file that cannot be opened fails at start
         if self.config.persist_path is not None:
             self._restore()
-        self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
+        self.runtime.registry.sweep_handle = clock.call_later(self.config.sweep_interval, self.runtime.registry.sweep)
         for fn, period, every_worker in self._app_intervals:
             self._arm_app_interval(fn, period, every_worker)
         for fn in self._on_start:
@@ -780,13 +730,14 @@ class App:
         if self.clock is not None:
             moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
             now = self.clock.now()
-            for ctx in self._connected.values():  # their streams end soon: meanwhile actions carry the snapshot
+            # their streams end soon: meanwhile actions carry the snapshot
+            for ctx in self.runtime.registry.connected.values():
                 ctx.stream.send(moving, None, now)
         for _, mounted in self._mounts:
             await mounted.shutdown(budget)
-        if self._sweep_handle is not None:
-            self._sweep_handle.cancel()
-            self._sweep_handle = None
+        if self.runtime.registry.sweep_handle is not None:
+            self.runtime.registry.sweep_handle.cancel()
+            self.runtime.registry.sweep_handle = None
         self.broadcaster.flush(force=True)
         self.broadcaster.cancel()
         if self.config.persist_path is not None:
@@ -809,7 +760,7 @@ class App:
         await self.db.close()  # after the stop hooks, which may still write
         if saved is not None:
             saved()
-        await self._end_streams(spread)
+        await self.runtime.registry.end_streams(spread)
         for closable in (self.static, self._bundle_asset):
             if closable is not None:
                 closable.close()
@@ -822,32 +773,6 @@ class App:
             self._executor = None
         self.static = None
         self._bundle_asset = None
-
-    async def _end_streams(self, spread: float) -> None:
-        import random
-
-        tabs = list(self._connected.values())
-        if spread > 0 and len(tabs) > 1:
-            random.shuffle(tabs)
-            steps = max(1, min(len(tabs), int(spread / 0.05)))  # a batch every 50 ms at most
-            per_step = -(-len(tabs) // steps)
-            for start in range(0, len(tabs), per_step):
-                if start:
-                    await asyncio.sleep(spread / steps)
-                for ctx in tabs[start:start + per_step]:
-                    if self._connected.get(ctx.id) is ctx:  # not gone on its own meanwhile
-                        self._end_stream(ctx)
-                        self._disconnected(ctx)
-        for ctx in list(self._connected.values()):
-            self._end_stream(ctx)
-            self._disconnected(ctx)
-
-    @staticmethod
-    def _end_stream(ctx: Context) -> None:
-        """End a tab's stream on purpose: the page is told first, so its actions carry the tab's
-        snapshot until its stream is back (wherever it lands, the tab can be revived)."""
-        ctx.stream.send(protocol.patch_signals(_STREAM_DOWN), None, ctx.app.now())
-        ctx.stream.close()
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.
@@ -914,7 +839,7 @@ class App:
             ctx_id = self._action_signals(request).get(protocol.CONTEXT_SIGNAL)
         except ClientError:
             return None
-        if not isinstance(ctx_id, str) or ctx_id in self.contexts:
+        if not isinstance(ctx_id, str) or ctx_id in self.runtime.registry.contexts:
             return None
         assert self.link is not None and self._loop is not None  # called by handle() with several workers
         answer: asyncio.Future[Response] = self._loop.create_future()
@@ -924,7 +849,7 @@ class App:
                 return  # the client left
             if result is None:  # the tab moved, or its worker is gone: the long way
                 request.state["_relayed"] = True
-                _settle(answer, self.handle(request))
+                settle(answer, self.handle(request))
                 return
             response = self._error_response(result, request) if isinstance(result, Exception) else result
             self.metrics.observe_request("action", response.status)
@@ -948,7 +873,7 @@ class App:
         except ClientError:
             return False  # answered as a bad request by the dispatch
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        return isinstance(ctx_id, str) and ctx_id not in self.contexts
+        return isinstance(ctx_id, str) and ctx_id not in self.runtime.registry.contexts
 
     def _unfollowed(self, session_id: str | None) -> bool:
         """Several workers, and this one has not read the session's data from the engine yet."""
@@ -970,8 +895,8 @@ class App:
             return self._handle_after(self._follow(session_id), request)  # as handle() does
         try:
             self._check_action(request)
-            result = self._run_action(request, self.contexts.get(ctx_id), request.path[len(ACTION_PREFIX):],
-                                      self._action_signals(request))
+            result = self._run_action(request, self.runtime.registry.contexts.get(ctx_id),
+                                      request.path[len(ACTION_PREFIX):], self._action_signals(request))
         except BaseException as exc:
             result = self._error_response(exc, request)
         return self._answer(result, request)
@@ -1095,7 +1020,7 @@ class App:
     def _not_found_response(self, request: Request) -> Response:
         if self._not_found is None:
             raise NotFound()
-        return _then(self._not_found(request), lambda r: self._as_response(r, 404))  # type: ignore[no-any-return]
+        return then(self._not_found(request), lambda r: self._as_response(r, 404))  # type: ignore[no-any-return]
 
     def _as_response(self, result: Any, status: int = 200) -> Response | StreamResponse:
         if isinstance(result, (Response, StreamResponse)):
@@ -1112,7 +1037,7 @@ class App:
 
     def _plain_route(self, request: Request, route: Route) -> Any:
         kwargs = _bind(route, request.path_params, None, request)
-        return _then(route.handler(**kwargs), self._as_response)
+        return then(route.handler(**kwargs), self._as_response)
 
     # --- pages -----------------------------------------------------------------------------------
 
@@ -1157,12 +1082,12 @@ class App:
         self._rotated[old] = (new, self._now() + _ROTATION_OVERLAP)
         self._rotated_from.pop(old, None)
         self._rotated_from[new] = first
-        while len(self._rotated) > _GRAVEYARD_CAP:
+        while len(self._rotated) > GRAVEYARD_CAP:
             self._rotated.popitem(last=False)
-        while len(self._rotated_from) > _GRAVEYARD_CAP:
+        while len(self._rotated_from) > GRAVEYARD_CAP:
             self._rotated_from.popitem(last=False)
         old_scope, new_scope = Scope.session(old), Scope.session(new)
-        for tab in [c for c in self.contexts.values() if c.session_id == old]:
+        for tab in [c for c in self.runtime.registry.contexts.values() if c.session_id == old]:
             tab.session_id = new
             if old_scope in tab._scopes:
                 tab._scopes.discard(old_scope)
@@ -1180,18 +1105,18 @@ class App:
         if old is None:
             old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
         if old is None:
-            old = next((c.session_id for c in self.contexts.values() if Scope.session(c.session_id) == old_scope),
-                       None)
+            old = next((c.session_id for c in self.runtime.registry.contexts.values()
+                        if Scope.session(c.session_id) == old_scope), None)
         if old is None:
             return  # nothing of that session here
         self.sessions.forget(old)  # its data moved to the new session in the engine
-        for tab in self.contexts.values():
+        for tab in self.runtime.registry.contexts.values():
             if old_scope in tab._scopes:
                 tab._scopes.discard(old_scope)
                 tab._scopes.add(new_scope)
         self.scopes.rename(old_scope, new_scope)
         self._awaiting_rotation[new_key] = old
-        while len(self._awaiting_rotation) > _GRAVEYARD_CAP:
+        while len(self._awaiting_rotation) > GRAVEYARD_CAP:
             self._awaiting_rotation.popitem(last=False)
 
     def _same_session(self, ctx: Context, session_id: str | None) -> bool:
@@ -1229,7 +1154,7 @@ class App:
         if self.link is not None:
             self.link.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = _bind(route, params, ctx, request)
-        return _then(route.handler(**kwargs),
+        return then(route.handler(**kwargs),
                      lambda result: self._after_loads(lambda: self._page_response(ctx, result)))
 
     def _after_loads(self, fn: Callable[[], Any]) -> Any:
@@ -1252,10 +1177,10 @@ class App:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        return _then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+        return then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
 
     def _page_document(self, ctx: Context, content: str) -> Response:
-        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **_STREAM_DOWN}
+        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.bundle
         nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
@@ -1268,7 +1193,7 @@ class App:
             foot.append(devtools_panel(self))
         doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
                              foot="\n".join(foot), lang=self.config.lang)
-        self._register(ctx)
+        self.runtime.registry.register(ctx)
         response = Response.html(doc)
         self.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
@@ -1305,26 +1230,6 @@ class App:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
 
-    def _register(self, ctx: Context) -> None:
-        self.contexts[ctx.id] = ctx
-        if self.link is not None and ctx.revived:
-            self.link.claim(ctx.id)  # a page view claimed it already
-        for name in ctx._scopes:
-            self.scopes.join(ctx, name)
-        ctx.state = State.CREATED
-        self._set_deadline(ctx, self._now() + self.config.connect_timeout)
-        waiting = self._waiting
-        waiting[ctx.id] = ctx
-        if len(waiting) > self.config.max_waiting_contexts:
-            oldest = waiting.pop(next(iter(waiting)))
-            self.evicted_waiting += 1
-            self.destroy(oldest)  # revived from its signed id if its stream comes after all
-
-    def _set_deadline(self, ctx: Context, deadline: float) -> None:
-        ctx.deadline = deadline
-        self._seq += 1
-        heapq.heappush(self._deadlines, (deadline, self._seq, ctx))
-
     def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity",
                         last_event_id: str | None = None) -> None:
         if ctx.state is State.DESTROYED:
@@ -1353,10 +1258,10 @@ class App:
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream), replay)
-        self._waiting.pop(ctx.id, None)
+        self.runtime.registry.waiting.pop(ctx.id, None)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
-        self._connected[ctx.id] = ctx
+        self.runtime.registry.connected[ctx.id] = ctx
         signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
                                    LOST_SIGNAL: False}
         view = None
@@ -1375,36 +1280,14 @@ class App:
             ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
             ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
-            self._run_hook(fn, ctx, "connect")
+            self.runtime.registry.run_hook(fn, ctx, "connect")
         for fn in self._on_connect:
-            self._run_hook(fn, ctx, "connect")
+            self.runtime.registry.run_hook(fn, ctx, "connect")
 
     def _on_stream_close(self, ctx: Context, sink: StreamSink) -> None:
         if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
             return
-        self._disconnected(ctx)
-
-    def _disconnected(self, ctx: Context) -> None:
-        """The tab has no stream any more (the peer left, or the server ended it)."""
-        now = self._now()
-        ctx.state = State.DISCONNECTED
-        self._connected.pop(ctx.id, None)
-        deadline = now + self.config.cleanup_delay
-        if ctx.last_action:
-            deadline = max(deadline, ctx.last_action + self.config.reconnect_timeout)
-        self._set_deadline(ctx, deadline)
-        for fn in list(ctx._on_disconnect):
-            self._run_hook(fn, ctx, "disconnect")
-        for fn in self._on_disconnect:
-            self._run_hook(fn, ctx, "disconnect")
-
-    def _run_hook(self, fn: Callable[..., Any], ctx: Context, phase: str) -> None:
-        try:
-            result = call_hook(fn, ctx)
-            if inspect.isawaitable(result):
-                self._spawn(result, ctx, phase)
-        except Exception as exc:
-            self._report(exc, ctx, phase)
+        self.runtime.registry.disconnected(ctx)
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
         async def guarded() -> None:
@@ -1423,55 +1306,6 @@ class App:
         if self._loop is not None:
             return self._loop.create_task(coro)
         return asyncio.ensure_future(coro)
-
-    def _sweep(self) -> None:
-        """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
-        clock = self.clock
-        assert clock is not None
-        now = clock.now()
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            deadline, _, ctx = heapq.heappop(heap)
-            if ctx.deadline == deadline and ctx.state in (State.CREATED, State.DISCONNECTED):
-                self._destroy_queue.append(ctx)
-        if self._destroy_queue and not self._destroying:
-            self._destroying = True
-            clock.call_soon(self._destroy_slice)
-        if now >= self._next_keep_alive:  # the pass over open streams: a few times per keep-alive period
-            interval = self.config.keep_alive
-            ping = protocol.keep_alive()
-            patience = self.config.slow_tab_timeout
-            idle_release = self.config.encoder_idle_release
-            for ctx in list(self._connected.values()):
-                stream = ctx.stream
-                if stream.over_since and stream.is_stalled(now, patience):
-                    log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
-                    stream.close(abort=True)  # what it has not read is dropped, not kept for the send deadline
-                    continue
-                if interval > 0 and now - stream.last_write >= interval:
-                    stream.keep_alive(ping, now)
-                encoder = stream.encoder
-                if encoder is not None and encoder.is_active and now - stream.last_event > idle_release \
-                        and encoder.releases_in_place and stream.sink is not None:
-                    stream.sink.write(encoder.release().data)  # zstd ends its frame; a new compressor starts later
-            period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.config.sweep_interval))
-            self._next_keep_alive = now + period
-        if self._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
-            self._outflow.ended = 0
-            for ctx in [c for c in self._connected.values() if c.stream.sink is None]:
-                self._disconnected(ctx)
-        if self.compression.budget.is_over:
-            self._reclaim_encoders()
-        self.compression.return_memory(now)
-        self._replays.sweep(now)
-        self._measure_unsent()
-        self._prune_records(now)
-        self._sweep_handle = clock.call_later(self.config.sweep_interval, self._sweep)
-
-    def _measure_unsent(self) -> None:
-        """Add up what waits in every tab socket; past the cap, view frames are held everywhere
-        and the readers furthest behind are cut off (:meth:`pyvia.stream.Outflow.measure`)."""
-        self._outflow.measure([ctx.stream for ctx in self._connected.values()], self.config.max_unsent_bytes)
 
     def _persist(self) -> None:
         signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]
@@ -1515,7 +1349,7 @@ class App:
     def _tab_records(self) -> list[tuple[str, dict[str, Any]]]:
         """What revives each live or recently destroyed tab, for the next process (a graceful restart)."""
         records = []
-        for ctx in self.contexts.values():
+        for ctx in self.runtime.registry.contexts.values():
             try:
                 snapshot = ctx.final_snapshot()
             except TypeError:
@@ -1523,75 +1357,15 @@ class App:
             records.append((ctx.id, {"tab_state": _json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq,
                                      "snapshot": snapshot}))
         for ctx_id, grave in self._graveyard.items():
-            if ctx_id not in self.contexts:
+            if ctx_id not in self.runtime.registry.contexts:
                 records.append((ctx_id, {"tab_state": _json_or_empty(grave.tab_state), "seq": grave.seq,
                                          "snapshot": grave.snapshot}))
-        return records[-_GRAVEYARD_CAP:]
+        return records[-GRAVEYARD_CAP:]
 
     def _restore_tabs(self, tabs: dict[str, dict[str, Any]]) -> None:
         """The tab records an earlier process kept: they revive the tabs that come back here."""
         for ctx_id, record in tabs.items():
             self._vouch(ctx_id, record, restored=True)
-
-    def _reclaim_encoders(self) -> None:
-        """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;
-        brotli and gzip cannot restart mid-stream, so those tabs are asked to reconnect)."""
-        for encoder, released in self.compression.reclaim():
-            stream = encoder.owner
-            if not isinstance(stream, Stream) or stream.sink is None:
-                continue
-            if released.data:
-                stream.sink.write(released.data)
-            if released.action is Release.RECONNECT:
-                stream.encoder = None
-                stream.close()
-
-    def _destroy_slice(self) -> None:
-        """Destroy queued contexts for a few milliseconds, then yield the loop."""
-        stop = time.perf_counter() + _DESTROY_SLICE
-        queue = self._destroy_queue
-        while queue:
-            self.destroy(queue.popleft())
-            if time.perf_counter() >= stop:
-                break
-        if queue and self.clock is not None:
-            self.clock.call_soon(self._destroy_slice)
-        else:
-            self._destroying = False
-
-    def destroy(self, ctx: Context) -> None:
-        """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
-        if ctx.state is State.DESTROYED:
-            return
-        ctx.state = State.DESTROYED
-        if self.contexts.get(ctx.id) is ctx:
-            del self.contexts[ctx.id]
-        self._connected.pop(ctx.id, None)
-        if self._waiting.get(ctx.id) is ctx:
-            del self._waiting[ctx.id]
-        for timer in ctx._timers:
-            timer.cancel()
-        for fn in ctx._on_cleanup:
-            self._run_hook(fn, ctx, "cleanup")
-        ctx.stream.close()
-        self._replays.forget(ctx.stream)
-        for name in ctx._scopes:
-            self.scopes.leave(ctx, name)
-        if self.link is not None:
-            self.link.release(ctx.id)
-        if self.config.revival_window > 0:
-            self._bury(ctx)
-        # drop what closures hold, so a destroyed context leaves no reference cycle
-        ctx._signals = {}
-        ctx._shared = {}
-        ctx._components = {}
-        ctx._actions = {}
-        ctx._view = None
-        ctx._view_data = None
-        ctx._timers = []
-        ctx._on_cleanup = []
-        ctx._on_disconnect = []
-        ctx._on_connect = []
 
     def _bury(self, ctx: Context) -> None:
         """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
@@ -1624,20 +1398,12 @@ class App:
         grave = self._graveyard
         while grave:
             first = next(iter(grave.values()))
-            if first.deadline > now and len(grave) <= _GRAVEYARD_CAP:
+            if first.deadline > now and len(grave) <= GRAVEYARD_CAP:
                 break
             self._unbury(next(iter(grave)))
         sent = self._reload_sent
-        while sent and (next(iter(sent.values())) <= now or len(sent) > _GRAVEYARD_CAP):
+        while sent and (next(iter(sent.values())) <= now or len(sent) > GRAVEYARD_CAP):
             sent.popitem(last=False)
-
-    def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> _Interval:
-        if self.clock is None:
-            raise RuntimeError("set_interval needs a started app")
-        interval = _Interval(self, ctx, fn, period)
-        interval.arm()
-        ctx._timers.append(interval)
-        return interval
 
     # --- streams ---------------------------------------------------------------------------------
 
@@ -1651,7 +1417,7 @@ class App:
         if not isinstance(ctx_id, str) or not ctx_id:
             raise ContextNotFound("stream without via_ctx")
         session_id = self._session_of(request)
-        ctx = self.contexts.get(ctx_id)
+        ctx = self.runtime.registry.contexts.get(ctx_id)
         if ctx is None:
             if self.link is not None:
                 return self._take_over(request, ctx_id, session_id, signals)
@@ -1672,7 +1438,7 @@ class App:
             if sent is False:
                 return self._reload_stream(ctx_id)
             restore = _newest(restore, sent)
-        return _then(self._revive(request, ctx_id, session_id, signals, restore or None),
+        return then(self._revive(request, ctx_id, session_id, signals, restore or None),
                      lambda found: self._stream_for(request, found) if found is not None
                      else self._reload_stream(ctx_id))
 
@@ -1704,7 +1470,7 @@ class App:
 
     def _ask_for_snapshot(self) -> Response:
         """Tell the page to open its stream again with its writable signals and its snapshot."""
-        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **_STREAM_DOWN})
+        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **STREAM_DOWN})
         return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
 
     async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
@@ -1722,10 +1488,10 @@ class App:
         if owner is not None and session_id is not None:
             handed = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
             self._vouch(ctx_id, handed or {})
-        found = self.contexts.get(ctx_id)
+        found = self.runtime.registry.contexts.get(ctx_id)
         if found is None:
-            return await _settled(self._revive_stream(request, ctx_id, session_id, signals))
-        return await _settled(self._stream_for(request, found))
+            return await settled(self._revive_stream(request, ctx_id, session_id, signals))
+        return await settled(self._stream_for(request, found))
 
     def _vouch(self, ctx_id: str, handed: dict[str, Any], *, restored: bool = False) -> None:
         """The directory names an owner (alive or dead) for this tab, so it lived recently: let
@@ -1746,7 +1512,7 @@ class App:
     def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Another worker took this tab's stream: let the tab go, giving it its tab state and a
         snapshot of its server-owned signals."""
-        ctx = self.contexts.get(ctx_id)
+        ctx = self.runtime.registry.contexts.get(ctx_id)
         if ctx is None:
             grave = self._unbury(ctx_id)
             if grave is None:
@@ -1757,7 +1523,7 @@ class App:
             return None
         state = _json_or_empty(ctx.tab_state)
         writable = ctx.has_writable_signals
-        self.destroy(ctx)
+        self.runtime.registry.destroy(ctx)
         grave = self._unbury(ctx_id)
         return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0,
                 "writable": writable}
@@ -1821,7 +1587,7 @@ class App:
         """
         under_way = self._reviving.get(ctx_id)
         if under_way is not None:
-            return _when_done(under_way, lambda: self.contexts.get(ctx_id))
+            return when_done(under_way, lambda: self.runtime.registry.contexts.get(ctx_id))
         verified = self._verify_id(ctx_id, session_id)
         if verified is None:
             return None
@@ -1839,12 +1605,12 @@ class App:
             if grave is not None:
                 ctx.tab_state = grave.tab_state
             kwargs = _bind(route, params, ctx, req)
-            return _then(route.handler(**kwargs), lambda result: _Revived(ctx))
+            return then(route.handler(**kwargs), lambda result: _Revived(ctx))
 
         def finish(result: Any) -> Context | None:
             if not isinstance(result, _Revived):
                 return None  # middleware answered instead: the tab reloads and gets that answer
-            existing = self.contexts.get(ctx_id)
+            existing = self.runtime.registry.contexts.get(ctx_id)
             if existing is not None:  # a concurrent revival of the same tab won
                 return existing
             ctx = result.ctx
@@ -1855,15 +1621,15 @@ class App:
                 sig._changed = True
             ctx.revived = True
             self._unbury(ctx_id)
-            self._register(ctx)
+            self.runtime.registry.register(ctx)
             log.info("revived a tab of %s", route.pattern)
             return ctx
 
-        result = _then(self._with_middleware(request, route, endpoint),
+        result = then(self._with_middleware(request, route, endpoint),
                        lambda result: self._after_loads(lambda: finish(result)))
         if not inspect.isawaitable(result):
             return result
-        task = self.create_task(_settled(result))
+        task = self.create_task(settled(result))
         self._reviving[ctx_id] = task
         task.add_done_callback(lambda _: self._reviving.pop(ctx_id, None))
         return task
@@ -1907,14 +1673,14 @@ class App:
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         session_id = self._session_of(request)
         named = isinstance(ctx_id, str) and ctx_id != ""
-        ctx = self.contexts.get(ctx_id) if named else None
+        ctx = self.runtime.registry.contexts.get(ctx_id) if named else None
         if ctx is None and named and self.link is not None:
             return self._forward_action(request, ctx_id, session_id, signals, name)  # checked where it runs
         self._check_action(request)
         if not named:
             raise ContextNotFound("action without via_ctx")
         if ctx is None:
-            return _then(self._revive_for_action(request, ctx_id, session_id, signals),
+            return then(self._revive_for_action(request, ctx_id, session_id, signals),
                          lambda found: self._run_action(request, found, name, signals))
         return self._run_action(request, ctx, name, signals)
 
@@ -1965,7 +1731,7 @@ class App:
         """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(forms.executor(), self._action_signals, request)
-        return await _settled(then())
+        return await settled(then())
 
     def _check_action(self, request: Request) -> None:
         """The early checks and the rate limit, on the worker that runs the action (one that
@@ -2001,12 +1767,12 @@ class App:
             return response
         self._check_action(request)  # it runs here
         await self._follow(session_id)  # the tab revives here
-        if (ctx_id not in self._graveyard and self.contexts.get(ctx_id) is None
+        if (ctx_id not in self._graveyard and self.runtime.registry.contexts.get(ctx_id) is None
                 and await self.link.owner(ctx_id, cached=False) is not None):
             self._vouch(ctx_id, {})
-        ctx = self.contexts.get(ctx_id) or await _settled(
+        ctx = self.runtime.registry.contexts.get(ctx_id) or await settled(
             self._revive_for_action(request, ctx_id, session_id, signals))
-        return await _settled(self._run_action(request, ctx, name, signals))
+        return await settled(self._run_action(request, ctx, name, signals))
 
     def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
@@ -2026,7 +1792,7 @@ class App:
             ctx.request = req
             ctx.last_action = now
             if ctx.state is State.DISCONNECTED:
-                self._set_deadline(ctx, max(ctx.deadline, now + self.config.reconnect_timeout))
+                self.runtime.registry.set_deadline(ctx, max(ctx.deadline, now + self.config.reconnect_timeout))
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:
@@ -2086,11 +1852,11 @@ class App:
             raise MethodNotAllowed(headers=[("allow", "POST")])
         self._check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
-        ctx = self.contexts.get(ctx_id)
+        ctx = self.runtime.registry.contexts.get(ctx_id)
         if ctx is not None and self._same_session(ctx, self._session_of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
-                self._set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
+                self.runtime.registry.set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
         return Response(200)
 
     def _bundle_response(self, request: Request) -> Response:
@@ -2109,18 +1875,6 @@ def _newest(kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, 
     if kept is None or (sent is not None and sent[0] > kept[0]):
         return sent
     return kept
-
-
-async def _when_done(task: asyncio.Task[Any], then: Callable[[], Any]) -> Any:
-    """``then()`` once ``task`` is done, whatever it ended with."""
-    with contextlib.suppress(Exception):
-        await asyncio.shield(task)
-    return then()
-
-
-async def _settled(result: Any) -> Any:
-    """The value of a result that may be awaitable (handlers and middleware may be sync or async)."""
-    return await result if inspect.isawaitable(result) else result
 
 
 def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""What the runtime's parts share: the framework's paths, a few answers, and the helpers that
+let a handler be sync or async (a value or an awaitable of one passes through unchanged)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pyvia import protocol
+from pyvia.http import Response
+
+SSE_PATH = "/_sse"
+ACTION_PREFIX = "/_action/"
+CLOSE_PATH = "/_session/close"
+BUNDLE_PATH = "/datastar.js"
+#: At most this many records of destroyed tabs, rotated sessions and reload notices are kept.
+GRAVEYARD_CAP = 100_000
+#: What an action answers once its connection went to the worker holding the tab (never written).
+PASSED = Response(204)
+
+#: What a page is told when its stream is down or about to end: actions carry its snapshot.
+STREAM_DOWN = {protocol.DISCONNECTED_SIGNAL: True, protocol.FILTER_SIGNAL: protocol.FILTER_DOWN}
+
+
+def then(result: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
+    if inspect.isawaitable(result):
+
+        async def later() -> Any:
+            value = fn(await result)
+            return await value if inspect.isawaitable(value) else value
+
+        return later()
+    return fn(result)
+
+
+def settle(answer: asyncio.Future[Any], result: Any) -> None:
+    """Give ``answer`` the value of ``result``, now or once it is done."""
+    if not inspect.isawaitable(result):
+        answer.set_result(result)
+        return
+
+    def done(task: asyncio.Future[Any]) -> None:
+        if answer.done():
+            return
+        if task.cancelled():
+            answer.cancel()
+        elif task.exception() is not None:
+            answer.set_exception(task.exception())  # type: ignore[arg-type]  # checked
+        else:
+            answer.set_result(task.result())
+
+    asyncio.ensure_future(result).add_done_callback(done)
+
+
+async def when_done(task: asyncio.Task[Any], then: Callable[[], Any]) -> Any:
+    """``then()`` once ``task`` is done, whatever it ended with."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(task)
+    return then()
+
+
+async def settled(result: Any) -> Any:
+    """The value of a result that may be awaitable (handlers and middleware may be sync or async)."""
+    return await result if inspect.isawaitable(result) else result
