@@ -1,25 +1,19 @@
-"""App: routes, middleware, the tab registry and the dispatch every front end calls.
+"""App: what an application declares (routes, middleware, hooks, mounts, configuration).
 
-``App.handle(request)`` is the one entry point. It answers a page view, a stream connect, an
-action, the close beacon, the Datastar bundle or a plain route, and returns a ``Response``, a
-``StreamResponse`` or — only when user code is asynchronous — an awaitable of one. Client
-faults become 4xx answers here; any other exception is logged with its phase and answered with
-a bare 500, and the process keeps serving.
+The App builds a :class:`pyvia.runtime.Runtime`, whose parts serve the tabs: the registry, the
+dispatch and its endpoints, sessions, revival, persistence and error reporting. ``App.handle``
+is the one entry point every front end calls (:mod:`pyvia.runtime.dispatch`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import inspect
 import logging
-import math
-import re
 import secrets
 import socket
 import time
-import typing
 import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -27,10 +21,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from pyvia import forms, protocol
-from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL, alert_markup, messages_for
-from pyvia.arguments import decode_arguments
-from pyvia.assets import Bundle, load_bundle
+from pyvia import protocol
+from pyvia.alerts import ERROR_SIGNAL, alert_markup, messages_for
+from pyvia.assets import Bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
@@ -38,52 +31,40 @@ from pyvia.compress import Compression, default_budget
 from pyvia.config import Config
 from pyvia.context import Context
 from pyvia.db import Database, NoDatabase, connect
-from pyvia.devtools import DEVTOOLS_PATH, DevLog
-from pyvia.devtools import error_events as dev_error_events
-from pyvia.devtools import error_page as dev_error_page
-from pyvia.devtools import panel as devtools_panel
-from pyvia.devtools import server_page as devtools_page
-from pyvia.downloads import DOWNLOAD_PREFIX, Downloads
+from pyvia.devtools import DevLog
+from pyvia.downloads import Downloads
 from pyvia.errors import (
-    ActionTimeout,
     ClientError,
     ConfigError,
-    ContextNotFound,
     DeclarationError,
-    Forbidden,
-    MalformedRequest,
-    MethodNotAllowed,
-    NotFound,
     PyviaDeprecationWarning,
     RateLimited,
     RouteError,
     ServiceError,
-    TabGone,
 )
-from pyvia.forms import FORM_TYPES, Form, FormLimits, UploadedFile, check_form, parse_form, request_signals
+from pyvia.forms import FormLimits, UploadedFile
 from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
 from pyvia.lifecycle import State
-from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
-from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.render import Templates
 from pyvia.replay import Replays
-from pyvia.routing import Middleware, Route, Router, compile_route
+from pyvia.routing import Middleware, Router, compile_route
 from pyvia.runtime import Runtime
+from pyvia.runtime.binding import bind, binders
 from pyvia.runtime.common import (
     ACTION_PREFIX,
     BUNDLE_PATH,
     CLOSE_PATH,
     GRAVEYARD_CAP,
-    PASSED,
     SSE_PATH,
     STREAM_DOWN,
-    settle,
     settled,
     then,
     when_done,
 )
+from pyvia.runtime.dispatch import context_of
 from pyvia.runtime.registry import Interval
 from pyvia.scopes import (
     GLOBAL,
@@ -96,9 +77,8 @@ from pyvia.scopes import (
     check_broadcast_target,
     check_custom,
 )
-from pyvia.security import RateLimiter, TrustedProxies, same_origin
+from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.session import (
-    NEW_SESSION,
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
     SESSION_MAX_AGE,
@@ -116,27 +96,12 @@ log = logging.getLogger("pyvia")
 T = TypeVar("T")
 
 _RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
-_SECURITY_HEADERS = (
-    ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "same-origin"),
-    ("x-frame-options", "SAMEORIGIN"),
-)
-# Datastar evaluates its attribute expressions with Function(), hence 'unsafe-eval'.
-# 'strict-dynamic' lets scripts Datastar itself inserts (c.exec_script) run without a nonce of their own.
-_CSP = ("default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
-        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
-        "base-uri 'self'; frame-ancestors 'self'")
 #: A kind of error from user code is logged with its traceback at most once in this many seconds.
 _ERROR_LOG_INTERVAL = 60.0
 _ERRORS_REMEMBERED = 256
 #: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
 _TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
 
-_OPS_PATHS: dict[str, Callable[[Any], Response]] = {
-    "/_health": health_response,
-    "/_ready": ready_response,
-    "/metrics": metrics_response,
-}
 _ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 __all__ = ["App", "RouteGroup"]
@@ -167,29 +132,6 @@ class _Revived:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-
-
-class _TabStream:
-    """Connects one stream response to its tab, remembering which sink is its own."""
-
-    __slots__ = ("app", "coding", "ctx", "last_event_id", "sink")
-
-    def __init__(self, app: App, ctx: Context, coding: str, last_event_id: str | None = None) -> None:
-        self.app = app
-        self.ctx = ctx
-        self.coding = coding
-        #: The id of the last frame the page got (Datastar's retries send it), None on a first request.
-        self.last_event_id = last_event_id
-        self.sink: StreamSink | None = None
-
-    def open(self, sink: StreamSink) -> None:
-        self.sink = sink
-        self.app._on_stream_open(self.ctx, sink, self.coding, self.last_event_id)
-
-    def close(self) -> None:
-        if self.sink is not None:
-            self.app._on_stream_close(self.ctx, self.sink)
-            self.sink = None
 
 
 class RouteGroup:
@@ -248,8 +190,6 @@ class App:
         self._middleware: list[Middleware] = []
         self._secret = load_secret(self.config.secret)
         self._session_ids = SessionIds(self._secret)  # only ids signed with the secret are sessions
-        self._bundle: Bundle | None = None
-        self._bundle_url = ""
         self._downloads = Downloads()
         self._not_found: Callable[[Request], Any] | None = None
         self._error_page: Callable[[Request, BaseException], Any] | None = None
@@ -263,9 +203,6 @@ class App:
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
             enabled=self.config.compression,
         )
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._bundle_asset: Asset | None = None
-        self.static: StaticFiles | None = None
         self._proxies = TrustedProxies(self.config.trusted_proxies)
         # rotated session id -> (new id, until when the old one is still honoured)
         self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -352,6 +289,44 @@ class App:
     def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
         return self.runtime.registry.arm_interval(ctx, fn, period)
 
+    def handle(self, request: Request) -> HandleResult:
+        """Answer one request (:mod:`pyvia.runtime.dispatch`): a Response, a StreamResponse, or an
+        awaitable of one when user code is asynchronous."""
+        return self.runtime.dispatch.handle(request)
+
+    def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
+        """An action for tab ``ctx_id`` of this worker that another worker received: checked
+        (origin, rate limit) and run here without dispatching it again."""
+        return self.runtime.dispatch.handle_forwarded(request, ctx_id)
+
+    @property
+    def bundle(self) -> Bundle:
+        """The Datastar bundle the pages load (read at the first use)."""
+        return self.runtime.assets.bundle
+
+    @property
+    def static(self) -> StaticFiles | None:
+        """The files of ``static_dir``, once started."""
+        return self.runtime.assets.static
+
+    @property
+    def _bundle(self) -> Bundle | None:
+        return self.runtime.assets.loaded
+
+    @property
+    def _bundle_url(self) -> str:
+        return self.runtime.assets.bundle_url
+
+    @property
+    def _bundle_asset(self) -> Asset | None:
+        return self.runtime.assets.bundle_asset
+
+    def _form_of(self, request: Request) -> dict[str, str]:
+        return self.runtime.actions.form_of(request)
+
+    def _files_of(self, request: Request) -> dict[str, UploadedFile]:
+        return self.runtime.actions.files_of(request)
+
     # --- registration ----------------------------------------------------------------------------
 
     def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
@@ -365,7 +340,7 @@ class App:
 
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
-            route.call_args = _binders(handler, route.param_names, path)
+            route.call_args = binders(handler, route.param_names, path)
             route.messages = messages
             route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
@@ -378,7 +353,7 @@ class App:
         method_list = [methods] if isinstance(methods, str) else list(methods)
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "route", method_list, middleware)
-            route.call_args = _binders(handler, route.param_names, path)
+            route.call_args = binders(handler, route.param_names, path)
             self.router.add(route)
             return handler
         return register
@@ -415,8 +390,8 @@ class App:
         self._snapshots = Snapshots(self._secret, base, max_bytes=self.config.max_snapshot_bytes)
         self._sse_url = base + SSE_PATH[1:]
         self._close_url = base + CLOSE_PATH[1:]
-        if self._bundle is not None:
-            self._bundle_url = f"{base}{BUNDLE_PATH[1:]}?v={self._bundle.version}"
+        if self.runtime.assets.loaded is not None:
+            self.runtime.assets.bundle_url = f"{base}{BUNDLE_PATH[1:]}?v={self.runtime.assets.loaded.version}"
 
     def mount(self, prefix: str, app: App) -> None:
         """Serve another App below ``prefix`` (``"/examples/counter"``): its own tabs, routes and settings.
@@ -588,7 +563,7 @@ class App:
     def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
         """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
         status alone reaches the page too (its answer); this says more where the server knows more."""
-        ctx = _context_of(request, self)
+        ctx = context_of(request, self)
         if ctx is None or ctx.state is State.DESTROYED:
             return
         messages = ctx.route.messages
@@ -700,7 +675,7 @@ class App:
             mounted.start(clock)
         self.draining = False
         self.metrics.start_monitors(clock)
-        self._start_assets()  # a missing bundle fails at start, not on a page
+        self.runtime.assets.start()  # a missing bundle fails at start, not on a page
         self.db.open()  # a SQLite file that cannot be opened fails at start
         if self.config.persist_path is not None:
             self._restore()
@@ -761,18 +736,18 @@ class App:
         if saved is not None:
             saved()
         await self.runtime.registry.end_streams(spread)
-        for closable in (self.static, self._bundle_asset):
+        for closable in (self.runtime.assets.static, self.runtime.assets.bundle_asset):
             if closable is not None:
                 closable.close()
         if self.link is not None:
             # It stays attached, stopped: a request still answered after this fails on the closed
             # engine (503) instead of changing shared state here alone and answering 200.
             await self.link.stop()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-        self.static = None
-        self._bundle_asset = None
+        if self.runtime.assets.executor is not None:
+            self.runtime.assets.executor.shutdown(wait=False, cancel_futures=True)
+            self.runtime.assets.executor = None
+        self.runtime.assets.static = None
+        self.runtime.assets.bundle_asset = None
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.
@@ -786,258 +761,9 @@ class App:
 
         run(self, host=host, port=port, **serve_options(server_options, trusted_proxies=self.config.trusted_proxies))
 
-    @property
-    def bundle(self) -> Bundle:
-        if self._bundle is None:
-            self._bundle = load_bundle(self.config.datastar_js)
-            self._bundle_url = f"{self._base}{BUNDLE_PATH[1:]}?v={self._bundle.version}"
-        return self._bundle
-
-    def _executor_for_assets(self) -> concurrent.futures.ThreadPoolExecutor:
-        """One low-priority thread precompresses static files off the loop (the codecs release the GIL)."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyvia-precompress")
-        return self._executor
-
-    def _start_assets(self) -> None:
-        bundle = self.bundle
-        if self._bundle_asset is None:
-            self._bundle_asset = Asset(bundle.body, content_type="text/javascript; charset=utf-8",
-                                       version=bundle.version, executor=self._executor_for_assets())
-        if self.config.static_dir is not None and self.static is None:
-            self.static = StaticFiles(self.config.static_dir, cache_control=self.config.static_cache_control,
-                                      executor=self._executor_for_assets(),
-                                      preference=self.config.compression_preference)
-            self.static.start()
-
     # --- dispatch ----------------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> HandleResult:
-        """Answer one request (see the module docstring)."""
-        if self.link is not None:  # several workers: the session's data comes from the engine first
-            if request.path.startswith(ACTION_PREFIX):
-                relayed = self._relay_action(request)
-                if relayed is not None:
-                    return relayed
-            session_id = self._session_of(request)
-            if self._unfollowed(session_id) and not self._for_a_tab_elsewhere(request):
-                return self._handle_after(self._follow(session_id), request)
-        try:
-            result = self._dispatch(request)
-        except BaseException as exc:  # every failure becomes an answer here
-            result = self._error_response(exc, request)
-        return self._answer(result, request)
-
-    def _relay_action(self, request: Request) -> asyncio.Future[Response] | None:
-        """An action for a tab another worker holds, when this one knows which: sent there without
-        a task, to be checked and run there (a proxy's connection carries the actions of many
-        browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
-        owner not known yet, a connection that moves there instead, a malformed request)."""
-        if request.method != "POST" or "_relayed" in request.state or not self._parses_here(request):
-            return None
-        try:
-            ctx_id = self._action_signals(request).get(protocol.CONTEXT_SIGNAL)
-        except ClientError:
-            return None
-        if not isinstance(ctx_id, str) or ctx_id in self.runtime.registry.contexts:
-            return None
-        assert self.link is not None and self._loop is not None  # called by handle() with several workers
-        answer: asyncio.Future[Response] = self._loop.create_future()
-
-        def answered(result: Response | Exception | None) -> None:
-            if answer.done():
-                return  # the client left
-            if result is None:  # the tab moved, or its worker is gone: the long way
-                request.state["_relayed"] = True
-                settle(answer, self.handle(request))
-                return
-            response = self._error_response(result, request) if isinstance(result, Exception) else result
-            self.metrics.observe_request("action", response.status)
-            answer.set_result(response)
-
-        if not self.link.relay(ctx_id, request, self.config.action_timeout, answered):
-            return None
-        request.kind = "action"
-        return answer
-
-    def _for_a_tab_elsewhere(self, request: Request) -> bool:
-        """A stream or an action for a tab this worker does not hold: most go to the tab's worker
-        (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
-        path = request.path
-        if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
-            return False
-        if path != SSE_PATH and not self._parses_here(request):
-            return False
-        try:
-            signals = request_signals(request, None) if path == SSE_PATH else self._action_signals(request)
-        except ClientError:
-            return False  # answered as a bad request by the dispatch
-        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        return isinstance(ctx_id, str) and ctx_id not in self.runtime.registry.contexts
-
-    def _unfollowed(self, session_id: str | None) -> bool:
-        """Several workers, and this one has not read the session's data from the engine yet."""
-        link = self.link
-        return link is not None and session_id is not None and not link.has_session(session_id)
-
-    async def _follow(self, session_id: str | None) -> None:
-        """Read the session's data, if this worker does not follow it yet, before a tab of it comes here."""
-        if self._unfollowed(session_id):
-            assert self.link is not None and session_id is not None  # checked by _unfollowed
-            await self.link.load_session(session_id)
-
-    def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
-        """An action for tab ``ctx_id`` of this worker that another worker received: checked
-        (origin, rate limit) and run here without dispatching it again."""
-        request.kind = "action"
-        session_id = self._session_of(request)
-        if self._unfollowed(session_id):
-            return self._handle_after(self._follow(session_id), request)  # as handle() does
-        try:
-            self._check_action(request)
-            result = self._run_action(request, self.runtime.registry.contexts.get(ctx_id),
-                                      request.path[len(ACTION_PREFIX):], self._action_signals(request))
-        except BaseException as exc:
-            result = self._error_response(exc, request)
-        return self._answer(result, request)
-
-    def _answer(self, result: Any, request: Request) -> HandleResult:
-        if isinstance(result, (Response, StreamResponse)):
-            self.metrics.observe_request(request.kind or "other", result.status)
-            _close_uploads(request)
-            return result
-        return self._finish(result, request)
-
-    async def _handle_after(self, loading: Awaitable[None], request: Request) -> Response | StreamResponse:
-        await loading
-        result = self.handle(request)
-        return await result if inspect.isawaitable(result) else result
-
-    async def _finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
-        try:
-            result = self._as_response(await pending)
-        except BaseException as exc:
-            result = self._error_response(exc, request)
-        finally:
-            _close_uploads(request)
-        self.metrics.observe_request(request.kind or "other", result.status)
-        return result
-
-    def _error_response(self, exc: BaseException, request: Request) -> Response:
-        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self._tell_the_tab(exc, request)
-        if isinstance(exc, ClientError):
-            self._log_refusal(request, exc)
-            if isinstance(exc, NotFound) and self._not_found is not None and request.kind in ("page", "route"):
-                return self._not_found_response(request)
-            return Response.text(exc.public_message, exc.status, list(exc.headers))
-        if isinstance(exc, ServiceError):
-            log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc)
-            return Response.text(exc.public_message, exc.status, [("retry-after", str(exc.retry_after))])
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise exc
-        phase = request.kind or "request"
-        self._report(exc, _context_of(request, self), phase)  # logs, counts, tells on_error; may re-raise
-        if self.config.dev and request.kind in ("page", "route"):
-            return dev_error_page(exc, request.kind)
-        if self.config.dev and request.kind in ("action", "stream"):
-            return dev_error_events(exc, request.kind)  # an overlay on the tab
-        if request.kind == "action":
-            return Response.text("Action failed", 500)
-        if request.kind == "page" and self._error_page is not None:
-            try:
-                return self._as_response(self._error_page(request, exc), 500)
-            except Exception:
-                log.exception("the error page failed too")
-        return Response.text("Internal Server Error", 500)
-
-    def _dispatch(self, request: Request) -> Any:
-        path = request.path
-        if "\0" in path:  # decoded from %00: no route holds one; the native server refuses it first
-            raise MalformedRequest("a NUL (%00) in the request path")
-        if path in _OPS_PATHS and request.method in ("GET", "HEAD"):
-            request.kind = "ops"  # before middleware: probes must not need a login
-            return _OPS_PATHS[path](self)
-        if path == DEVTOOLS_PATH and self.config.dev:
-            request.kind = "ops"
-            return devtools_page(self)
-        if self._mounts:
-            for prefix, mounted in self._mounts:
-                if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
-                    request.path = path[len(prefix):] or "/"
-                    return mounted.handle(request)
-        if path == SSE_PATH:
-            request.kind = "stream"
-            return self._open_stream(request)
-        if path.startswith(ACTION_PREFIX):
-            request.kind = "action"
-            return self._action(request, path[len(ACTION_PREFIX):])
-        if path == BUNDLE_PATH:
-            request.kind = "asset"
-            return self._bundle_response(request)
-        static = self.static
-        if static is not None and "." in path.rsplit("/", 1)[-1]:
-            request.kind = "asset"
-            found = static.get(path, request)
-            if found is not None:
-                return found
-        if path == CLOSE_PATH:
-            request.kind = "beacon"
-            return self._close_beacon(request)
-        if path.startswith(DOWNLOAD_PREFIX):
-            request.kind = "download"
-            found = self._downloads.take(path[len(DOWNLOAD_PREFIX):], self._session_of(request) or "")
-            if found is None:
-                raise NotFound("unknown or used download")
-            return found
-        routes, params = self.router.match(path)
-        if not routes:
-            return self._not_found_response(request)
-        method = "GET" if request.method == "HEAD" else request.method
-        route = next((r for r in routes if method in r.methods or "*" in r.methods), None)
-        if route is None:
-            allowed = sorted({m for r in routes for m in r.methods} | ({"HEAD"} if any(
-                "GET" in r.methods for r in routes) else set()))
-            raise MethodNotAllowed(headers=[("allow", ", ".join(allowed))])
-        request.path_params = params
-        if route.kind == "page":
-            request.kind = "page"
-            if request.method == "HEAD":
-                return Response(200, [("content-type", "text/html; charset=utf-8")])
-            return self._with_middleware(request, route, lambda r: self._page(r, route))
-        request.kind = "route"
-        return self._with_middleware(request, route, lambda r: self._plain_route(r, route))
-
-    def _with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
-        chain = [*self._middleware, *(route.middleware if route is not None else ())]
-        if not chain:
-            return endpoint(request)
-        call = endpoint
-        for mw in reversed(chain):
-            call = _wrap_middleware(mw, call)
-        return call(request)
-
-    def _not_found_response(self, request: Request) -> Response:
-        if self._not_found is None:
-            raise NotFound()
-        return then(self._not_found(request), lambda r: self._as_response(r, 404))  # type: ignore[no-any-return]
-
-    def _as_response(self, result: Any, status: int = 200) -> Response | StreamResponse:
-        if isinstance(result, (Response, StreamResponse)):
-            return result
-        if isinstance(result, str):
-            return Response.html(result, status)
-        if isinstance(result, (dict, list)):
-            return Response.json(result, status)
-        if isinstance(result, bytes):
-            return Response(status, [("content-type", "application/octet-stream")], result)
-        raise TypeError(f"a handler returned {type(result).__name__}; expected a Response, str, dict or list")
-
     # --- plain routes ------------------------------------------------------------------------------
-
-    def _plain_route(self, request: Request, route: Route) -> Any:
-        kwargs = _bind(route, request.path_params, None, request)
-        return then(route.handler(**kwargs), self._as_response)
 
     # --- pages -----------------------------------------------------------------------------------
 
@@ -1140,71 +866,6 @@ class App:
         del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
         self._rotate_session(old, new, self._rotated_from.get(old, old))
 
-    def _page(self, request: Request, route: Route) -> Any:
-        if self.config.content_security_policy:
-            request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
-        session_id = self._session_of(request)
-        if session_id is None:
-            session_id = self._session_ids.make()
-            if self.link is not None:
-                self.link.new_session(session_id)
-                request.state[NEW_SESSION] = True  # its session-scoped signals are new too
-        params = request.path_params
-        ctx = Context(self, self._ids.make(route.pattern, params, session_id), route, params, session_id, request)
-        if self.link is not None:
-            self.link.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
-        kwargs = _bind(route, params, ctx, request)
-        return then(route.handler(**kwargs),
-                     lambda result: self._after_loads(lambda: self._page_response(ctx, result)))
-
-    def _after_loads(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` once the scoped signals just declared hold their shared values (several workers)."""
-        link = self.link
-        if link is None or not link.loading:
-            return fn()
-
-        async def later() -> Any:
-            await link.loaded()
-            return fn()
-
-        return later()
-
-    def _page_response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
-        if result is not None:
-            if isinstance(result, Response):
-                return result
-            raise DeclarationError(
-                f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
-                "a page declares a view with c.view() and returns None (or a Response)"
-            )
-        return then(ctx.render_view(False), lambda content: self._page_document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
-
-    def _page_document(self, ctx: Context, content: str) -> Response:
-        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}
-        seed.update(ctx.seed_signals())
-        bundle = self.bundle
-        nonce = ctx.request.state.get("csp_nonce") if self.config.content_security_policy else None
-        head = bootstrap_head(seed, self._bundle_url, bundle.integrity, self._sse_url, self._close_url,
-                              nonce=nonce)
-        if self.config.head or ctx._head:
-            head += "\n" + "\n".join([*self.config.head, *ctx._head])
-        foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
-        if self.config.dev:
-            foot.append(devtools_panel(self))
-        doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
-                             foot="\n".join(foot), lang=self.config.lang)
-        self.runtime.registry.register(ctx)
-        response = Response.html(doc)
-        self.compression.encode_page(ctx.request, response)
-        response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
-        response.headers.append(("cache-control", "no-store"))
-        if self.config.security_headers:
-            response.headers.extend(_SECURITY_HEADERS)
-        if nonce:
-            response.headers.append(("content-security-policy", _CSP.format(nonce=nonce)))
-        self._take_cookies(ctx, response)
-        return response
-
     def _session_cookie_header(self, session_id: str) -> str:
         secure = "; Secure" if self.config.secure_cookie else ""
         # Path=base_path keeps two apps mounted on one host from sharing a session (a __Host- cookie
@@ -1212,12 +873,6 @@ class App:
         path = "/" if self.config.secure_cookie else self._base
         return (f"{self._session_cookie}={session_id}; Path={path}; Max-Age={SESSION_MAX_AGE}; HttpOnly; "
                 f"SameSite=Lax{secure}")
-
-    @staticmethod
-    def _take_cookies(ctx: Context, response: Response) -> None:
-        if ctx._cookies_out:
-            response.headers.extend(("set-cookie", c) for c in ctx._cookies_out)
-            ctx._cookies_out.clear()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -1229,65 +884,6 @@ class App:
         if self.clock is None:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
-
-    def _on_stream_open(self, ctx: Context, sink: StreamSink, coding: str = "identity",
-                        last_event_id: str | None = None) -> None:
-        if ctx.state is State.DESTROYED:
-            sink.write(protocol.execute_script("window.location.reload()"))
-            sink.close()
-            return
-        now = self._now()
-        # The first connect after the page view only needs what happened since (unless what
-        # waited for it overflowed: ``stream.lost``). A reconnect gets the frames after the last
-        # one its page got (``last_event_id``) from the tab's replay buffer, and a full render when
-        # they are not all there any more, or the tab was revived.
-        replay: list[bytes] | None = None
-        if ctx.revived or ctx.stream.lost:
-            full = True
-        elif ctx.state is State.CREATED:
-            full = False
-        else:
-            replay = ctx.stream.frames_after(last_event_id)
-            full = replay is None
-            replays = self._replays
-            if full:
-                replays.full_renders += 1
-            else:
-                replays.resumes += 1
-                replays.replayed_frames += len(replay or ())
-        if full:
-            ctx.stream.held_view = None  # superseded by the full render below
-        ctx.stream.attach(sink, now, self.compression.stream_encoder(coding, owner=ctx.stream), replay)
-        self.runtime.registry.waiting.pop(ctx.id, None)
-        ctx.state = State.CONNECTED
-        ctx.deadline = 0.0
-        self.runtime.registry.connected[ctx.id] = ctx
-        signals: dict[str, Any] = {protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
-                                   LOST_SIGNAL: False}
-        view = None
-        if full:
-            ctx.revived = False
-            try:
-                view = ctx._view_frame()
-            except Exception as exc:  # the tab still connects; the next render may succeed
-                self._report(exc, ctx, "render", reraise=False)
-            signals.update(ctx.full_signals())
-        else:
-            signals.update(ctx.changed_signals())
-        if view is None or type(view) is bytes:
-            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
-        else:  # an async view: it follows once rendered, before anything sent after it
-            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
-            ctx.deliver(b"", view)
-        for fn in list(ctx._on_connect):
-            self.runtime.registry.run_hook(fn, ctx, "connect")
-        for fn in self._on_connect:
-            self.runtime.registry.run_hook(fn, ctx, "connect")
-
-    def _on_stream_close(self, ctx: Context, sink: StreamSink) -> None:
-        if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
-            return
-        self.runtime.registry.disconnected(ctx)
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
         async def guarded() -> None:
@@ -1407,41 +1003,6 @@ class App:
 
     # --- streams ---------------------------------------------------------------------------------
 
-    def _open_stream(self, request: Request) -> Any:
-        if request.method not in ("GET", "HEAD", "POST"):
-            raise MethodNotAllowed(headers=[("allow", "GET, POST")])
-        if request.method == "POST":
-            self._check_origin(request)  # its body may write the tab's writable signals
-        signals = request_signals(request, None)
-        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        if not isinstance(ctx_id, str) or not ctx_id:
-            raise ContextNotFound("stream without via_ctx")
-        session_id = self._session_of(request)
-        ctx = self.runtime.registry.contexts.get(ctx_id)
-        if ctx is None:
-            if self.link is not None:
-                return self._take_over(request, ctx_id, session_id, signals)
-            return self._revive_stream(request, ctx_id, session_id, signals)
-        return self._stream_for(request, ctx)
-
-    def _revive_stream(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
-        """A stream for a tab this server does not hold: revived from what this server kept of it,
-        else from the browser's snapshot, which a stream request carries only when asked for."""
-        grave = self._graveyard.get(ctx_id)
-        restore = self._kept_snapshot(ctx_id, grave)
-        if restore is None or (grave is not None and grave.ask_page):
-            if self._verify_id(ctx_id, session_id) is None:
-                return self._reload_stream(ctx_id)
-            if request.method != "POST" or "last-event-id" in request.headers:
-                return self._ask_for_snapshot()  # a GET, or a retry whose body was made before
-            sent = self._browser_snapshot(ctx_id, signals, grave, restore)
-            if sent is False:
-                return self._reload_stream(ctx_id)
-            restore = _newest(restore, sent)
-        return then(self._revive(request, ctx_id, session_id, signals, restore or None),
-                     lambda found: self._stream_for(request, found) if found is not None
-                     else self._reload_stream(ctx_id))
-
     def _kept_snapshot(self, ctx_id: str, grave: _Grave | None) -> tuple[int, dict[str, Any]] | None:
         """The snapshot this server kept of a tab (its own, handed over or restored), opened."""
         if grave is None or grave.snapshot is None:
@@ -1472,26 +1033,6 @@ class App:
         """Tell the page to open its stream again with its writable signals and its snapshot."""
         body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **STREAM_DOWN})
         return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
-
-    async def _take_over(self, request: Request, ctx_id: str, session_id: str | None,
-                         signals: dict[str, Any]) -> Any:
-        """A stream for a tab another worker holds: pass it the connection when it is a worker of
-        this machine no busier than this one, else take the tab over (with its tab state and its
-        signals); revive it here when that worker is gone. (The stream is the tab's long-lived
-        connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
-        assert self.link is not None
-        owner = await self.link.owner(ctx_id, cached=False)
-        if owner is not None and await self.link.pass_connection(owner, request, balanced=True):
-            request.kind = "passed"  # the stream opens there
-            return PASSED
-        await self._follow(session_id)  # the tab comes here
-        if owner is not None and session_id is not None:
-            handed = await self.link.take_over(owner, ctx_id, Scope.session(session_id))
-            self._vouch(ctx_id, handed or {})
-        found = self.runtime.registry.contexts.get(ctx_id)
-        if found is None:
-            return await settled(self._revive_stream(request, ctx_id, session_id, signals))
-        return await settled(self._stream_for(request, found))
 
     def _vouch(self, ctx_id: str, handed: dict[str, Any], *, restored: bool = False) -> None:
         """The directory names an owner (alive or dead) for this tab, so it lived recently: let
@@ -1527,18 +1068,6 @@ class App:
         grave = self._unbury(ctx_id)
         return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0,
                 "writable": writable}
-
-    def _stream_for(self, request: Request, ctx: Context) -> Any:
-        if not self._same_session(ctx, self._session_of(request)):
-            raise Forbidden("stream for another session's tab")
-
-        def endpoint(req: Request) -> StreamResponse:
-            coding = self.compression.coding_for(req)
-            tab = _TabStream(self, ctx, coding, req.headers.get("last-event-id"))
-            headers = [*protocol.SSE_HEADERS, *self.compression.stream_headers(coding)]
-            return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
-
-        return self._with_middleware(request, ctx.route, endpoint)
 
     def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
         """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
@@ -1604,7 +1133,7 @@ class App:
             ctx = Context(self, ctx_id, route, params, session_id, req)
             if grave is not None:
                 ctx.tab_state = grave.tab_state
-            kwargs = _bind(route, params, ctx, req)
+            kwargs = bind(route, params, ctx, req)
             return then(route.handler(**kwargs), lambda result: _Revived(ctx))
 
         def finish(result: Any) -> Context | None:
@@ -1625,8 +1154,8 @@ class App:
             log.info("revived a tab of %s", route.pattern)
             return ctx
 
-        result = then(self._with_middleware(request, route, endpoint),
-                       lambda result: self._after_loads(lambda: finish(result)))
+        result = then(self.runtime.dispatch.with_middleware(request, route, endpoint),
+                       lambda result: self.runtime.pages.after_loads(lambda: finish(result)))
         if not inspect.isawaitable(result):
             return result
         task = self.create_task(settled(result))
@@ -1636,245 +1165,11 @@ class App:
 
     # --- actions ---------------------------------------------------------------------------------
 
-    def _check_origin(self, request: Request) -> None:
-        """A POST that changes state must come from a page of this site: one ``Origin`` naming
-        this request's scheme, host and port, or listed in ``trusted_origins``. ``null``, two
-        Origins, and a request without exactly one non-empty ``Host`` never pass."""
-        origins = request.headers.get_all("origin")
-        if not origins:
-            if self.config.dev or self.config.allow_missing_origin:
-                return
-            raise Forbidden("missing Origin header")
-        if len(origins) > 1:
-            raise Forbidden(f"{len(origins)} Origin headers: {origins!r}")
-        origin = origins[0]
-        hosts = request.headers.get_all("host")
-        if len(hosts) != 1 or not hosts[0].strip():
-            raise Forbidden(f"Origin {origin!r} on a request without one non-empty Host")
-        if origin in self.config.trusted_origins:
-            return
-        scheme = self._proxies.scheme(request)
-        if not same_origin(origin, scheme, hosts[0]):
-            hint = ("; behind a TLS proxy, list it in trusted_proxies (it sends X-Forwarded-Proto) or the "
-                    "origin in trusted_origins") if same_origin(origin, origin.partition("://")[0], hosts[0]) else ""
-            raise Forbidden(f"untrusted origin {origin!r} for {scheme}://{hosts[0]}{hint}")
-
     def client_address(self, request: Request) -> str:
         """The client's address: the peer's, or what a trusted proxy says it is."""
         return self._proxies.client_address(request)
 
-    def _action(self, request: Request, name: str) -> Any:
-        if request.method != "POST":
-            raise MethodNotAllowed(headers=[("allow", "POST")])
-        self._refuse_early(request)
-        if "_signals" not in request.state and forms.parses_off_loop(request):
-            return self._parse_off_loop(request, lambda: self._action(request, name))
-        signals = self._action_signals(request)
-        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        session_id = self._session_of(request)
-        named = isinstance(ctx_id, str) and ctx_id != ""
-        ctx = self.runtime.registry.contexts.get(ctx_id) if named else None
-        if ctx is None and named and self.link is not None:
-            return self._forward_action(request, ctx_id, session_id, signals, name)  # checked where it runs
-        self._check_action(request)
-        if not named:
-            raise ContextNotFound("action without via_ctx")
-        if ctx is None:
-            return then(self._revive_for_action(request, ctx_id, session_id, signals),
-                         lambda found: self._run_action(request, found, name, signals))
-        return self._run_action(request, ctx, name, signals)
-
-    def _revive_for_action(self, request: Request, ctx_id: str, session_id: str | None,
-                           signals: dict[str, Any]) -> Any:
-        """An action for a tab this server does not hold: revived from what this server kept of it,
-        or from the snapshot the page sends with its actions while its stream is down. Without
-        either the action is refused (409) until the stream revives the tab: it never runs on
-        values the tab never had."""
-        grave = self._graveyard.get(ctx_id)
-        restore = self._kept_snapshot(ctx_id, grave)
-        if protocol.SNAPSHOT_SIGNAL in signals:
-            sent = self._browser_snapshot(ctx_id, signals, grave, restore)
-            if sent is False:
-                raise ContextNotFound("a tab whose snapshot was refused")
-            restore = _newest(restore, sent)
-        if restore is None:
-            verified = self._verify_id(ctx_id, session_id)
-            if verified is None:
-                raise ContextNotFound("unknown tab")
-            raise TabGone(f"an action for a tab of {verified[0]!r} this server does not hold, "
-                          "without its snapshot; its stream revives it")
-        return self._revive(request, ctx_id, session_id, signals, restore or None)
-
-    def _refuse_early(self, request: Request) -> None:
-        """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
-        a count of separators): a foreign Origin, no session of this app (403), a form over its
-        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21)."""
-        if "_early" in request.state:
-            return
-        self._check_origin(request)
-        if self._session_of(request) is None:
-            raise Forbidden("action without a session of this app")
-        if request.content_type in FORM_TYPES:
-            check_form(request, self._form_limits)
-        request.state["_early"] = True
-
-    def _parses_here(self, request: Request) -> bool:
-        """Whether the dispatch may parse this action's body on the loop now: it passed the
-        early checks and is small (a big form is parsed on a thread, by ``_action``)."""
-        try:
-            self._refuse_early(request)
-        except ClientError:
-            return False  # answered by the dispatch
-        return "_signals" in request.state or not forms.parses_off_loop(request)
-
-    async def _parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
-        """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(forms.executor(), self._action_signals, request)
-        return await settled(then())
-
-    def _check_action(self, request: Request) -> None:
-        """The early checks and the rate limit, on the worker that runs the action (one that
-        passes or forwards it does not count it)."""
-        self._refuse_early(request)
-        limiter = self._limiter
-        wait = limiter.check(self.client_address(request), self._now()) if limiter.rate > 0 else 0.0
-        if wait:
-            raise RateLimited(f"action rate limit for {self.client_address(request)}",
-                              headers=[("retry-after", str(max(1, math.ceil(wait))))])
-
-    def _action_signals(self, request: Request) -> dict[str, Any]:
-        """The signals an action carries, parsed once per request (kept in ``request.state``)."""
-        signals = request.state.get("_signals")
-        if signals is None:
-            form = parse_form(request, self._form_limits) if request.content_type in FORM_TYPES else None
-            if form is not None:
-                request.state["_form"] = form
-            signals = request.state["_signals"] = request_signals(request, form)
-        return signals  # type: ignore[return-value]  # set here
-
-    async def _forward_action(self, request: Request, ctx_id: str, session_id: str | None,
-                              signals: dict[str, Any], name: str) -> Any:
-        """An action for a tab held by another worker or node: its owner answers it; when the
-        owner is gone the tab is revived here."""
-        assert self.link is not None
-        owner = await self.link.owner(ctx_id)
-        if owner is not None and await self.link.pass_connection(owner, request):
-            request.kind = "passed"  # answered by the owner, on the connection it now holds
-            return PASSED
-        response = await self.link.forward(ctx_id, request, self.config.action_timeout)
-        if response is not None:
-            return response
-        self._check_action(request)  # it runs here
-        await self._follow(session_id)  # the tab revives here
-        if (ctx_id not in self._graveyard and self.runtime.registry.contexts.get(ctx_id) is None
-                and await self.link.owner(ctx_id, cached=False) is not None):
-            self._vouch(ctx_id, {})
-        ctx = self.runtime.registry.contexts.get(ctx_id) or await settled(
-            self._revive_for_action(request, ctx_id, session_id, signals))
-        return await settled(self._run_action(request, ctx, name, signals))
-
-    def _run_action(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
-        if ctx is None:
-            raise ContextNotFound("unknown tab")
-        if not self._same_session(ctx, self._session_of(request)):
-            raise Forbidden("action on another session's tab")
-        request.kind = "action"
-        action = ctx._actions.get(name)
-        if action is None:
-            raise NotFound(f"unknown action {name!r}")
-        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
-
-        def endpoint(req: Request) -> Any:
-            now = self._now()
-            started = time.perf_counter()
-            writes = self.link.writing if self.link is not None else 0
-            ctx.request = req
-            ctx.last_action = now
-            if ctx.state is State.DISCONNECTED:
-                self.runtime.registry.set_deadline(ctx, max(ctx.deadline, now + self.config.reconnect_timeout))
-            ctx.apply_client_signals(signals)
-            ctx._begin_batch()
-            try:
-                pending = ctx.run_action(action, arguments)
-            except BaseException:
-                ctx._end_batch()
-                raise
-            if pending is None:
-                ctx._end_batch()
-                self.metrics.observe_action(time.perf_counter() - started)
-                if self.config.dev:
-                    self._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
-                if self.link is not None and self.link.writing > writes:
-                    return self._after_writes(ctx, writes)
-                return self._action_response(ctx)
-            return self._await_action(ctx, pending, started, writes)
-
-        return self._with_middleware(request, ctx.route, endpoint)
-
-    async def _await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0
-                            ) -> Response:
-        try:
-            await asyncio.wait_for(pending, self.config.action_timeout)
-        except TimeoutError:
-            raise ActionTimeout(f"an action of {ctx.route.pattern} ran past {self.config.action_timeout} s") from None
-        finally:
-            ctx._end_batch()
-            self.metrics.observe_action(time.perf_counter() - started)
-        if self.link is not None:
-            await self.link.written(writes)
-        return self._action_response(ctx)
-
-    async def _after_writes(self, ctx: Context, writes: int) -> Response:
-        """Answer once the shared-state writes the action made are in the engine."""
-        assert self.link is not None
-        await self.link.written(writes)
-        return self._action_response(ctx)
-
-    def _action_response(self, ctx: Context) -> Response:
-        ctx.clear_error()
-        response = Response(200)
-        self._take_cookies(ctx, response)
-        return response
-
-    def _form_of(self, request: Request) -> dict[str, str]:
-        form = request.state.get("_form")
-        return form.fields if isinstance(form, Form) else {}
-
-    def _files_of(self, request: Request) -> dict[str, UploadedFile]:
-        form = request.state.get("_form")
-        return form.files if isinstance(form, Form) else {}
-
     # --- small endpoints -------------------------------------------------------------------------
-
-    def _close_beacon(self, request: Request) -> Response:
-        if request.method != "POST":
-            raise MethodNotAllowed(headers=[("allow", "POST")])
-        self._check_origin(request)
-        ctx_id = request.body.decode(errors="replace").strip()
-        ctx = self.runtime.registry.contexts.get(ctx_id)
-        if ctx is not None and self._same_session(ctx, self._session_of(request)):
-            ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
-            if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
-                self.runtime.registry.set_deadline(ctx, min(ctx.deadline, self._now() + self.config.cleanup_delay))
-        return Response(200)
-
-    def _bundle_response(self, request: Request) -> Response:
-        if self._bundle_asset is None:
-            self._start_assets()
-        assert self._bundle_asset is not None
-        found = self._bundle_asset.get(request)
-        if found is None:
-            raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
-        return found
-
-
-def _newest(kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, Any]] | None
-            ) -> tuple[int, dict[str, Any]] | None:
-    """The later of two snapshots of one tab (by number; the server's own when they tie)."""
-    if kept is None or (sent is not None and sent[0] > kept[0]):
-        return sent
-    return kept
 
 
 def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
@@ -1887,105 +1182,3 @@ def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
         log.warning("a tab's tab_state is not JSON: it does not move with the tab to another worker")
         return {}
     return state
-
-
-def _close_uploads(request: Request) -> None:
-    """The request is answered: its uploaded files are closed (spooled ones deleted)."""
-    form = request.state.get("_form")
-    if isinstance(form, Form) and form.all_files:
-        form.close()
-
-
-def _context_of(request: Request, app: App) -> Context | None:
-    """The tab a failed action or stream belonged to, for error reports (None for pages)."""
-    if request.kind not in ("action", "stream"):
-        return None
-    try:
-        signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None
-    except ClientError:
-        return None
-    ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-    return app.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
-
-
-def _wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:
-    if inspect.iscoroutinefunction(mw):
-        async def next_async(req: Request) -> Any:
-            result = call_next(req)
-            return await result if inspect.isawaitable(result) else result
-        return lambda req: mw(req, next_async)
-    return lambda req: mw(req, call_next)
-
-
-_PATH_INT = re.compile(r"-?[0-9]{1,19}\Z")
-_PATH_FLOAT = re.compile(r"-?(?:[0-9]{1,300}(?:\.[0-9]{0,300})?|\.[0-9]{1,300})(?:[eE][-+]?[0-9]{1,3})?\Z")
-
-
-def _path_int(text: str) -> int:
-    """A whole number that fits 64 bits, in ASCII digits: what a database key can be. Anything
-    else (thousands of digits, ``1_000``, other scripts' digits) is no such page (404)."""
-    if _PATH_INT.match(text) is None:
-        raise ValueError(text)
-    value = int(text)
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(text)
-    return value
-
-
-def _path_float(text: str) -> float:
-    """A finite decimal number; ``nan``, ``inf`` and overflowing exponents are no such page."""
-    if _PATH_FLOAT.match(text) is None:
-        raise ValueError(text)
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(text)
-    return value
-
-
-_CASTS: dict[Any, Callable[[str], Any]] = {
-    int: _path_int,
-    float: _path_float,
-    bool: lambda v: v.lower() in ("1", "true", "yes", "on"),
-    str: str,
-}
-
-
-def _binders(handler: Callable[..., Any], param_names: tuple[str, ...], path: str) -> tuple[tuple[str, str, Any], ...]:
-    """Decide once how each handler parameter is filled: the context, the request or a path param."""
-    try:
-        hints = typing.get_type_hints(handler)
-    except Exception:
-        hints = {}
-    out = []
-    for name, param in inspect.signature(handler).parameters.items():
-        hint = hints.get(name)
-        if hint is Context or (hint is None and name in ("c", "ctx", "context")):
-            out.append(("context", name, None))
-        elif hint is Request or name == "request":
-            out.append(("request", name, None))
-        elif name in param_names:
-            out.append(("param", name, _CASTS.get(hint, str)))
-        elif param.default is param.empty:
-            raise DeclarationError(
-                f"handler {getattr(handler, '__name__', handler)!r} for {path!r} has a parameter {name!r} "
-                "that is neither the context, the request nor a path parameter"
-            )
-    return tuple(out)
-
-
-def _bind(route: Route, params: dict[str, str], ctx: Context | None, request: Request) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for source, name, cast in route.call_args:
-        if source == "context":
-            if ctx is None:
-                raise DeclarationError(f"plain route {route.pattern!r} cannot take a Context")
-            kwargs[name] = ctx
-        elif source == "request":
-            kwargs[name] = request
-        else:
-            try:
-                kwargs[name] = cast(params[name])
-            except (ValueError, KeyError):
-                raise NotFound(f"path parameter {name!r} has the wrong form") from None
-    return kwargs
-

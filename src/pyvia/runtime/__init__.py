@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import typing
 
+from pyvia.runtime.dispatch import Dispatch
+from pyvia.runtime.endpoints.action import Actions
+from pyvia.runtime.endpoints.assets import Assets
+from pyvia.runtime.endpoints.beacon import Beacon
+from pyvia.runtime.endpoints.page import Pages
+from pyvia.runtime.endpoints.stream import Streams
 from pyvia.runtime.registry import Registry
 
 if typing.TYPE_CHECKING:
@@ -19,7 +25,13 @@ __all__ = ["Runtime"]
 class Runtime:
     """The parts of one App's runtime."""
 
-    __slots__ = ("registry",)
+    __slots__ = ("actions", "assets", "beacon", "dispatch", "pages", "registry", "streams")
 
     def __init__(self, app: App) -> None:
         self.registry = Registry(app, self)
+        self.dispatch = Dispatch(app, self)
+        self.pages = Pages(app, self)
+        self.streams = Streams(app, self)
+        self.actions = Actions(app, self)
+        self.assets = Assets(app, self)
+        self.beacon = Beacon(app, self)

@@ -66,3 +66,12 @@ async def when_done(task: asyncio.Task[Any], then: Callable[[], Any]) -> Any:
 async def settled(result: Any) -> Any:
     """The value of a result that may be awaitable (handlers and middleware may be sync or async)."""
     return await result if inspect.isawaitable(result) else result
+
+
+def newest(
+    kept: tuple[int, dict[str, Any]] | None, sent: tuple[int, dict[str, Any]] | None
+) -> tuple[int, dict[str, Any]] | None:
+    """The later of two snapshots of one tab (by number; the server's own when they tie)."""
+    if kept is None or (sent is not None and sent[0] > kept[0]):
+        return sent
+    return kept

@@ -1,0 +1,320 @@
+"""Dispatch: a request -> its kind and its endpoint, the middleware around it, errors -> answers.
+
+``handle(request)`` answers a page view, a stream connect, an action, the close beacon, the
+Datastar bundle or a plain route, and returns a ``Response``, a ``StreamResponse`` or — only when
+user code is asynchronous — an awaitable of one. Client faults become 4xx answers here; any other
+exception is logged with its phase and answered with a bare 500, and the process keeps serving.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pyvia import protocol
+from pyvia.context import Context
+from pyvia.devtools import DEVTOOLS_PATH
+from pyvia.devtools import error_events as dev_error_events
+from pyvia.devtools import error_page as dev_error_page
+from pyvia.devtools import server_page as devtools_page
+from pyvia.downloads import DOWNLOAD_PREFIX
+from pyvia.errors import (
+    ClientError,
+    Forbidden,
+    MalformedRequest,
+    MethodNotAllowed,
+    NotFound,
+    ServiceError,
+)
+from pyvia.forms import Form, request_signals
+from pyvia.http import HandleResult, Request, Response, StreamResponse
+from pyvia.ops.health import health_response, metrics_response, ready_response
+from pyvia.routing import Middleware, Route
+from pyvia.runtime.binding import bind
+from pyvia.runtime.common import (
+    ACTION_PREFIX,
+    BUNDLE_PATH,
+    CLOSE_PATH,
+    SSE_PATH,
+    then,
+)
+from pyvia.security import same_origin
+
+if typing.TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+log = logging.getLogger("pyvia")
+T = TypeVar("T")
+OPS_PATHS: dict[str, Callable[[Any], Response]] = {
+    "/_health": health_response,
+    "/_ready": ready_response,
+    "/metrics": metrics_response,
+}
+
+
+class Dispatch:
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    def handle(self, request: Request) -> HandleResult:
+        """Answer one request (see the module docstring)."""
+        if self.app.link is not None:  # several workers: the session's data comes from the engine first
+            if request.path.startswith(ACTION_PREFIX):
+                relayed = self.rt.actions.relay(request)
+                if relayed is not None:
+                    return relayed
+            session_id = self.app._session_of(request)
+            if self.unfollowed(session_id) and not self.for_a_tab_elsewhere(request):
+                return self.handle_after(self.follow(session_id), request)
+        try:
+            result = self.dispatch(request)
+        except BaseException as exc:  # every failure becomes an answer here
+            result = self.error_response(exc, request)
+        return self.answer(result, request)
+
+    def for_a_tab_elsewhere(self, request: Request) -> bool:
+        """A stream or an action for a tab this worker does not hold: most go to the tab's worker
+        (passed or forwarded), so the session is read here only if the tab comes (``_follow``)."""
+        path = request.path
+        if path != SSE_PATH and not path.startswith(ACTION_PREFIX):
+            return False
+        if path != SSE_PATH and not self.rt.actions.parses_here(request):
+            return False
+        try:
+            signals = request_signals(request, None) if path == SSE_PATH else self.rt.actions.signals_of(request)
+        except ClientError:
+            return False  # answered as a bad request by the dispatch
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        return isinstance(ctx_id, str) and ctx_id not in self.app.runtime.registry.contexts
+
+    def unfollowed(self, session_id: str | None) -> bool:
+        """Several workers, and this one has not read the session's data from the engine yet."""
+        link = self.app.link
+        return link is not None and session_id is not None and not link.has_session(session_id)
+
+    async def follow(self, session_id: str | None) -> None:
+        """Read the session's data, if this worker does not follow it yet, before a tab of it comes here."""
+        if self.unfollowed(session_id):
+            assert self.app.link is not None and session_id is not None  # checked by _unfollowed
+            await self.app.link.load_session(session_id)
+
+    def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
+        """An action for tab ``ctx_id`` of this worker that another worker received: checked
+        (origin, rate limit) and run here without dispatching it again."""
+        request.kind = "action"
+        session_id = self.app._session_of(request)
+        if self.unfollowed(session_id):
+            return self.handle_after(self.follow(session_id), request)  # as handle() does
+        try:
+            self.rt.actions.check(request)
+            result = self.rt.actions.run(
+                request,
+                self.app.runtime.registry.contexts.get(ctx_id),
+                request.path[len(ACTION_PREFIX) :],
+                self.rt.actions.signals_of(request),
+            )
+        except BaseException as exc:
+            result = self.error_response(exc, request)
+        return self.answer(result, request)
+
+    def answer(self, result: Any, request: Request) -> HandleResult:
+        if isinstance(result, (Response, StreamResponse)):
+            self.app.metrics.observe_request(request.kind or "other", result.status)
+            close_uploads(request)
+            return result
+        return self.finish(result, request)
+
+    async def handle_after(self, loading: Awaitable[None], request: Request) -> Response | StreamResponse:
+        await loading
+        result = self.handle(request)
+        return await result if inspect.isawaitable(result) else result
+
+    async def finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
+        try:
+            result = self.as_response(await pending)
+        except BaseException as exc:
+            result = self.error_response(exc, request)
+        finally:
+            close_uploads(request)
+        self.app.metrics.observe_request(request.kind or "other", result.status)
+        return result
+
+    def error_response(self, exc: BaseException, request: Request) -> Response:
+        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self.app._tell_the_tab(exc, request)
+        if isinstance(exc, ClientError):
+            self.app._log_refusal(request, exc)
+            if isinstance(exc, NotFound) and self.app._not_found is not None and request.kind in ("page", "route"):
+                return self.not_found_response(request)
+            return Response.text(exc.public_message, exc.status, list(exc.headers))
+        if isinstance(exc, ServiceError):
+            log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc)
+            return Response.text(exc.public_message, exc.status, [("retry-after", str(exc.retry_after))])
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise exc
+        phase = request.kind or "request"
+        self.app._report(exc, context_of(request, self.app), phase)  # logs, counts, tells on_error; may re-raise
+        if self.app.config.dev and request.kind in ("page", "route"):
+            return dev_error_page(exc, request.kind)
+        if self.app.config.dev and request.kind in ("action", "stream"):
+            return dev_error_events(exc, request.kind)  # an overlay on the tab
+        if request.kind == "action":
+            return Response.text("Action failed", 500)
+        if request.kind == "page" and self.app._error_page is not None:
+            try:
+                return self.as_response(self.app._error_page(request, exc), 500)
+            except Exception:
+                log.exception("the error page failed too")
+        return Response.text("Internal Server Error", 500)
+
+    def dispatch(self, request: Request) -> Any:
+        path = request.path
+        if "\0" in path:  # decoded from %00: no route holds one; the native server refuses it first
+            raise MalformedRequest("a NUL (%00) in the request path")
+        if path in OPS_PATHS and request.method in ("GET", "HEAD"):
+            request.kind = "ops"  # before middleware: probes must not need a login
+            return OPS_PATHS[path](self.app)
+        if path == DEVTOOLS_PATH and self.app.config.dev:
+            request.kind = "ops"
+            return devtools_page(self.app)
+        if self.app._mounts:
+            for prefix, mounted in self.app._mounts:
+                if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
+                    request.path = path[len(prefix) :] or "/"
+                    return mounted.handle(request)
+        if path == SSE_PATH:
+            request.kind = "stream"
+            return self.rt.streams.open(request)
+        if path.startswith(ACTION_PREFIX):
+            request.kind = "action"
+            return self.rt.actions.action(request, path[len(ACTION_PREFIX) :])
+        if path == BUNDLE_PATH:
+            request.kind = "asset"
+            return self.rt.assets.response(request)
+        static = self.rt.assets.static
+        if static is not None and "." in path.rsplit("/", 1)[-1]:
+            request.kind = "asset"
+            found = static.get(path, request)
+            if found is not None:
+                return found
+        if path == CLOSE_PATH:
+            request.kind = "beacon"
+            return self.rt.beacon.close(request)
+        if path.startswith(DOWNLOAD_PREFIX):
+            request.kind = "download"
+            found = self.app._downloads.take(path[len(DOWNLOAD_PREFIX) :], self.app._session_of(request) or "")
+            if found is None:
+                raise NotFound("unknown or used download")
+            return found
+        routes, params = self.app.router.match(path)
+        if not routes:
+            return self.not_found_response(request)
+        method = "GET" if request.method == "HEAD" else request.method
+        route = next((r for r in routes if method in r.methods or "*" in r.methods), None)
+        if route is None:
+            allowed = sorted(
+                {m for r in routes for m in r.methods}
+                | ({"HEAD"} if any("GET" in r.methods for r in routes) else set())
+            )
+            raise MethodNotAllowed(headers=[("allow", ", ".join(allowed))])
+        request.path_params = params
+        if route.kind == "page":
+            request.kind = "page"
+            if request.method == "HEAD":
+                return Response(200, [("content-type", "text/html; charset=utf-8")])
+            return self.with_middleware(request, route, lambda r: self.rt.pages.page(r, route))
+        request.kind = "route"
+        return self.with_middleware(request, route, lambda r: self.plain_route(r, route))
+
+    def with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
+        chain = [*self.app._middleware, *(route.middleware if route is not None else ())]
+        if not chain:
+            return endpoint(request)
+        call = endpoint
+        for mw in reversed(chain):
+            call = wrap_middleware(mw, call)
+        return call(request)
+
+    def not_found_response(self, request: Request) -> Response:
+        if self.app._not_found is None:
+            raise NotFound()
+        return then(self.app._not_found(request), lambda r: self.as_response(r, 404))  # type: ignore[no-any-return]
+
+    def as_response(self, result: Any, status: int = 200) -> Response | StreamResponse:
+        if isinstance(result, (Response, StreamResponse)):
+            return result
+        if isinstance(result, str):
+            return Response.html(result, status)
+        if isinstance(result, (dict, list)):
+            return Response.json(result, status)
+        if isinstance(result, bytes):
+            return Response(status, [("content-type", "application/octet-stream")], result)
+        raise TypeError(f"a handler returned {type(result).__name__}; expected a Response, str, dict or list")
+
+    def plain_route(self, request: Request, route: Route) -> Any:
+        kwargs = bind(route, request.path_params, None, request)
+        return then(route.handler(**kwargs), self.as_response)
+
+    def check_origin(self, request: Request) -> None:
+        """A POST that changes state must come from a page of this site: one ``Origin`` naming
+        this request's scheme, host and port, or listed in ``trusted_origins``. ``null``, two
+        Origins, and a request without exactly one non-empty ``Host`` never pass."""
+        origins = request.headers.get_all("origin")
+        if not origins:
+            if self.app.config.dev or self.app.config.allow_missing_origin:
+                return
+            raise Forbidden("missing Origin header")
+        if len(origins) > 1:
+            raise Forbidden(f"{len(origins)} Origin headers: {origins!r}")
+        origin = origins[0]
+        hosts = request.headers.get_all("host")
+        if len(hosts) != 1 or not hosts[0].strip():
+            raise Forbidden(f"Origin {origin!r} on a request without one non-empty Host")
+        if origin in self.app.config.trusted_origins:
+            return
+        scheme = self.app._proxies.scheme(request)
+        if not same_origin(origin, scheme, hosts[0]):
+            hint = (
+                (
+                    "; behind a TLS proxy, list it in trusted_proxies (it sends X-Forwarded-Proto) or the "
+                    "origin in trusted_origins"
+                )
+                if same_origin(origin, origin.partition("://")[0], hosts[0])
+                else ""
+            )
+            raise Forbidden(f"untrusted origin {origin!r} for {scheme}://{hosts[0]}{hint}")
+
+
+def close_uploads(request: Request) -> None:
+    """The request is answered: its uploaded files are closed (spooled ones deleted)."""
+    form = request.state.get("_form")
+    if isinstance(form, Form) and form.all_files:
+        form.close()
+
+
+def context_of(request: Request, app: App) -> Context | None:
+    """The tab a failed action or stream belonged to, for error reports (None for pages)."""
+    if request.kind not in ("action", "stream"):
+        return None
+    try:
+        signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None
+    except ClientError:
+        return None
+    ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+    return app.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
+
+
+def wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    if inspect.iscoroutinefunction(mw):
+
+        async def next_async(req: Request) -> Any:
+            result = call_next(req)
+            return await result if inspect.isawaitable(result) else result
+
+        return lambda req: mw(req, next_async)
+    return lambda req: mw(req, call_next)

@@ -1,0 +1,1 @@
+"""One module per endpoint of the runtime: page, stream, action, assets, beacon."""

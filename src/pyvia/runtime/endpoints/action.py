@@ -1,0 +1,273 @@
+"""The action endpoint: the early checks, the body's signals, the rate limit, and running an action
+(here, relayed or forwarded to the worker holding its tab)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pyvia import forms, protocol
+from pyvia.arguments import decode_arguments
+from pyvia.context import Context
+from pyvia.errors import (
+    ActionTimeout,
+    ClientError,
+    ContextNotFound,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    RateLimited,
+    TabGone,
+)
+from pyvia.forms import FORM_TYPES, Form, UploadedFile, check_form, parse_form, request_signals
+from pyvia.http import Request, Response
+from pyvia.lifecycle import State
+from pyvia.runtime.common import (
+    PASSED,
+    newest,
+    settle,
+    settled,
+    then,
+)
+
+if typing.TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+log = logging.getLogger("pyvia")
+T = TypeVar("T")
+
+
+class Actions:
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    def relay(self, request: Request) -> asyncio.Future[Response] | None:
+        """An action for a tab another worker holds, when this one knows which: sent there without
+        a task, to be checked and run there (a proxy's connection carries the actions of many
+        browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
+        owner not known yet, a connection that moves there instead, a malformed request)."""
+        if request.method != "POST" or "_relayed" in request.state or not self.parses_here(request):
+            return None
+        try:
+            ctx_id = self.signals_of(request).get(protocol.CONTEXT_SIGNAL)
+        except ClientError:
+            return None
+        if not isinstance(ctx_id, str) or ctx_id in self.app.runtime.registry.contexts:
+            return None
+        assert self.app.link is not None and self.app._loop is not None  # called by handle() with several workers
+        answer: asyncio.Future[Response] = self.app._loop.create_future()
+
+        def answered(result: Response | Exception | None) -> None:
+            if answer.done():
+                return  # the client left
+            if result is None:  # the tab moved, or its worker is gone: the long way
+                request.state["_relayed"] = True
+                settle(answer, self.rt.dispatch.handle(request))
+                return
+            response = self.rt.dispatch.error_response(result, request) if isinstance(result, Exception) else result
+            self.app.metrics.observe_request("action", response.status)
+            answer.set_result(response)
+
+        if not self.app.link.relay(ctx_id, request, self.app.config.action_timeout, answered):
+            return None
+        request.kind = "action"
+        return answer
+
+    def action(self, request: Request, name: str) -> Any:
+        if request.method != "POST":
+            raise MethodNotAllowed(headers=[("allow", "POST")])
+        self.refuse_early(request)
+        if "_signals" not in request.state and forms.parses_off_loop(request):
+            return self.parse_off_loop(request, lambda: self.action(request, name))
+        signals = self.signals_of(request)
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        session_id = self.app._session_of(request)
+        named = isinstance(ctx_id, str) and ctx_id != ""
+        ctx = self.app.runtime.registry.contexts.get(ctx_id) if named else None
+        if ctx is None and named and self.app.link is not None:
+            return self.forward(request, ctx_id, session_id, signals, name)  # checked where it runs
+        self.check(request)
+        if not named:
+            raise ContextNotFound("action without via_ctx")
+        if ctx is None:
+            return then(
+                self.revive(request, ctx_id, session_id, signals), lambda found: self.run(request, found, name, signals)
+            )
+        return self.run(request, ctx, name, signals)
+
+    def revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """An action for a tab this server does not hold: revived from what this server kept of it,
+        or from the snapshot the page sends with its actions while its stream is down. Without
+        either the action is refused (409) until the stream revives the tab: it never runs on
+        values the tab never had."""
+        grave = self.app._graveyard.get(ctx_id)
+        restore = self.app._kept_snapshot(ctx_id, grave)
+        if protocol.SNAPSHOT_SIGNAL in signals:
+            sent = self.app._browser_snapshot(ctx_id, signals, grave, restore)
+            if sent is False:
+                raise ContextNotFound("a tab whose snapshot was refused")
+            restore = newest(restore, sent)
+        if restore is None:
+            verified = self.app._verify_id(ctx_id, session_id)
+            if verified is None:
+                raise ContextNotFound("unknown tab")
+            raise TabGone(
+                f"an action for a tab of {verified[0]!r} this server does not hold, "
+                "without its snapshot; its stream revives it"
+            )
+        return self.app._revive(request, ctx_id, session_id, signals, restore or None)
+
+    def refuse_early(self, request: Request) -> None:
+        """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
+        a count of separators): a foreign Origin, no session of this app (403), a form over its
+        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21)."""
+        if "_early" in request.state:
+            return
+        self.rt.dispatch.check_origin(request)
+        if self.app._session_of(request) is None:
+            raise Forbidden("action without a session of this app")
+        if request.content_type in FORM_TYPES:
+            check_form(request, self.app._form_limits)
+        request.state["_early"] = True
+
+    def parses_here(self, request: Request) -> bool:
+        """Whether the dispatch may parse this action's body on the loop now: it passed the
+        early checks and is small (a big form is parsed on a thread, by ``_action``)."""
+        try:
+            self.refuse_early(request)
+        except ClientError:
+            return False  # answered by the dispatch
+        return "_signals" in request.state or not forms.parses_off_loop(request)
+
+    async def parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
+        """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(forms.executor(), self.signals_of, request)
+        return await settled(then())
+
+    def check(self, request: Request) -> None:
+        """The early checks and the rate limit, on the worker that runs the action (one that
+        passes or forwards it does not count it)."""
+        self.refuse_early(request)
+        limiter = self.app._limiter
+        wait = limiter.check(self.app.client_address(request), self.app._now()) if limiter.rate > 0 else 0.0
+        if wait:
+            raise RateLimited(
+                f"action rate limit for {self.app.client_address(request)}",
+                headers=[("retry-after", str(max(1, math.ceil(wait))))],
+            )
+
+    def signals_of(self, request: Request) -> dict[str, Any]:
+        """The signals an action carries, parsed once per request (kept in ``request.state``)."""
+        signals = request.state.get("_signals")
+        if signals is None:
+            form = parse_form(request, self.app._form_limits) if request.content_type in FORM_TYPES else None
+            if form is not None:
+                request.state["_form"] = form
+            signals = request.state["_signals"] = request_signals(request, form)
+        return signals  # type: ignore[return-value]  # set here
+
+    async def forward(
+        self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any], name: str
+    ) -> Any:
+        """An action for a tab held by another worker or node: its owner answers it; when the
+        owner is gone the tab is revived here."""
+        assert self.app.link is not None
+        owner = await self.app.link.owner(ctx_id)
+        if owner is not None and await self.app.link.pass_connection(owner, request):
+            request.kind = "passed"  # answered by the owner, on the connection it now holds
+            return PASSED
+        response = await self.app.link.forward(ctx_id, request, self.app.config.action_timeout)
+        if response is not None:
+            return response
+        self.check(request)  # it runs here
+        await self.rt.dispatch.follow(session_id)  # the tab revives here
+        if (
+            ctx_id not in self.app._graveyard
+            and self.app.runtime.registry.contexts.get(ctx_id) is None
+            and await self.app.link.owner(ctx_id, cached=False) is not None
+        ):
+            self.app._vouch(ctx_id, {})
+        ctx = self.app.runtime.registry.contexts.get(ctx_id) or await settled(
+            self.revive(request, ctx_id, session_id, signals)
+        )
+        return await settled(self.run(request, ctx, name, signals))
+
+    def run(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
+        if ctx is None:
+            raise ContextNotFound("unknown tab")
+        if not self.app._same_session(ctx, self.app._session_of(request)):
+            raise Forbidden("action on another session's tab")
+        request.kind = "action"
+        action = ctx._actions.get(name)
+        if action is None:
+            raise NotFound(f"unknown action {name!r}")
+        arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
+
+        def endpoint(req: Request) -> Any:
+            now = self.app._now()
+            started = time.perf_counter()
+            writes = self.app.link.writing if self.app.link is not None else 0
+            ctx.request = req
+            ctx.last_action = now
+            if ctx.state is State.DISCONNECTED:
+                self.app.runtime.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
+            ctx.apply_client_signals(signals)
+            ctx._begin_batch()
+            try:
+                pending = ctx.run_action(action, arguments)
+            except BaseException:
+                ctx._end_batch()
+                raise
+            if pending is None:
+                ctx._end_batch()
+                self.app.metrics.observe_action(time.perf_counter() - started)
+                if self.app.config.dev:
+                    self.app._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
+                if self.app.link is not None and self.app.link.writing > writes:
+                    return self.after_writes(ctx, writes)
+                return self.response(ctx)
+            return self.await_action(ctx, pending, started, writes)
+
+        return self.rt.dispatch.with_middleware(request, ctx.route, endpoint)
+
+    async def await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0) -> Response:
+        try:
+            await asyncio.wait_for(pending, self.app.config.action_timeout)
+        except TimeoutError:
+            raise ActionTimeout(
+                f"an action of {ctx.route.pattern} ran past {self.app.config.action_timeout} s"
+            ) from None
+        finally:
+            ctx._end_batch()
+            self.app.metrics.observe_action(time.perf_counter() - started)
+        if self.app.link is not None:
+            await self.app.link.written(writes)
+        return self.response(ctx)
+
+    async def after_writes(self, ctx: Context, writes: int) -> Response:
+        """Answer once the shared-state writes the action made are in the engine."""
+        assert self.app.link is not None
+        await self.app.link.written(writes)
+        return self.response(ctx)
+
+    def response(self, ctx: Context) -> Response:
+        ctx.clear_error()
+        response = Response(200)
+        self.rt.pages.take_cookies(ctx, response)
+        return response
+
+    def form_of(self, request: Request) -> dict[str, str]:
+        form = request.state.get("_form")
+        return form.fields if isinstance(form, Form) else {}
+
+    def files_of(self, request: Request) -> dict[str, UploadedFile]:
+        form = request.state.get("_form")
+        return form.files if isinstance(form, Form) else {}

@@ -1,0 +1,40 @@
+"""The close beacon: a closing page tells its tab to wait only for the cleanup grace."""
+
+from __future__ import annotations
+
+import logging
+import typing
+from typing import TypeVar
+
+from pyvia.errors import (
+    MethodNotAllowed,
+)
+from pyvia.http import Request, Response
+from pyvia.lifecycle import State
+
+if typing.TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+log = logging.getLogger("pyvia")
+T = TypeVar("T")
+
+
+class Beacon:
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    def close(self, request: Request) -> Response:
+        if request.method != "POST":
+            raise MethodNotAllowed(headers=[("allow", "POST")])
+        self.rt.dispatch.check_origin(request)
+        ctx_id = request.body.decode(errors="replace").strip()
+        ctx = self.app.runtime.registry.contexts.get(ctx_id)
+        if ctx is not None and self.app._same_session(ctx, self.app._session_of(request)):
+            ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
+            if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
+                self.app.runtime.registry.set_deadline(
+                    ctx, min(ctx.deadline, self.app._now() + self.app.config.cleanup_delay)
+                )
+        return Response(200)

@@ -1,0 +1,130 @@
+"""The page endpoint: a page view builds a tab, renders its document and registers it."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pyvia import protocol
+from pyvia.context import Context
+from pyvia.devtools import panel as devtools_panel
+from pyvia.errors import (
+    DeclarationError,
+)
+from pyvia.http import Request, Response
+from pyvia.render import bootstrap_head, build_document
+from pyvia.routing import Route
+from pyvia.runtime.binding import bind
+from pyvia.runtime.common import (
+    STREAM_DOWN,
+    then,
+)
+from pyvia.session import (
+    NEW_SESSION,
+)
+
+if typing.TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+log = logging.getLogger("pyvia")
+T = TypeVar("T")
+SECURITY_HEADERS = (
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("x-frame-options", "SAMEORIGIN"),
+)
+# Datastar evaluates its attribute expressions with Function(), hence 'unsafe-eval'.
+# 'strict-dynamic' lets scripts Datastar itself inserts (c.exec_script) run without a nonce of their own.
+CSP = (
+    "default-src 'self'; script-src 'nonce-{nonce}' 'strict-dynamic' 'unsafe-eval'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; frame-ancestors 'self'"
+)
+
+
+class Pages:
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    def page(self, request: Request, route: Route) -> Any:
+        if self.app.config.content_security_policy:
+            request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
+        session_id = self.app._session_of(request)
+        if session_id is None:
+            session_id = self.app._session_ids.make()
+            if self.app.link is not None:
+                self.app.link.new_session(session_id)
+                request.state[NEW_SESSION] = True  # its session-scoped signals are new too
+        params = request.path_params
+        ctx = Context(
+            self.app, self.app._ids.make(route.pattern, params, session_id), route, params, session_id, request
+        )
+        if self.app.link is not None:
+            self.app.link.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
+        kwargs = bind(route, params, ctx, request)
+        return then(route.handler(**kwargs), lambda result: self.after_loads(lambda: self.response(ctx, result)))
+
+    def after_loads(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` once the scoped signals just declared hold their shared values (several workers)."""
+        link = self.app.link
+        if link is None or not link.loading:
+            return fn()
+
+        async def later() -> Any:
+            await link.loaded()
+            return fn()
+
+        return later()
+
+    def response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
+        if result is not None:
+            if isinstance(result, Response):
+                return result
+            raise DeclarationError(
+                f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
+                "a page declares a view with c.view() and returns None (or a Response)"
+            )
+        return then(ctx.render_view(False), lambda content: self.document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+
+    def document(self, ctx: Context, content: str) -> Response:
+        seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}
+        seed.update(ctx.seed_signals())
+        bundle = self.rt.assets.bundle
+        nonce = ctx.request.state.get("csp_nonce") if self.app.config.content_security_policy else None
+        head = bootstrap_head(
+            seed, self.rt.assets.bundle_url, bundle.integrity, self.app._sse_url, self.app._close_url, nonce=nonce
+        )
+        if self.app.config.head or ctx._head:
+            head += "\n" + "\n".join([*self.app.config.head, *ctx._head])
+        foot = [ctx.route.alert, *self.app.config.foot, *ctx._foot]
+        if self.app.config.dev:
+            foot.append(devtools_panel(self.app))
+        doc = build_document(
+            content,
+            title=ctx.route.title or self.app.config.title,
+            head=head,
+            foot="\n".join(foot),
+            lang=self.app.config.lang,
+        )
+        self.app.runtime.registry.register(ctx)
+        response = Response.html(doc)
+        self.app.compression.encode_page(ctx.request, response)
+        response.headers.append(("set-cookie", self.app._session_cookie_header(ctx.session_id)))
+        response.headers.append(("cache-control", "no-store"))
+        if self.app.config.security_headers:
+            response.headers.extend(SECURITY_HEADERS)
+        if nonce:
+            response.headers.append(("content-security-policy", CSP.format(nonce=nonce)))
+        self.take_cookies(ctx, response)
+        return response
+
+    @staticmethod
+    def take_cookies(ctx: Context, response: Response) -> None:
+        if ctx._cookies_out:
+            response.headers.extend(("set-cookie", c) for c in ctx._cookies_out)
+            ctx._cookies_out.clear()

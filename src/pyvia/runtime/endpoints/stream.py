@@ -1,0 +1,194 @@
+"""The stream endpoint: a tab's SSE stream opens (or moves, or revives its tab) and closes."""
+
+from __future__ import annotations
+
+import logging
+import typing
+from typing import Any, TypeVar
+
+from pyvia import protocol
+from pyvia.alerts import LOST_SIGNAL
+from pyvia.context import Context
+from pyvia.errors import (
+    ContextNotFound,
+    Forbidden,
+    MethodNotAllowed,
+)
+from pyvia.forms import request_signals
+from pyvia.http import Request, StreamResponse, StreamSink
+from pyvia.lifecycle import State
+from pyvia.runtime.common import (
+    PASSED,
+    newest,
+    settled,
+    then,
+)
+from pyvia.scopes import (
+    Scope,
+)
+
+if typing.TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+log = logging.getLogger("pyvia")
+T = TypeVar("T")
+
+
+class TabStream:
+    """Connects one stream response to its tab, remembering which sink is its own."""
+
+    __slots__ = ("coding", "ctx", "last_event_id", "sink", "streams")
+
+    def __init__(self, streams: Streams, ctx: Context, coding: str, last_event_id: str | None = None) -> None:
+        self.streams = streams
+        self.ctx = ctx
+        self.coding = coding
+        #: The id of the last frame the page got (Datastar's retries send it), None on a first request.
+        self.last_event_id = last_event_id
+        self.sink: StreamSink | None = None
+
+    def open(self, sink: StreamSink) -> None:
+        self.sink = sink
+        self.streams.on_open(self.ctx, sink, self.coding, self.last_event_id)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.streams.on_close(self.ctx, self.sink)
+            self.sink = None
+
+
+class Streams:
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    def on_open(
+        self, ctx: Context, sink: StreamSink, coding: str = "identity", last_event_id: str | None = None
+    ) -> None:
+        if ctx.state is State.DESTROYED:
+            sink.write(protocol.execute_script("window.location.reload()"))
+            sink.close()
+            return
+        now = self.app._now()
+        # The first connect after the page view only needs what happened since (unless what
+        # waited for it overflowed: ``stream.lost``). A reconnect gets the frames after the last
+        # one its page got (``last_event_id``) from the tab's replay buffer, and a full render when
+        # they are not all there any more, or the tab was revived.
+        replay: list[bytes] | None = None
+        if ctx.revived or ctx.stream.lost:
+            full = True
+        elif ctx.state is State.CREATED:
+            full = False
+        else:
+            replay = ctx.stream.frames_after(last_event_id)
+            full = replay is None
+            replays = self.app._replays
+            if full:
+                replays.full_renders += 1
+            else:
+                replays.resumes += 1
+                replays.replayed_frames += len(replay or ())
+        if full:
+            ctx.stream.held_view = None  # superseded by the full render below
+        ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
+        self.app.runtime.registry.waiting.pop(ctx.id, None)
+        ctx.state = State.CONNECTED
+        ctx.deadline = 0.0
+        self.app.runtime.registry.connected[ctx.id] = ctx
+        signals: dict[str, Any] = {
+            protocol.DISCONNECTED_SIGNAL: False,
+            protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
+            LOST_SIGNAL: False,
+        }
+        view = None
+        if full:
+            ctx.revived = False
+            try:
+                view = ctx._view_frame()
+            except Exception as exc:  # the tab still connects; the next render may succeed
+                self.app._report(exc, ctx, "render", reraise=False)
+            signals.update(ctx.full_signals())
+        else:
+            signals.update(ctx.changed_signals())
+        if view is None or type(view) is bytes:
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+        else:  # an async view: it follows once rendered, before anything sent after it
+            ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
+            ctx.deliver(b"", view)
+        for fn in list(ctx._on_connect):
+            self.app.runtime.registry.run_hook(fn, ctx, "connect")
+        for fn in self.app._on_connect:
+            self.app.runtime.registry.run_hook(fn, ctx, "connect")
+
+    def on_close(self, ctx: Context, sink: StreamSink) -> None:
+        if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
+            return
+        self.app.runtime.registry.disconnected(ctx)
+
+    def open(self, request: Request) -> Any:
+        if request.method not in ("GET", "HEAD", "POST"):
+            raise MethodNotAllowed(headers=[("allow", "GET, POST")])
+        if request.method == "POST":
+            self.rt.dispatch.check_origin(request)  # its body may write the tab's writable signals
+        signals = request_signals(request, None)
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        if not isinstance(ctx_id, str) or not ctx_id:
+            raise ContextNotFound("stream without via_ctx")
+        session_id = self.app._session_of(request)
+        ctx = self.app.runtime.registry.contexts.get(ctx_id)
+        if ctx is None:
+            if self.app.link is not None:
+                return self.take_over(request, ctx_id, session_id, signals)
+            return self.revive(request, ctx_id, session_id, signals)
+        return self.stream_for(request, ctx)
+
+    def revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """A stream for a tab this server does not hold: revived from what this server kept of it,
+        else from the browser's snapshot, which a stream request carries only when asked for."""
+        grave = self.app._graveyard.get(ctx_id)
+        restore = self.app._kept_snapshot(ctx_id, grave)
+        if restore is None or (grave is not None and grave.ask_page):
+            if self.app._verify_id(ctx_id, session_id) is None:
+                return self.app._reload_stream(ctx_id)
+            if request.method != "POST" or "last-event-id" in request.headers:
+                return self.app._ask_for_snapshot()  # a GET, or a retry whose body was made before
+            sent = self.app._browser_snapshot(ctx_id, signals, grave, restore)
+            if sent is False:
+                return self.app._reload_stream(ctx_id)
+            restore = newest(restore, sent)
+        return then(
+            self.app._revive(request, ctx_id, session_id, signals, restore or None),
+            lambda found: self.stream_for(request, found) if found is not None else self.app._reload_stream(ctx_id),
+        )
+
+    async def take_over(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
+        """A stream for a tab another worker holds: pass it the connection when it is a worker of
+        this machine no busier than this one, else take the tab over (with its tab state and its
+        signals); revive it here when that worker is gone. (The stream is the tab's long-lived
+        connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
+        assert self.app.link is not None
+        owner = await self.app.link.owner(ctx_id, cached=False)
+        if owner is not None and await self.app.link.pass_connection(owner, request, balanced=True):
+            request.kind = "passed"  # the stream opens there
+            return PASSED
+        await self.rt.dispatch.follow(session_id)  # the tab comes here
+        if owner is not None and session_id is not None:
+            handed = await self.app.link.take_over(owner, ctx_id, Scope.session(session_id))
+            self.app._vouch(ctx_id, handed or {})
+        found = self.app.runtime.registry.contexts.get(ctx_id)
+        if found is None:
+            return await settled(self.revive(request, ctx_id, session_id, signals))
+        return await settled(self.stream_for(request, found))
+
+    def stream_for(self, request: Request, ctx: Context) -> Any:
+        if not self.app._same_session(ctx, self.app._session_of(request)):
+            raise Forbidden("stream for another session's tab")
+
+        def endpoint(req: Request) -> StreamResponse:
+            coding = self.app.compression.coding_for(req)
+            tab = TabStream(self, ctx, coding, req.headers.get("last-event-id"))
+            headers = [*protocol.SSE_HEADERS, *self.app.compression.stream_headers(coding)]
+            return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
+
+        return self.rt.dispatch.with_middleware(request, ctx.route, endpoint)
