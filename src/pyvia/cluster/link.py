@@ -170,6 +170,7 @@ class ClusterLink:
         "_owners",
         "_peers",
         "_pending",
+        "_failed_upto",
         "_post",
         "_presence_dirty",
         "_publish_scheduled",
@@ -217,6 +218,9 @@ class ClusterLink:
         self.warned = False
         self._seq = 0
         self._pending: dict[int, asyncio.Task[bool]] = {}
+        # every write started up to this sequence number may be lost: one of them failed (a write
+        # can fail before the action that made it asks, so the failure is kept, not only the task)
+        self._failed_upto = 0
         self._tails: dict[tuple[str, str], asyncio.Task[bool]] = {}
         self._busy: dict[tuple[str, str], int] = {}
         self._queued: dict[tuple[str, str], list[Any]] = {}  # an increment waiting its turn: [by, task]
@@ -448,6 +452,8 @@ class ClusterLink:
         except Exception as exc:  # a mutate() callback that raised on another worker's value
             self.app._report(exc, None, "shared state", reraise=False)
         finally:
+            if not written:
+                self._failed_upto = self._seq
             self._pending.pop(seq, None)
             left = self._busy[slot] - 1
             if left:
@@ -507,12 +513,15 @@ class ClusterLink:
             raise EngineUnavailable("the shared state this action changed could not be saved; try again")
 
     async def _settled(self, after: int) -> bool:
-        """Wait for the writes started after ``after``; whether all of them reached the engine."""
+        """Wait for the writes started after ``after``; whether all of them reached the engine.
+
+        A failed write fails every write started before it failed (increments that joined it have
+        sequence numbers of their own), so an action that wrote concurrently is refused too: it
+        may be counted, never acknowledged and lost."""
         waiting = [task for seq, task in self._pending.items() if seq > after]
-        if not waiting:
-            return True
-        await asyncio.wait(waiting)
-        return all(not task.cancelled() and task.result() for task in waiting)
+        if waiting:
+            await asyncio.wait(waiting)
+        return self._failed_upto <= after
 
     # --- scoped signals --------------------------------------------------------------------------
 
