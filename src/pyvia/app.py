@@ -11,18 +11,14 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import secrets
 import socket
-import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-import orjson
-
 from pyvia import protocol
-from pyvia.alerts import ERROR_SIGNAL, alert_markup, messages_for
+from pyvia.alerts import alert_markup, messages_for
 from pyvia.assets import Bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
@@ -34,44 +30,34 @@ from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DevLog
 from pyvia.downloads import Downloads
 from pyvia.errors import (
-    ClientError,
     ConfigError,
     DeclarationError,
     PyviaDeprecationWarning,
-    RateLimited,
     RouteError,
-    ServiceError,
 )
 from pyvia.forms import FormLimits, UploadedFile
-from pyvia.http import HandleResult, Request, Response, StreamResponse, StreamSink
+from pyvia.http import HandleResult, Request
 from pyvia.lifecycle import State
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
-from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
 from pyvia.render import Templates
 from pyvia.replay import Replays
 from pyvia.routing import Middleware, Router, compile_route
 from pyvia.runtime import Runtime
-from pyvia.runtime.binding import bind, binders
+from pyvia.runtime.binding import binders
 from pyvia.runtime.common import (
     ACTION_PREFIX,
     BUNDLE_PATH,
     CLOSE_PATH,
-    GRAVEYARD_CAP,
     SSE_PATH,
-    STREAM_DOWN,
-    settled,
-    then,
-    when_done,
 )
-from pyvia.runtime.dispatch import context_of
 from pyvia.runtime.registry import Interval
+from pyvia.runtime.revival import Grave
 from pyvia.scopes import (
     GLOBAL,
     ROUTE,
     SESSION,
     TAB,
-    Scope,
     ScopeRegistry,
     SharedSignal,
     check_broadcast_target,
@@ -81,7 +67,6 @@ from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.session import (
     SECURE_SESSION_COOKIE,
     SESSION_COOKIE,
-    SESSION_MAX_AGE,
     ContextIds,
     SessionIds,
     load_secret,
@@ -95,43 +80,7 @@ from pyvia.stream import Outflow
 log = logging.getLogger("pyvia")
 T = TypeVar("T")
 
-_RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
-#: A kind of error from user code is logged with its traceback at most once in this many seconds.
-_ERROR_LOG_INTERVAL = 60.0
-_ERRORS_REMEMBERED = 256
-#: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
-_TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
-
-_ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
-
 __all__ = ["App", "RouteGroup"]
-
-
-class _Grave:
-    """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
-
-    __slots__ = ("ask_page", "deadline", "seq", "snapshot", "tab_state")
-
-    def __init__(self, deadline: float, tab_state: dict[str, Any], seq: int = 0, snapshot: str | None = None,
-                 *, ask_page: bool = False) -> None:
-        self.deadline = deadline
-        self.tab_state = tab_state
-        #: The page holds what this record lacks (its writable values; a newer snapshot after a
-        #: restart): a stream that revives the tab is asked for them.
-        self.ask_page = ask_page
-        #: The number of the last snapshot the browser was sent: an older one is a replay.
-        self.seq = seq
-        #: The server's own snapshot of the tab's server-owned signals (dropped past the budget).
-        self.snapshot = snapshot
-
-
-class _Revived:
-    """What the revival endpoint hands back through the middleware chain."""
-
-    __slots__ = ("ctx",)
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
 
 
 class RouteGroup:
@@ -204,20 +153,9 @@ class App:
             enabled=self.config.compression,
         )
         self._proxies = TrustedProxies(self.config.trusted_proxies)
-        # rotated session id -> (new id, until when the old one is still honoured)
-        self._rotated: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._rotated_from: OrderedDict[str, str] = OrderedDict()  # new session -> the one its ids were signed for
-        #: Sessions another worker rotated, by the new one's hash -> the old id, until a request
-        #: brings the new id here (the engine carries hashes, never ids: _rotated_elsewhere).
-        self._awaiting_rotation: OrderedDict[str, str] = OrderedDict()
         # URLs the browser is given: under base_path when the app is mounted below "/"
         self._set_base(self.config.base_path)
         self._mounts: list[tuple[str, App]] = []
-        # destroyed ids -> what revives them; insertion order is expiry order
-        self._graveyard: OrderedDict[str, _Grave] = OrderedDict()
-        self._graveyard_bytes = 0  # of the snapshots it holds
-        self._reviving: dict[str, asyncio.Task[Any]] = {}  # revivals under way, by context id
-        self._reload_sent: OrderedDict[str, float] = OrderedDict()
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -235,9 +173,6 @@ class App:
         self._on_error: list[Callable[..., Any]] = []
         self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
-        self.errors = 0
-        #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
-        self._errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
@@ -320,6 +255,42 @@ class App:
     @property
     def _bundle_asset(self) -> Asset | None:
         return self.runtime.assets.bundle_asset
+
+    @property
+    def errors(self) -> int:
+        """Errors from user code so far (each reported once, to the log and the on_error observers)."""
+        return self.runtime.reporting.errors
+
+    def _report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
+        self.runtime.reporting.report(exc, ctx, phase, reraise=reraise)
+
+    def regenerate_session(self, ctx: Context) -> str:
+        """Give ``ctx``'s browser a new session id (at login or logout); return it.
+
+        Every live tab of the old session moves to the new one, with its session data and session
+        scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
+        """
+        return self.runtime.sessions.regenerate(ctx)
+
+    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+        self.runtime.sessions.rotated_elsewhere(old_key, new_key)
+
+    def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
+        return self.runtime.revival.hand_over(ctx_id, session_hash)
+
+    @property
+    def _graveyard(self) -> OrderedDict[str, Grave]:
+        return self.runtime.revival.graveyard
+
+    @property
+    def persists_in_db(self) -> bool:
+        """Shared state is kept in the app's database across graceful restarts: ``persist_in_db``
+        is on and no engine holds the state (one worker)."""
+        return self.runtime.persistence.in_db
+
+    async def restore_from_db(self) -> None:
+        """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
+        await self.runtime.persistence.restore_from_db()
 
     def _form_of(self, request: Request) -> dict[str, str]:
         return self.runtime.actions.form_of(request)
@@ -537,88 +508,12 @@ class App:
                 if inspect.isawaitable(result):
                     self._spawn(result, None, "timer")
             except Exception as exc:
-                self._report(exc, None, "timer")
+                self.runtime.reporting.report(exc, None, "timer")
             if self.clock is not None and slot < len(self._app_timers):
                 self._app_timers[slot] = clock.call_later(period, tick)
 
         self._app_timers[slot].cancel()
         self._app_timers[slot] = clock.call_later(period, tick)
-
-    def _report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
-        """Log an error from user code once, tell the on_error observers, never let it escape
-        (except to a test that asked for it with ``raise_server_exceptions``)."""
-        self.errors += 1
-        where = ctx.route.pattern if ctx is not None else "app"
-        if self.config.dev:
-            self._dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
-        self._log_error(exc, phase, where)
-        for fn in self._on_error:
-            try:
-                fn(exc, ctx, phase)
-            except Exception:
-                log.exception("an on_error observer failed")
-        if reraise and self.raise_server_exceptions:
-            raise exc
-
-    def _tell_the_tab(self, exc: BaseException, request: Request) -> None:
-        """An action of a tab failed: show the tab what happened, in its words (pyvia.alerts). The
-        status alone reaches the page too (its answer); this says more where the server knows more."""
-        ctx = context_of(request, self)
-        if ctx is None or ctx.state is State.DESTROYED:
-            return
-        messages = ctx.route.messages
-        if isinstance(exc, RateLimited):
-            wait = next((v for k, v in exc.headers if k == "retry-after"), "1")
-            text = f"{messages['429']} (wait {wait} s)"
-        elif isinstance(exc, ClientError):
-            text = exc.public_message if exc.public_message != type(exc).public_message else messages.get(
-                str(exc.status), messages["default"])
-        elif isinstance(exc, ServiceError):
-            text = messages.get(str(exc.status), messages["default"])
-        else:
-            text = messages["500"]
-        ctx.show_error(text)
-
-    def _log_refusal(self, request: Request, exc: ClientError) -> None:
-        """One line per refusal with its reason: at WARNING when a tab's request was refused (the
-        user's page is affected), at INFO for pages and routes. Refusals come in floods (a
-        rate-limited client, a crawler): the same kind is logged once a minute, with its count."""
-        level = logging.WARNING if request.kind in _TAB_KINDS else logging.INFO
-        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status))
-        now = self.clock.now() if self.clock is not None else time.monotonic()
-        seen = self._errors_seen.get(key)
-        if seen is not None and now - seen[0] < _ERROR_LOG_INTERVAL:
-            seen[1] += 1
-            log.debug("%s %s -> %d %s", request.method, request.path, exc.status, exc.detail)
-            return
-        if len(self._errors_seen) >= _ERRORS_REMEMBERED:
-            self._errors_seen.clear()
-        self._errors_seen[key] = [now, 0]
-        more = ""
-        if seen is not None and seen[1]:
-            more = f" (and {seen[1]} more like it in the last {int(now - seen[0])} s)"
-        log.log(level, "%s %s -> %d %s%s", request.method, request.path, exc.status, exc.detail, more)
-
-    def _log_error(self, exc: BaseException, phase: str, where: str) -> None:
-        """One traceback per kind of error a minute: a timer that keeps failing, or every tab
-        hitting the same bug, would otherwise fill the log with copies. The repeats are counted
-        and said with the next traceback."""
-        key = (phase, where, type(exc).__name__, str(exc)[:200])
-        now = self.clock.now() if self.clock is not None else time.monotonic()
-        seen = self._errors_seen.get(key)
-        if seen is not None and now - seen[0] < _ERROR_LOG_INTERVAL:
-            seen[1] += 1
-            log.debug("error in %s of %s (again): %s: %s", phase, where, type(exc).__name__, exc)
-            return
-        repeats = seen[1] if seen is not None else 0
-        if len(self._errors_seen) >= _ERRORS_REMEMBERED:
-            self._errors_seen.clear()
-        self._errors_seen[key] = [now, 0]
-        if repeats:
-            log.error("error in %s of %s (and %d more like it in the last %d s)", phase, where, repeats,
-                      int(now - seen[0]) if seen is not None else 0, exc_info=exc)
-        else:
-            log.error("error in %s of %s", phase, where, exc_info=exc)
 
     # --- serving ---------------------------------------------------------------------------------
 
@@ -634,11 +529,11 @@ class App:
         if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
-        if self.persists_in_db:
+        if self.runtime.persistence.in_db:
             try:
-                await self.restore_from_db()
+                await self.runtime.persistence.restore_from_db()
             except Exception as exc:  # serve without it: readiness never waits for a database
-                self._report(exc, None, "start", reraise=False)
+                self.runtime.reporting.report(exc, None, "start", reraise=False)
         self.compression.prepare_process()
         if self.config.gc_thresholds is not None:
             gc.collect()
@@ -678,7 +573,7 @@ class App:
         self.runtime.assets.start()  # a missing bundle fails at start, not on a page
         self.db.open()  # a SQLite file that cannot be opened fails at start
         if self.config.persist_path is not None:
-            self._restore()
+            self.runtime.persistence.restore_file()
         self.runtime.registry.sweep_handle = clock.call_later(self.config.sweep_interval, self.runtime.registry.sweep)
         for fn, period, every_worker in self._app_intervals:
             self._arm_app_interval(fn, period, every_worker)
@@ -688,7 +583,7 @@ class App:
                 if inspect.isawaitable(result):
                     self._spawn(result, None, "start")
             except Exception as exc:
-                self._report(exc, None, "start")
+                self.runtime.reporting.report(exc, None, "start")
 
     async def shutdown(self, budget: float = 1.5, *, spread: float = 0.0,
                        saved: Callable[[], object] | None = None) -> None:
@@ -716,7 +611,7 @@ class App:
         self.broadcaster.flush(force=True)
         self.broadcaster.cancel()
         if self.config.persist_path is not None:
-            self._persist()
+            self.runtime.persistence.save_file()
         for timer in self._app_timers:
             timer.cancel()
         self._app_timers = []
@@ -726,12 +621,12 @@ class App:
                 if inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                self._report(exc, None, "stop")
-        if self.persists_in_db:
+                self.runtime.reporting.report(exc, None, "stop")
+        if self.runtime.persistence.in_db:
             try:
-                await self._persist_to_db()
+                await self.runtime.persistence.save_to_db()
             except Exception as exc:  # the stop goes on: the previous saved state stays
-                self._report(exc, None, "stop", reraise=False)
+                self.runtime.reporting.report(exc, None, "stop", reraise=False)
         await self.db.close()  # after the stop hooks, which may still write
         if saved is not None:
             saved()
@@ -767,112 +662,9 @@ class App:
 
     # --- pages -----------------------------------------------------------------------------------
 
-    def _session_of(self, request: Request) -> str | None:
-        value = request.cookies.get(self._session_cookie)
-        if value is None or not self._session_ids.is_issued(value):
-            return None  # none, or one this app never issued (planted): never adopted
-        if self._rotated:
-            rotated = self._rotated.get(value)
-            if rotated is not None and rotated[1] >= self._now():
-                return rotated[0]  # a request already in flight when the session was rotated
-        return value
-
     def session_id(self, request: Request) -> str | None:
         """The browser session of ``request`` (for middleware: ``app.session_data(app.session_id(r))``)."""
-        return self._session_of(request)
-
-    def regenerate_session(self, ctx: Context) -> str:
-        """Give ``ctx``'s browser a new session id (at login or logout); return it.
-
-        Every live tab of the old session moves to the new one, with its session data and session
-        scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
-        """
-        old = ctx.session_id
-        new = self._session_ids.make()
-        first = self._rotated_from.get(old, old)
-        data = self.sessions.peek(old)
-        if data is not None:
-            saved = dict(data)
-            self.sessions.clear(old)
-            self.sessions.get(new).update(saved)
-        self._rotate_session(old, new, first)
-        if self.link is not None:
-            self.link.session_rotated(old, new, first)  # the session's tabs on other workers move too
-        ctx._cookies_out.append(self._session_cookie_header(new))
-        return new
-
-    def _rotate_session(self, old: str, new: str, first: str) -> None:
-        """Session ``old`` is ``new`` from now on (``regenerate_session`` here or on another
-        worker): its tabs here move, and the old cookie is honoured for a moment. ``first``: the
-        session their ids were signed for."""
-        self._rotated[old] = (new, self._now() + _ROTATION_OVERLAP)
-        self._rotated_from.pop(old, None)
-        self._rotated_from[new] = first
-        while len(self._rotated) > GRAVEYARD_CAP:
-            self._rotated.popitem(last=False)
-        while len(self._rotated_from) > GRAVEYARD_CAP:
-            self._rotated_from.popitem(last=False)
-        old_scope, new_scope = Scope.session(old), Scope.session(new)
-        for tab in [c for c in self.runtime.registry.contexts.values() if c.session_id == old]:
-            tab.session_id = new
-            if old_scope in tab._scopes:
-                tab._scopes.discard(old_scope)
-                tab._scopes.add(new_scope)
-        self.scopes.rename(old_scope, new_scope)
-
-    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
-        """``regenerate_session`` on another worker made the session hashed ``new_key`` of the one
-        hashed ``old_key`` (the ids never travel: whoever reads the engine learns no cookie). Its
-        session scope moves at once; its tabs here take the new id with the first request that
-        carries it (:meth:`_same_session`)."""
-        old_scope, new_scope = "session:" + old_key, "session:" + new_key
-        state = self.scopes.get(old_scope)
-        old = next((ctx.session_id for ctx in state.members.values()), None) if state is not None else None
-        if old is None:
-            old = next((sid for sid, data in self.sessions.items() if data.key == old_key), None)
-        if old is None:
-            old = next((c.session_id for c in self.runtime.registry.contexts.values()
-                        if Scope.session(c.session_id) == old_scope), None)
-        if old is None:
-            return  # nothing of that session here
-        self.sessions.forget(old)  # its data moved to the new session in the engine
-        for tab in self.runtime.registry.contexts.values():
-            if old_scope in tab._scopes:
-                tab._scopes.discard(old_scope)
-                tab._scopes.add(new_scope)
-        self.scopes.rename(old_scope, new_scope)
-        self._awaiting_rotation[new_key] = old
-        while len(self._awaiting_rotation) > GRAVEYARD_CAP:
-            self._awaiting_rotation.popitem(last=False)
-
-    def _same_session(self, ctx: Context, session_id: str | None) -> bool:
-        """Whether a request of ``session_id`` may use tab ``ctx``: its session, or the one another
-        worker rotated it to (then the tab moves to it now)."""
-        if ctx.session_id == session_id:
-            return True
-        old = self._rotation_of(session_id)
-        if old is None or old != ctx.session_id:
-            return False
-        self._finish_rotation(old, session_id)  # type: ignore[arg-type]  # not None: _rotation_of found it
-        return True
-
-    def _rotation_of(self, session_id: str | None) -> str | None:
-        """The old id of a session another worker rotated to ``session_id``, if this one was told."""
-        if session_id is None or not self._awaiting_rotation:
-            return None
-        return self._awaiting_rotation.get(Scope.session(session_id).split(":", 1)[1])
-
-    def _finish_rotation(self, old: str, new: str) -> None:
-        del self._awaiting_rotation[Scope.session(new).split(":", 1)[1]]
-        self._rotate_session(old, new, self._rotated_from.get(old, old))
-
-    def _session_cookie_header(self, session_id: str) -> str:
-        secure = "; Secure" if self.config.secure_cookie else ""
-        # Path=base_path keeps two apps mounted on one host from sharing a session (a __Host- cookie
-        # must have Path=/).
-        path = "/" if self.config.secure_cookie else self._base
-        return (f"{self._session_cookie}={session_id}; Path={path}; Max-Age={SESSION_MAX_AGE}; HttpOnly; "
-                f"SameSite=Lax{secure}")
+        return self.runtime.sessions.of(request)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -891,7 +683,7 @@ class App:
                 await awaitable
             except Exception as exc:
                 with contextlib.suppress(Exception):  # nothing above a background task to raise to
-                    self._report(exc, ctx, phase)
+                    self.runtime.reporting.report(exc, ctx, phase)
 
         task = self.create_task(guarded())
         self._tasks.add(task)
@@ -903,265 +695,7 @@ class App:
             return self._loop.create_task(coro)
         return asyncio.ensure_future(coro)
 
-    def _persist(self) -> None:
-        signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]
-        signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
-        sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
-        rows = save_state(self.config.persist_path, global_state=dict(self.global_state), signals=signals,  # type: ignore[arg-type]  # checked by the caller
-                          sessions=sessions, tabs=self._tab_records())
-        log.info("kept %d values of shared state in %s", rows, self.config.persist_path)
-
-    @property
-    def persists_in_db(self) -> bool:
-        """Shared state is kept in the app's database across graceful restarts: ``persist_in_db``
-        is on and no engine holds the state (one worker)."""
-        return self.config.persist_in_db and self.link is None
-
-    async def _persist_to_db(self) -> None:
-        signals = [(state.name, name, sig.value) for state in self.scopes for name, sig in state.signals.items()]
-        signals += [(scope, name, value) for (scope, name), value in self.scopes.restored.items()]
-        sessions = [(sid, dict(data)) for sid, data in self.sessions.items()]
-        rows = await save_state_to_db(self.db, global_state=dict(self.global_state), signals=signals,
-                                      sessions=sessions, tabs=self._tab_records())
-        log.info("kept %d values of shared state in the database", rows)
-
-    async def restore_from_db(self) -> None:
-        """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
-        global_state, signals, sessions, tabs = await load_state_from_db(self.db)
-        self.global_state._data.update(global_state)
-        self.scopes.restored.update(signals)
-        for sid, data in sessions.items():
-            self.sessions.get(sid)._data.update(data)
-        self._restore_tabs(tabs)
-
-    def _restore(self) -> None:
-        global_state, signals, sessions, tabs = load_state(self.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
-        self.global_state.update(global_state)
-        self.scopes.restored.update(signals)
-        for sid, data in sessions.items():
-            self.sessions.get(sid).update(data)
-        self._restore_tabs(tabs)
-
-    def _tab_records(self) -> list[tuple[str, dict[str, Any]]]:
-        """What revives each live or recently destroyed tab, for the next process (a graceful restart)."""
-        records = []
-        for ctx in self.runtime.registry.contexts.values():
-            try:
-                snapshot = ctx.final_snapshot()
-            except TypeError:
-                snapshot = None
-            records.append((ctx.id, {"tab_state": _json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq,
-                                     "snapshot": snapshot}))
-        for ctx_id, grave in self._graveyard.items():
-            if ctx_id not in self.runtime.registry.contexts:
-                records.append((ctx_id, {"tab_state": _json_or_empty(grave.tab_state), "seq": grave.seq,
-                                         "snapshot": grave.snapshot}))
-        return records[-GRAVEYARD_CAP:]
-
-    def _restore_tabs(self, tabs: dict[str, dict[str, Any]]) -> None:
-        """The tab records an earlier process kept: they revive the tabs that come back here."""
-        for ctx_id, record in tabs.items():
-            self._vouch(ctx_id, record, restored=True)
-
-    def _bury(self, ctx: Context) -> None:
-        """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
-        server-owned signals (the newest, which the browser may not have got), within a budget."""
-        try:
-            snapshot = ctx.final_snapshot()
-        except TypeError:
-            snapshot = None  # a value that is not JSON: the page could not show it either
-        self._unbury(ctx.id)
-        grave = _Grave(self._now() + self.config.revival_window, ctx.tab_state, ctx.snapshot_seq, snapshot,
-                       ask_page=ctx.has_writable_signals)
-        self._graveyard[ctx.id] = grave
-        if snapshot is not None:
-            self._graveyard_bytes += len(snapshot)
-            if self._graveyard_bytes > self.config.max_snapshot_bytes * 2048:  # 32 MiB at the default bound
-                for old in self._graveyard.values():  # the oldest first
-                    if old.snapshot is not None:
-                        self._graveyard_bytes -= len(old.snapshot)
-                        old.snapshot = None
-                        if self._graveyard_bytes <= self.config.max_snapshot_bytes * 1024:
-                            break
-
-    def _unbury(self, ctx_id: str) -> _Grave | None:
-        grave = self._graveyard.pop(ctx_id, None)
-        if grave is not None and grave.snapshot is not None:
-            self._graveyard_bytes -= len(grave.snapshot)
-        return grave
-
-    def _prune_records(self, now: float) -> None:
-        grave = self._graveyard
-        while grave:
-            first = next(iter(grave.values()))
-            if first.deadline > now and len(grave) <= GRAVEYARD_CAP:
-                break
-            self._unbury(next(iter(grave)))
-        sent = self._reload_sent
-        while sent and (next(iter(sent.values())) <= now or len(sent) > GRAVEYARD_CAP):
-            sent.popitem(last=False)
-
     # --- streams ---------------------------------------------------------------------------------
-
-    def _kept_snapshot(self, ctx_id: str, grave: _Grave | None) -> tuple[int, dict[str, Any]] | None:
-        """The snapshot this server kept of a tab (its own, handed over or restored), opened."""
-        if grave is None or grave.snapshot is None:
-            return None
-        return self._snapshots.open(ctx_id, grave.snapshot)
-
-    def _browser_snapshot(self, ctx_id: str, signals: dict[str, Any], grave: _Grave | None,
-                          kept: tuple[int, dict[str, Any]] | None) -> tuple[int, dict[str, Any]] | bool | None:
-        """The snapshot the page sent: ``(seq, values)``; None if it sent none, or one older than
-        what this server kept (the server's own newer values win: the page may have missed a
-        frame); False if it is forged, made for another tab, or older than one this server sent
-        while it kept no values to revive from (a replay)."""
-        raw = signals.get(protocol.SNAPSHOT_SIGNAL)
-        if raw is None:
-            return None
-        opened = self._snapshots.open(ctx_id, raw)
-        if opened is None:
-            log.warning("refused a forged snapshot for a tab (its page reloads)")
-            return False
-        if grave is not None and opened[0] < grave.seq:
-            if kept is not None:
-                return None
-            log.warning("refused a replayed snapshot for a tab (its page reloads)")
-            return False
-        return opened
-
-    def _ask_for_snapshot(self) -> Response:
-        """Tell the page to open its stream again with its writable signals and its snapshot."""
-        body = orjson.dumps({protocol.REVIVE_SIGNAL: secrets.token_hex(4), **STREAM_DOWN})
-        return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
-
-    def _vouch(self, ctx_id: str, handed: dict[str, Any], *, restored: bool = False) -> None:
-        """The directory names an owner (alive or dead) for this tab, so it lived recently: let
-        ``_revive`` bring it back here, with what its owner handed over, as it would a tab
-        destroyed here. ``restored``: the record comes from an earlier process, which may have
-        sent the page a newer snapshot after it was made."""
-        if ctx_id not in self._graveyard:
-            tab_state = handed.get("tab_state")
-            snapshot = handed.get("snapshot")
-            seq = handed.get("seq")
-            self._graveyard[ctx_id] = _Grave(
-                self._now() + self.config.revival_window, tab_state if isinstance(tab_state, dict) else {},
-                seq if type(seq) is int else 0, snapshot if isinstance(snapshot, str) else None,
-                ask_page=restored or handed.get("writable") is not False)
-            if isinstance(snapshot, str):
-                self._graveyard_bytes += len(snapshot)
-
-    def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
-        """Another worker took this tab's stream: let the tab go, giving it its tab state and a
-        snapshot of its server-owned signals."""
-        ctx = self.runtime.registry.contexts.get(ctx_id)
-        if ctx is None:
-            grave = self._unbury(ctx_id)
-            if grave is None:
-                return None
-            return {"tab_state": _json_or_empty(grave.tab_state), "snapshot": grave.snapshot, "seq": grave.seq,
-                    "writable": grave.ask_page}
-        if Scope.session(ctx.session_id) != session_hash:
-            return None
-        state = _json_or_empty(ctx.tab_state)
-        writable = ctx.has_writable_signals
-        self.runtime.registry.destroy(ctx)
-        grave = self._unbury(ctx_id)
-        return {"tab_state": state, "snapshot": grave.snapshot if grave else None, "seq": grave.seq if grave else 0,
-                "writable": writable}
-
-    def _reload_stream(self, ctx_id: str) -> Response | StreamResponse:
-        """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
-        (a JSON answer, which also ends the page's retries)."""
-        if ctx_id in self._reload_sent:
-            body = orjson.dumps({ERROR_SIGNAL: self._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
-            return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
-        self._reload_sent[ctx_id] = self._now() + _RELOAD_MEMORY
-
-        def on_open(sink: StreamSink) -> None:
-            sink.write(protocol.execute_script("window.location.reload()"))
-            sink.close()
-
-        return StreamResponse(list(protocol.SSE_HEADERS), on_open=on_open, on_close=lambda: None)
-
-    def _verify_id(self, ctx_id: str, session_id: str | None) -> tuple[str, dict[str, str]] | None:
-        """The route and params of a context id this app signed for ``session_id``, if it may revive."""
-        if session_id is None or self.config.revival_window <= 0:
-            return None
-        grave = self._graveyard.get(ctx_id)
-        if grave is None:
-            # Unknown here: made by an earlier process (or its record expired). It died at least
-            # as long ago as this process has run, so past the window it is too old to revive.
-            if self._now() - self._started_at > self.config.revival_window:
-                return None
-        elif grave.deadline < self._now():
-            return None
-        verified = self._ids.verify(ctx_id, session_id)
-        if verified is None and session_id in self._rotated_from:  # made before a regenerate_session
-            verified = self._ids.verify(ctx_id, self._rotated_from[session_id])
-        if verified is None and (old := self._rotation_of(session_id)) is not None:  # rotated elsewhere
-            verified = self._ids.verify(ctx_id, self._rotated_from.get(old, old))
-            if verified is not None:
-                self._finish_rotation(old, session_id)
-        if verified is None:
-            log.info("refused to revive a context id not signed for this session")
-        return verified
-
-    def _revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any],
-                restore: tuple[int, dict[str, Any]] | None) -> Any:
-        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be.
-
-        ``restore`` holds the values of its server-owned signals (a verified snapshot); the
-        writable ones come from ``signals``, the browser's. A second revival of the same tab while
-        one is under way (its stream and an action at once) waits for it: the handler runs once.
-        """
-        under_way = self._reviving.get(ctx_id)
-        if under_way is not None:
-            return when_done(under_way, lambda: self.runtime.registry.contexts.get(ctx_id))
-        verified = self._verify_id(ctx_id, session_id)
-        if verified is None:
-            return None
-        assert session_id is not None  # checked by _verify_id
-        pattern, params = verified
-        route = self.router.page(pattern)
-        if route is None:
-            return None
-        grave = self._graveyard.get(ctx_id)
-        request.kind = "revival"
-        request.path_params = params
-
-        def endpoint(req: Request) -> Any:
-            ctx = Context(self, ctx_id, route, params, session_id, req)
-            if grave is not None:
-                ctx.tab_state = grave.tab_state
-            kwargs = bind(route, params, ctx, req)
-            return then(route.handler(**kwargs), lambda result: _Revived(ctx))
-
-        def finish(result: Any) -> Context | None:
-            if not isinstance(result, _Revived):
-                return None  # middleware answered instead: the tab reloads and gets that answer
-            existing = self.runtime.registry.contexts.get(ctx_id)
-            if existing is not None:  # a concurrent revival of the same tab won
-                return existing
-            ctx = result.ctx
-            if restore is not None:
-                ctx.restore_snapshot(*restore)
-            ctx.apply_client_signals(signals)
-            for sig in ctx._signals.values():
-                sig._changed = True
-            ctx.revived = True
-            self._unbury(ctx_id)
-            self.runtime.registry.register(ctx)
-            log.info("revived a tab of %s", route.pattern)
-            return ctx
-
-        result = then(self.runtime.dispatch.with_middleware(request, route, endpoint),
-                       lambda result: self.runtime.pages.after_loads(lambda: finish(result)))
-        if not inspect.isawaitable(result):
-            return result
-        task = self.create_task(settled(result))
-        self._reviving[ctx_id] = task
-        task.add_done_callback(lambda _: self._reviving.pop(ctx_id, None))
-        return task
 
     # --- actions ---------------------------------------------------------------------------------
 
@@ -1170,15 +704,3 @@ class App:
         return self._proxies.client_address(request)
 
     # --- small endpoints -------------------------------------------------------------------------
-
-
-def _json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
-    """Tab state that can travel to another worker (JSON), or nothing."""
-    try:
-        import orjson
-
-        orjson.dumps(state)
-    except TypeError:
-        log.warning("a tab's tab_state is not JSON: it does not move with the tab to another worker")
-        return {}
-    return state

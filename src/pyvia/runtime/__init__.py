@@ -14,7 +14,11 @@ from pyvia.runtime.endpoints.assets import Assets
 from pyvia.runtime.endpoints.beacon import Beacon
 from pyvia.runtime.endpoints.page import Pages
 from pyvia.runtime.endpoints.stream import Streams
+from pyvia.runtime.persistence import Persistence
 from pyvia.runtime.registry import Registry
+from pyvia.runtime.reporting import Reporting
+from pyvia.runtime.revival import Revival
+from pyvia.runtime.sessions import Sessions
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -25,10 +29,26 @@ __all__ = ["Runtime"]
 class Runtime:
     """The parts of one App's runtime."""
 
-    __slots__ = ("actions", "assets", "beacon", "dispatch", "pages", "registry", "streams")
+    __slots__ = (
+        "actions",
+        "assets",
+        "beacon",
+        "dispatch",
+        "pages",
+        "persistence",
+        "registry",
+        "reporting",
+        "revival",
+        "sessions",
+        "streams",
+    )
 
     def __init__(self, app: App) -> None:
+        self.reporting = Reporting(app, self)
         self.registry = Registry(app, self)
+        self.sessions = Sessions(app, self)
+        self.revival = Revival(app, self)
+        self.persistence = Persistence(app, self)
         self.dispatch = Dispatch(app, self)
         self.pages = Pages(app, self)
         self.streams = Streams(app, self)

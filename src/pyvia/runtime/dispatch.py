@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pyvia import protocol
-from pyvia.context import Context
 from pyvia.devtools import DEVTOOLS_PATH
 from pyvia.devtools import error_events as dev_error_events
 from pyvia.devtools import error_page as dev_error_page
@@ -41,6 +40,7 @@ from pyvia.runtime.common import (
     SSE_PATH,
     then,
 )
+from pyvia.runtime.reporting import context_of
 from pyvia.security import same_origin
 
 if typing.TYPE_CHECKING:
@@ -57,6 +57,8 @@ OPS_PATHS: dict[str, Callable[[Any], Response]] = {
 
 
 class Dispatch:
+    """Routes one request to its endpoint and turns what fails into an answer."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
@@ -68,7 +70,7 @@ class Dispatch:
                 relayed = self.rt.actions.relay(request)
                 if relayed is not None:
                     return relayed
-            session_id = self.app._session_of(request)
+            session_id = self.rt.sessions.of(request)
             if self.unfollowed(session_id) and not self.for_a_tab_elsewhere(request):
                 return self.handle_after(self.follow(session_id), request)
         try:
@@ -107,7 +109,7 @@ class Dispatch:
         """An action for tab ``ctx_id`` of this worker that another worker received: checked
         (origin, rate limit) and run here without dispatching it again."""
         request.kind = "action"
-        session_id = self.app._session_of(request)
+        session_id = self.rt.sessions.of(request)
         if self.unfollowed(session_id):
             return self.handle_after(self.follow(session_id), request)  # as handle() does
         try:
@@ -146,9 +148,9 @@ class Dispatch:
 
     def error_response(self, exc: BaseException, request: Request) -> Response:
         if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self.app._tell_the_tab(exc, request)
+            self.rt.reporting.tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
-            self.app._log_refusal(request, exc)
+            self.rt.reporting.log_refusal(request, exc)
             if isinstance(exc, NotFound) and self.app._not_found is not None and request.kind in ("page", "route"):
                 return self.not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
@@ -158,7 +160,9 @@ class Dispatch:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise exc
         phase = request.kind or "request"
-        self.app._report(exc, context_of(request, self.app), phase)  # logs, counts, tells on_error; may re-raise
+        self.rt.reporting.report(
+            exc, context_of(request, self.app), phase
+        )  # logs, counts, tells on_error; may re-raise
         if self.app.config.dev and request.kind in ("page", "route"):
             return dev_error_page(exc, request.kind)
         if self.app.config.dev and request.kind in ("action", "stream"):
@@ -207,7 +211,7 @@ class Dispatch:
             return self.rt.beacon.close(request)
         if path.startswith(DOWNLOAD_PREFIX):
             request.kind = "download"
-            found = self.app._downloads.take(path[len(DOWNLOAD_PREFIX) :], self.app._session_of(request) or "")
+            found = self.app._downloads.take(path[len(DOWNLOAD_PREFIX) :], self.rt.sessions.of(request) or "")
             if found is None:
                 raise NotFound("unknown or used download")
             return found
@@ -295,18 +299,6 @@ def close_uploads(request: Request) -> None:
     form = request.state.get("_form")
     if isinstance(form, Form) and form.all_files:
         form.close()
-
-
-def context_of(request: Request, app: App) -> Context | None:
-    """The tab a failed action or stream belonged to, for error reports (None for pages)."""
-    if request.kind not in ("action", "stream"):
-        return None
-    try:
-        signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None
-    except ClientError:
-        return None
-    ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-    return app.contexts.get(ctx_id) if isinstance(ctx_id, str) else None
 
 
 def wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:

@@ -56,7 +56,7 @@ class Interval:
             if inspect.isawaitable(result):
                 self.app._spawn(result, ctx, "timer")
         except Exception as exc:
-            self.app._report(exc, ctx, "timer")
+            self.rt.reporting.report(exc, ctx, "timer")
         finally:
             ctx._end_batch()
         if ctx.state is not State.DESTROYED:
@@ -155,7 +155,7 @@ class Registry:
             if inspect.isawaitable(result):
                 self.app._spawn(result, ctx, phase)
         except Exception as exc:
-            self.app._report(exc, ctx, phase)
+            self.rt.reporting.report(exc, ctx, phase)
 
     def sweep(self) -> None:
         """The one periodic pass: expire tabs whose deadline passed, keep idle streams alive."""
@@ -203,7 +203,7 @@ class Registry:
         self.app.compression.return_memory(now)
         self.app._replays.sweep(now)
         self.measure_unsent()
-        self.app._prune_records(now)
+        self.rt.revival.prune(now)
         self.sweep_handle = clock.call_later(self.app.config.sweep_interval, self.sweep)
 
     def measure_unsent(self) -> None:
@@ -258,7 +258,7 @@ class Registry:
         if self.app.link is not None:
             self.app.link.release(ctx.id)
         if self.app.config.revival_window > 0:
-            self.app._bury(ctx)
+            self.rt.revival.bury(ctx)
         # drop what closures hold, so a destroyed context leaves no reference cycle
         ctx._signals = {}
         ctx._shared = {}

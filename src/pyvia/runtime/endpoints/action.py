@@ -44,6 +44,8 @@ T = TypeVar("T")
 
 
 class Actions:
+    """Checks, parses, relays, forwards and runs the actions of tabs."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
@@ -88,7 +90,7 @@ class Actions:
             return self.parse_off_loop(request, lambda: self.action(request, name))
         signals = self.signals_of(request)
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        session_id = self.app._session_of(request)
+        session_id = self.rt.sessions.of(request)
         named = isinstance(ctx_id, str) and ctx_id != ""
         ctx = self.app.runtime.registry.contexts.get(ctx_id) if named else None
         if ctx is None and named and self.app.link is not None:
@@ -107,22 +109,22 @@ class Actions:
         or from the snapshot the page sends with its actions while its stream is down. Without
         either the action is refused (409) until the stream revives the tab: it never runs on
         values the tab never had."""
-        grave = self.app._graveyard.get(ctx_id)
-        restore = self.app._kept_snapshot(ctx_id, grave)
+        grave = self.rt.revival.graveyard.get(ctx_id)
+        restore = self.rt.revival.kept_snapshot(ctx_id, grave)
         if protocol.SNAPSHOT_SIGNAL in signals:
-            sent = self.app._browser_snapshot(ctx_id, signals, grave, restore)
+            sent = self.rt.revival.browser_snapshot(ctx_id, signals, grave, restore)
             if sent is False:
                 raise ContextNotFound("a tab whose snapshot was refused")
             restore = newest(restore, sent)
         if restore is None:
-            verified = self.app._verify_id(ctx_id, session_id)
+            verified = self.rt.revival.verify_id(ctx_id, session_id)
             if verified is None:
                 raise ContextNotFound("unknown tab")
             raise TabGone(
                 f"an action for a tab of {verified[0]!r} this server does not hold, "
                 "without its snapshot; its stream revives it"
             )
-        return self.app._revive(request, ctx_id, session_id, signals, restore or None)
+        return self.rt.revival.revive(request, ctx_id, session_id, signals, restore or None)
 
     def refuse_early(self, request: Request) -> None:
         """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
@@ -131,7 +133,7 @@ class Actions:
         if "_early" in request.state:
             return
         self.rt.dispatch.check_origin(request)
-        if self.app._session_of(request) is None:
+        if self.rt.sessions.of(request) is None:
             raise Forbidden("action without a session of this app")
         if request.content_type in FORM_TYPES:
             check_form(request, self.app._form_limits)
@@ -190,11 +192,11 @@ class Actions:
         self.check(request)  # it runs here
         await self.rt.dispatch.follow(session_id)  # the tab revives here
         if (
-            ctx_id not in self.app._graveyard
+            ctx_id not in self.rt.revival.graveyard
             and self.app.runtime.registry.contexts.get(ctx_id) is None
             and await self.app.link.owner(ctx_id, cached=False) is not None
         ):
-            self.app._vouch(ctx_id, {})
+            self.rt.revival.vouch(ctx_id, {})
         ctx = self.app.runtime.registry.contexts.get(ctx_id) or await settled(
             self.revive(request, ctx_id, session_id, signals)
         )
@@ -203,7 +205,7 @@ class Actions:
     def run(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if not self.app._same_session(ctx, self.app._session_of(request)):
+        if not self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             raise Forbidden("action on another session's tab")
         request.kind = "action"
         action = ctx._actions.get(name)

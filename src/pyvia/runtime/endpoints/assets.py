@@ -26,6 +26,8 @@ T = TypeVar("T")
 
 
 class Assets:
+    """Serves the Datastar bundle and the static files."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt

@@ -21,6 +21,8 @@ T = TypeVar("T")
 
 
 class Beacon:
+    """Answers the close beacon a page sends as it unloads."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
@@ -31,7 +33,7 @@ class Beacon:
         self.rt.dispatch.check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
         ctx = self.app.runtime.registry.contexts.get(ctx_id)
-        if ctx is not None and self.app._same_session(ctx, self.app._session_of(request)):
+        if ctx is not None and self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
                 self.app.runtime.registry.set_deadline(

@@ -47,6 +47,8 @@ CSP = (
 
 
 class Pages:
+    """Answers a page view: a new tab, its document, its session cookie."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
@@ -54,7 +56,7 @@ class Pages:
     def page(self, request: Request, route: Route) -> Any:
         if self.app.config.content_security_policy:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
-        session_id = self.app._session_of(request)
+        session_id = self.rt.sessions.of(request)
         if session_id is None:
             session_id = self.app._session_ids.make()
             if self.app.link is not None:
@@ -114,7 +116,7 @@ class Pages:
         self.app.runtime.registry.register(ctx)
         response = Response.html(doc)
         self.app.compression.encode_page(ctx.request, response)
-        response.headers.append(("set-cookie", self.app._session_cookie_header(ctx.session_id)))
+        response.headers.append(("set-cookie", self.rt.sessions.cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
         if self.app.config.security_headers:
             response.headers.extend(SECURITY_HEADERS)

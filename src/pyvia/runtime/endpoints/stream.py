@@ -59,6 +59,8 @@ class TabStream:
 
 
 class Streams:
+    """Opens, resumes, moves and closes the streams of tabs."""
+
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
@@ -107,7 +109,7 @@ class Streams:
             try:
                 view = ctx._view_frame()
             except Exception as exc:  # the tab still connects; the next render may succeed
-                self.app._report(exc, ctx, "render", reraise=False)
+                self.rt.reporting.report(exc, ctx, "render", reraise=False)
             signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
@@ -135,7 +137,7 @@ class Streams:
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
         if not isinstance(ctx_id, str) or not ctx_id:
             raise ContextNotFound("stream without via_ctx")
-        session_id = self.app._session_of(request)
+        session_id = self.rt.sessions.of(request)
         ctx = self.app.runtime.registry.contexts.get(ctx_id)
         if ctx is None:
             if self.app.link is not None:
@@ -146,20 +148,22 @@ class Streams:
     def revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
         """A stream for a tab this server does not hold: revived from what this server kept of it,
         else from the browser's snapshot, which a stream request carries only when asked for."""
-        grave = self.app._graveyard.get(ctx_id)
-        restore = self.app._kept_snapshot(ctx_id, grave)
+        grave = self.rt.revival.graveyard.get(ctx_id)
+        restore = self.rt.revival.kept_snapshot(ctx_id, grave)
         if restore is None or (grave is not None and grave.ask_page):
-            if self.app._verify_id(ctx_id, session_id) is None:
-                return self.app._reload_stream(ctx_id)
+            if self.rt.revival.verify_id(ctx_id, session_id) is None:
+                return self.rt.revival.reload_stream(ctx_id)
             if request.method != "POST" or "last-event-id" in request.headers:
-                return self.app._ask_for_snapshot()  # a GET, or a retry whose body was made before
-            sent = self.app._browser_snapshot(ctx_id, signals, grave, restore)
+                return self.rt.revival.ask_for_snapshot()  # a GET, or a retry whose body was made before
+            sent = self.rt.revival.browser_snapshot(ctx_id, signals, grave, restore)
             if sent is False:
-                return self.app._reload_stream(ctx_id)
+                return self.rt.revival.reload_stream(ctx_id)
             restore = newest(restore, sent)
         return then(
-            self.app._revive(request, ctx_id, session_id, signals, restore or None),
-            lambda found: self.stream_for(request, found) if found is not None else self.app._reload_stream(ctx_id),
+            self.rt.revival.revive(request, ctx_id, session_id, signals, restore or None),
+            lambda found: (
+                self.stream_for(request, found) if found is not None else self.rt.revival.reload_stream(ctx_id)
+            ),
         )
 
     async def take_over(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
@@ -175,14 +179,14 @@ class Streams:
         await self.rt.dispatch.follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
             handed = await self.app.link.take_over(owner, ctx_id, Scope.session(session_id))
-            self.app._vouch(ctx_id, handed or {})
+            self.rt.revival.vouch(ctx_id, handed or {})
         found = self.app.runtime.registry.contexts.get(ctx_id)
         if found is None:
             return await settled(self.revive(request, ctx_id, session_id, signals))
         return await settled(self.stream_for(request, found))
 
     def stream_for(self, request: Request, ctx: Context) -> Any:
-        if not self.app._same_session(ctx, self.app._session_of(request)):
+        if not self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             raise Forbidden("stream for another session's tab")
 
         def endpoint(req: Request) -> StreamResponse:
