@@ -56,7 +56,7 @@ class Interval:
             if inspect.isawaitable(result):
                 self.app._spawn(result, ctx, "timer")
         except Exception as exc:
-            self.rt.reporting.report(exc, ctx, "timer")
+            self.app.runtime.reporting.report(exc, ctx, "timer")
         finally:
             ctx._end_batch()
         if ctx.state is not State.DESTROYED:
