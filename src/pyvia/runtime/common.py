@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,22 @@ PASSED = Response(204)
 
 #: What a page is told when its stream is down or about to end: actions carry its snapshot.
 STREAM_DOWN = {protocol.DISCONNECTED_SIGNAL: True, protocol.FILTER_SIGNAL: protocol.FILTER_DOWN}
+
+
+class RequestKind(enum.StrEnum):
+    """What a request is, as the dispatch decides (``request.kind``; a ``str``, so middleware may
+    compare it with ``"page"``). The metrics count requests by it."""
+
+    PAGE = "page"  #: a page view: a new tab
+    ROUTE = "route"  #: a plain HTTP route
+    STREAM = "stream"  #: a tab's stream opening
+    ACTION = "action"  #: an action of a tab
+    PASSED = "passed"  #: a stream or action whose connection went to the worker holding its tab
+    REVIVAL = "revival"  #: a tab rebuilt from its signed id (its handler runs again)
+    ASSET = "asset"  #: the Datastar bundle or a static file
+    BEACON = "beacon"  #: the close beacon of a page being left
+    DOWNLOAD = "download"  #: a one-time download a tab offered
+    OPS = "ops"  #: health, readiness, metrics and the dev tools: never behind middleware
 
 
 def then(result: Any, fn: Callable[[Any], Any]) -> Any:

@@ -38,6 +38,7 @@ from pyvia.runtime.common import (
     BUNDLE_PATH,
     CLOSE_PATH,
     SSE_PATH,
+    RequestKind,
     then,
 )
 from pyvia.runtime.reporting import context_of
@@ -49,6 +50,8 @@ if typing.TYPE_CHECKING:
 
 log = logging.getLogger("pyvia")
 T = TypeVar("T")
+
+
 OPS_PATHS: dict[str, Callable[[Any], Response]] = {
     "/_health": health_response,
     "/_ready": ready_response,
@@ -108,7 +111,7 @@ class Dispatch:
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
         """An action for tab ``ctx_id`` of this worker that another worker received: checked
         (origin, rate limit) and run here without dispatching it again."""
-        request.kind = "action"
+        request.kind = RequestKind.ACTION
         session_id = self.rt.sessions.of(request)
         if self.unfollowed(session_id):
             return self.handle_after(self.follow(session_id), request)  # as handle() does
@@ -147,11 +150,15 @@ class Dispatch:
         return result
 
     def error_response(self, exc: BaseException, request: Request) -> Response:
-        if request.kind == "action" and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if request.kind == RequestKind.ACTION and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self.rt.reporting.tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
             self.rt.reporting.log_refusal(request, exc)
-            if isinstance(exc, NotFound) and self.app._not_found is not None and request.kind in ("page", "route"):
+            if (
+                isinstance(exc, NotFound)
+                and self.app._not_found is not None
+                and request.kind in (RequestKind.PAGE, RequestKind.ROUTE)
+            ):
                 return self.not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
         if isinstance(exc, ServiceError):
@@ -163,13 +170,13 @@ class Dispatch:
         self.rt.reporting.report(
             exc, context_of(request, self.app), phase
         )  # logs, counts, tells on_error; may re-raise
-        if self.app.config.dev and request.kind in ("page", "route"):
+        if self.app.config.dev and request.kind in (RequestKind.PAGE, RequestKind.ROUTE):
             return dev_error_page(exc, request.kind)
-        if self.app.config.dev and request.kind in ("action", "stream"):
+        if self.app.config.dev and request.kind in (RequestKind.ACTION, RequestKind.STREAM):
             return dev_error_events(exc, request.kind)  # an overlay on the tab
-        if request.kind == "action":
+        if request.kind == RequestKind.ACTION:
             return Response.text("Action failed", 500)
-        if request.kind == "page" and self.app._error_page is not None:
+        if request.kind == RequestKind.PAGE and self.app._error_page is not None:
             try:
                 return self.as_response(self.app._error_page(request, exc), 500)
             except Exception:
@@ -181,10 +188,10 @@ class Dispatch:
         if "\0" in path:  # decoded from %00: no route holds one; the native server refuses it first
             raise MalformedRequest("a NUL (%00) in the request path")
         if path in OPS_PATHS and request.method in ("GET", "HEAD"):
-            request.kind = "ops"  # before middleware: probes must not need a login
+            request.kind = RequestKind.OPS  # before middleware: probes must not need a login
             return OPS_PATHS[path](self.app)
         if path == DEVTOOLS_PATH and self.app.config.dev:
-            request.kind = "ops"
+            request.kind = RequestKind.OPS
             return devtools_page(self.app)
         if self.app._mounts:
             for prefix, mounted in self.app._mounts:
@@ -192,25 +199,25 @@ class Dispatch:
                     request.path = path[len(prefix) :] or "/"
                     return mounted.handle(request)
         if path == SSE_PATH:
-            request.kind = "stream"
+            request.kind = RequestKind.STREAM
             return self.rt.streams.open(request)
         if path.startswith(ACTION_PREFIX):
-            request.kind = "action"
+            request.kind = RequestKind.ACTION
             return self.rt.actions.action(request, path[len(ACTION_PREFIX) :])
         if path == BUNDLE_PATH:
-            request.kind = "asset"
+            request.kind = RequestKind.ASSET
             return self.rt.assets.response(request)
         static = self.rt.assets.static
         if static is not None and "." in path.rsplit("/", 1)[-1]:
-            request.kind = "asset"
+            request.kind = RequestKind.ASSET
             found = static.get(path, request)
             if found is not None:
                 return found
         if path == CLOSE_PATH:
-            request.kind = "beacon"
+            request.kind = RequestKind.BEACON
             return self.rt.beacon.close(request)
         if path.startswith(DOWNLOAD_PREFIX):
-            request.kind = "download"
+            request.kind = RequestKind.DOWNLOAD
             found = self.app._downloads.take(path[len(DOWNLOAD_PREFIX) :], self.rt.sessions.of(request) or "")
             if found is None:
                 raise NotFound("unknown or used download")
@@ -228,11 +235,11 @@ class Dispatch:
             raise MethodNotAllowed(headers=[("allow", ", ".join(allowed))])
         request.path_params = params
         if route.kind == "page":
-            request.kind = "page"
+            request.kind = RequestKind.PAGE
             if request.method == "HEAD":
                 return Response(200, [("content-type", "text/html; charset=utf-8")])
             return self.with_middleware(request, route, lambda r: self.rt.pages.page(r, route))
-        request.kind = "route"
+        request.kind = RequestKind.ROUTE
         return self.with_middleware(request, route, lambda r: self.plain_route(r, route))
 
     def with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:

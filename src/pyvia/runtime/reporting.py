@@ -18,6 +18,7 @@ from pyvia.errors import (
 from pyvia.forms import request_signals
 from pyvia.http import Request
 from pyvia.lifecycle import State
+from pyvia.runtime.common import RequestKind
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -29,7 +30,9 @@ T = TypeVar("T")
 ERROR_LOG_INTERVAL = 60.0
 ERRORS_REMEMBERED = 256
 #: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
-TAB_KINDS = frozenset({"action", "stream", "revival", "beacon", "passed"})
+TAB_KINDS = frozenset(
+    {RequestKind.ACTION, RequestKind.STREAM, RequestKind.REVIVAL, RequestKind.BEACON, RequestKind.PASSED}
+)
 
 
 class Reporting:
@@ -130,7 +133,7 @@ class Reporting:
 
 def context_of(request: Request, app: App) -> Context | None:
     """The tab a failed action or stream belonged to, for error reports (None for pages)."""
-    if request.kind not in ("action", "stream"):
+    if request.kind not in (RequestKind.ACTION, RequestKind.STREAM):
         return None
     try:
         signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None

@@ -21,6 +21,7 @@ from pyvia.runtime.binding import bind
 from pyvia.runtime.common import (
     GRAVEYARD_CAP,
     STREAM_DOWN,
+    RequestKind,
     settled,
     then,
     when_done,
@@ -280,7 +281,7 @@ class Revival:
         if route is None:
             return None
         grave = self.graveyard.get(ctx_id)
-        request.kind = "revival"
+        request.kind = RequestKind.REVIVAL
         request.path_params = params
 
         def endpoint(req: Request) -> Any:

@@ -29,6 +29,7 @@ from pyvia.http import Request, Response
 from pyvia.lifecycle import State
 from pyvia.runtime.common import (
     PASSED,
+    RequestKind,
     newest,
     settle,
     settled,
@@ -79,7 +80,7 @@ class Actions:
 
         if not self.app.link.relay(ctx_id, request, self.app.config.action_timeout, answered):
             return None
-        request.kind = "action"
+        request.kind = RequestKind.ACTION
         return answer
 
     def action(self, request: Request, name: str) -> Any:
@@ -184,7 +185,7 @@ class Actions:
         assert self.app.link is not None
         owner = await self.app.link.owner(ctx_id)
         if owner is not None and await self.app.link.pass_connection(owner, request):
-            request.kind = "passed"  # answered by the owner, on the connection it now holds
+            request.kind = RequestKind.PASSED  # answered by the owner, on the connection it now holds
             return PASSED
         response = await self.app.link.forward(ctx_id, request, self.app.config.action_timeout)
         if response is not None:
@@ -207,7 +208,7 @@ class Actions:
             raise ContextNotFound("unknown tab")
         if not self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             raise Forbidden("action on another session's tab")
-        request.kind = "action"
+        request.kind = RequestKind.ACTION
         action = ctx._actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")

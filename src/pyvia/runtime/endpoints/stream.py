@@ -19,6 +19,7 @@ from pyvia.http import Request, StreamResponse, StreamSink
 from pyvia.lifecycle import State
 from pyvia.runtime.common import (
     PASSED,
+    RequestKind,
     newest,
     settled,
     then,
@@ -174,7 +175,7 @@ class Streams:
         assert self.app.link is not None
         owner = await self.app.link.owner(ctx_id, cached=False)
         if owner is not None and await self.app.link.pass_connection(owner, request, balanced=True):
-            request.kind = "passed"  # the stream opens there
+            request.kind = RequestKind.PASSED  # the stream opens there
             return PASSED
         await self.rt.dispatch.follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
