@@ -656,17 +656,11 @@ class App:
 
         run(self, host=host, port=port, **serve_options(server_options, trusted_proxies=self.config.trusted_proxies))
 
-    # --- dispatch ----------------------------------------------------------------------------------
-
-    # --- plain routes ------------------------------------------------------------------------------
-
-    # --- pages -----------------------------------------------------------------------------------
+    # --- what requests and tabs ask of the App (the host) -----------------------------------------
 
     def session_id(self, request: Request) -> str | None:
         """The browser session of ``request`` (for middleware: ``app.session_data(app.session_id(r))``)."""
         return self.runtime.sessions.of(request)
-
-    # --- lifecycle -------------------------------------------------------------------------------
 
     def now(self) -> float:
         """The app clock's time in seconds (monotonic; a manual clock under pyvia.testing)."""
@@ -695,12 +689,6 @@ class App:
             return self._loop.create_task(coro)
         return asyncio.ensure_future(coro)
 
-    # --- streams ---------------------------------------------------------------------------------
-
-    # --- actions ---------------------------------------------------------------------------------
-
     def client_address(self, request: Request) -> str:
         """The client's address: the peer's, or what a trusted proxy says it is."""
         return self._proxies.client_address(request)
-
-    # --- small endpoints -------------------------------------------------------------------------
