@@ -664,12 +664,10 @@ class App:
 
     def now(self) -> float:
         """The app clock's time in seconds (monotonic; a manual clock under pyvia.testing)."""
-        return self._now()
-
-    def _now(self) -> float:
         if self.clock is None:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
+
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
         async def guarded() -> None:

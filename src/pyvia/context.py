@@ -753,6 +753,24 @@ class Context:
                 self.stream.send(data, view, self.app.clock.now())
         self._pending = None
 
+    def cancel_timers(self) -> None:
+        """Stop the tab's timers (``c.set_interval``): the tab is being destroyed."""
+        for timer in self._timers:
+            timer.cancel()
+
+    def forget(self) -> None:
+        """Drop what closures hold once the tab is destroyed, so it leaves no reference cycle."""
+        self._signals = {}
+        self._shared = {}
+        self._components = {}
+        self._actions = {}
+        self._view = None
+        self._view_data = None
+        self._timers = []
+        self._on_cleanup = []
+        self._on_disconnect = []
+        self._on_connect = []
+
     def _begin_batch(self) -> None:
         self._batch = []
 

@@ -53,7 +53,7 @@ def binders(handler: Callable[..., Any], param_names: tuple[str, ...], path: str
         hints = typing.get_type_hints(handler)
     except Exception:
         hints = {}
-    out = []
+    out: list[tuple[str, str, Any]] = []
     for name, param in inspect.signature(handler).parameters.items():
         hint = hints.get(name)
         if hint is Context or (hint is None and name in ("c", "ctx", "context")):

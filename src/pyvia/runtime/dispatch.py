@@ -95,7 +95,7 @@ class Dispatch:
         except ClientError:
             return False  # answered as a bad request by the dispatch
         ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
-        return isinstance(ctx_id, str) and ctx_id not in self.app.runtime.registry.contexts
+        return isinstance(ctx_id, str) and ctx_id not in self.rt.registry.contexts
 
     def unfollowed(self, session_id: str | None) -> bool:
         """Several workers, and this one has not read the session's data from the engine yet."""
@@ -119,7 +119,7 @@ class Dispatch:
             self.rt.actions.check(request)
             result = self.rt.actions.run(
                 request,
-                self.app.runtime.registry.contexts.get(ctx_id),
+                self.rt.registry.contexts.get(ctx_id),
                 request.path[len(ACTION_PREFIX) :],
                 self.rt.actions.signals_of(request),
             )
@@ -167,9 +167,8 @@ class Dispatch:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise exc
         phase = request.kind or "request"
-        self.rt.reporting.report(
-            exc, context_of(request, self.app), phase
-        )  # logs, counts, tells on_error; may re-raise
+        # logs, counts, tells on_error; may re-raise
+        self.rt.reporting.report(exc, context_of(request, self.app), phase)
         if self.app.config.dev and request.kind in (RequestKind.PAGE, RequestKind.ROUTE):
             return dev_error_page(exc, request.kind)
         if self.app.config.dev and request.kind in (RequestKind.ACTION, RequestKind.STREAM):
@@ -178,7 +177,7 @@ class Dispatch:
             return Response.text("Action failed", 500)
         if request.kind == RequestKind.PAGE and self.app._error_page is not None:
             try:
-                return self.as_response(self.app._error_page(request, exc), 500)
+                return self.as_response(self.app._error_page(request, exc), 500)  # type: ignore[return-value]  # a page
             except Exception:
                 log.exception("the error page failed too")
         return Response.text("Internal Server Error", 500)

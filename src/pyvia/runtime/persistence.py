@@ -33,9 +33,9 @@ class Persistence:
         signals += [(scope, name, value) for (scope, name), value in self.app.scopes.restored.items()]
         sessions = [(sid, dict(data)) for sid, data in self.app.sessions.items()]
         rows = save_state(
-            self.app.config.persist_path,
+            self.app.config.persist_path,  # type: ignore[arg-type]  # checked by the caller
             global_state=dict(self.app.global_state),
-            signals=signals,  # type: ignore[arg-type]  # checked by the caller
+            signals=signals,
             sessions=sessions,
             tabs=self.tab_records(),
         )
@@ -80,7 +80,7 @@ class Persistence:
     def tab_records(self) -> list[tuple[str, dict[str, Any]]]:
         """What revives each live or recently destroyed tab, for the next process (a graceful restart)."""
         records = []
-        for ctx in self.app.runtime.registry.contexts.values():
+        for ctx in self.rt.registry.contexts.values():
             try:
                 snapshot = ctx.final_snapshot()
             except TypeError:
@@ -89,7 +89,7 @@ class Persistence:
                 (ctx.id, {"tab_state": json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq, "snapshot": snapshot})
             )
         for ctx_id, grave in self.rt.revival.graveyard.items():
-            if ctx_id not in self.app.runtime.registry.contexts:
+            if ctx_id not in self.rt.registry.contexts:
                 records.append(
                     (
                         ctx_id,

@@ -59,7 +59,7 @@ class Interval:
             self.app.runtime.reporting.report(exc, ctx, "timer")
         finally:
             ctx._end_batch()
-        if ctx.state is not State.DESTROYED:
+        if ctx.state is not State.DESTROYED:  # type: ignore[comparison-overlap]  # the timer may destroy it
             self.arm()
 
     def cancel(self) -> None:
@@ -122,7 +122,7 @@ class Registry:
         for name in ctx._scopes:
             self.app.scopes.join(ctx, name)
         ctx.state = State.CREATED
-        self.set_deadline(ctx, self.app._now() + self.app.config.connect_timeout)
+        self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
         waiting = self.waiting
         waiting[ctx.id] = ctx
         if len(waiting) > self.app.config.max_waiting_contexts:
@@ -137,7 +137,7 @@ class Registry:
 
     def disconnected(self, ctx: Context) -> None:
         """The tab has no stream any more (the peer left, or the server ended it)."""
-        now = self.app._now()
+        now = self.app.now()
         ctx.state = State.DISCONNECTED
         self.connected.pop(ctx.id, None)
         deadline = now + self.app.config.cleanup_delay
@@ -247,8 +247,7 @@ class Registry:
         self.connected.pop(ctx.id, None)
         if self.waiting.get(ctx.id) is ctx:
             del self.waiting[ctx.id]
-        for timer in ctx._timers:
-            timer.cancel()
+        ctx.cancel_timers()
         for fn in ctx._on_cleanup:
             self.run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
@@ -259,17 +258,7 @@ class Registry:
             self.app.link.release(ctx.id)
         if self.app.config.revival_window > 0:
             self.rt.revival.bury(ctx)
-        # drop what closures hold, so a destroyed context leaves no reference cycle
-        ctx._signals = {}
-        ctx._shared = {}
-        ctx._components = {}
-        ctx._actions = {}
-        ctx._view = None
-        ctx._view_data = None
-        ctx._timers = []
-        ctx._on_cleanup = []
-        ctx._on_disconnect = []
-        ctx._on_connect = []
+        ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle
 
     def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
         if self.app.clock is None:

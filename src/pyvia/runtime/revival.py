@@ -106,7 +106,7 @@ class Revival:
             snapshot = None  # a value that is not JSON: the page could not show it either
         self.unbury(ctx.id)
         grave = Grave(
-            self.app._now() + self.app.config.revival_window,
+            self.app.now() + self.app.config.revival_window,
             ctx.tab_state,
             ctx.snapshot_seq,
             snapshot,
@@ -148,7 +148,7 @@ class Revival:
 
     def browser_snapshot(
         self, ctx_id: str, signals: dict[str, Any], grave: Grave | None, kept: tuple[int, dict[str, Any]] | None
-    ) -> tuple[int, dict[str, Any]] | bool | None:
+    ) -> tuple[int, dict[str, Any]] | typing.Literal[False] | None:
         """The snapshot the page sent: ``(seq, values)``; None if it sent none, or one older than
         what this server kept (the server's own newer values win: the page may have missed a
         frame); False if it is forged, made for another tab, or older than one this server sent
@@ -182,7 +182,7 @@ class Revival:
             snapshot = handed.get("snapshot")
             seq = handed.get("seq")
             self.graveyard[ctx_id] = Grave(
-                self.app._now() + self.app.config.revival_window,
+                self.app.now() + self.app.config.revival_window,
                 tab_state if isinstance(tab_state, dict) else {},
                 seq if type(seq) is int else 0,
                 snapshot if isinstance(snapshot, str) else None,
@@ -194,7 +194,7 @@ class Revival:
     def hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         """Another worker took this tab's stream: let the tab go, giving it its tab state and a
         snapshot of its server-owned signals."""
-        ctx = self.app.runtime.registry.contexts.get(ctx_id)
+        ctx = self.rt.registry.contexts.get(ctx_id)
         if ctx is None:
             grave = self.unbury(ctx_id)
             if grave is None:
@@ -209,7 +209,7 @@ class Revival:
             return None
         state = json_or_empty(ctx.tab_state)
         writable = ctx.has_writable_signals
-        self.app.runtime.registry.destroy(ctx)
+        self.rt.registry.destroy(ctx)
         grave = self.unbury(ctx_id)
         return {
             "tab_state": state,
@@ -224,7 +224,7 @@ class Revival:
         if ctx_id in self.reload_sent:
             body = orjson.dumps({ERROR_SIGNAL: self.app._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
             return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
-        self.reload_sent[ctx_id] = self.app._now() + RELOAD_MEMORY
+        self.reload_sent[ctx_id] = self.app.now() + RELOAD_MEMORY
 
         def on_open(sink: StreamSink) -> None:
             sink.write(protocol.execute_script("window.location.reload()"))
@@ -240,9 +240,9 @@ class Revival:
         if grave is None:
             # Unknown here: made by an earlier process (or its record expired). It died at least
             # as long ago as this process has run, so past the window it is too old to revive.
-            if self.app._now() - self.app._started_at > self.app.config.revival_window:
+            if self.app.now() - self.app._started_at > self.app.config.revival_window:
                 return None
-        elif grave.deadline < self.app._now():
+        elif grave.deadline < self.app.now():
             return None
         verified = self.app._ids.verify(ctx_id, session_id)
         if verified is None and session_id in self.rt.sessions.rotated_from:  # made before a regenerate_session
@@ -271,7 +271,7 @@ class Revival:
         """
         under_way = self.reviving.get(ctx_id)
         if under_way is not None:
-            return when_done(under_way, lambda: self.app.runtime.registry.contexts.get(ctx_id))
+            return when_done(under_way, lambda: self.rt.registry.contexts.get(ctx_id))
         verified = self.verify_id(ctx_id, session_id)
         if verified is None:
             return None
@@ -294,7 +294,7 @@ class Revival:
         def finish(result: Any) -> Context | None:
             if not isinstance(result, Revived):
                 return None  # middleware answered instead: the tab reloads and gets that answer
-            existing = self.app.runtime.registry.contexts.get(ctx_id)
+            existing = self.rt.registry.contexts.get(ctx_id)
             if existing is not None:  # a concurrent revival of the same tab won
                 return existing
             ctx = result.ctx
@@ -305,13 +305,13 @@ class Revival:
                 sig._changed = True
             ctx.revived = True
             self.unbury(ctx_id)
-            self.app.runtime.registry.register(ctx)
+            self.rt.registry.register(ctx)
             log.info("revived a tab of %s", route.pattern)
             return ctx
 
         result = then(
-            self.app.runtime.dispatch.with_middleware(request, route, endpoint),
-            lambda result: self.app.runtime.pages.after_loads(lambda: finish(result)),
+            self.rt.dispatch.with_middleware(request, route, endpoint),
+            lambda result: self.rt.pages.after_loads(lambda: finish(result)),
         )
         if not inspect.isawaitable(result):
             return result

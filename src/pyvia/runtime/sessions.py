@@ -48,7 +48,7 @@ class Sessions:
             return None  # none, or one this app never issued (planted): never adopted
         if self.rotated:
             rotated = self.rotated.get(value)
-            if rotated is not None and rotated[1] >= self.app._now():
+            if rotated is not None and rotated[1] >= self.app.now():
                 return rotated[0]  # a request already in flight when the session was rotated
         return value
 
@@ -76,7 +76,7 @@ class Sessions:
         """Session ``old`` is ``new`` from now on (``regenerate_session`` here or on another
         worker): its tabs here move, and the old cookie is honoured for a moment. ``first``: the
         session their ids were signed for."""
-        self.rotated[old] = (new, self.app._now() + ROTATION_OVERLAP)
+        self.rotated[old] = (new, self.app.now() + ROTATION_OVERLAP)
         self.rotated_from.pop(old, None)
         self.rotated_from[new] = first
         while len(self.rotated) > GRAVEYARD_CAP:
@@ -84,7 +84,7 @@ class Sessions:
         while len(self.rotated_from) > GRAVEYARD_CAP:
             self.rotated_from.popitem(last=False)
         old_scope, new_scope = Scope.session(old), Scope.session(new)
-        for tab in [c for c in self.app.runtime.registry.contexts.values() if c.session_id == old]:
+        for tab in [c for c in self.rt.registry.contexts.values() if c.session_id == old]:
             tab.session_id = new
             if old_scope in tab._scopes:
                 tab._scopes.discard(old_scope)
@@ -103,17 +103,13 @@ class Sessions:
             old = next((sid for sid, data in self.app.sessions.items() if data.key == old_key), None)
         if old is None:
             old = next(
-                (
-                    c.session_id
-                    for c in self.app.runtime.registry.contexts.values()
-                    if Scope.session(c.session_id) == old_scope
-                ),
+                (c.session_id for c in self.rt.registry.contexts.values() if Scope.session(c.session_id) == old_scope),
                 None,
             )
         if old is None:
             return  # nothing of that session here
         self.app.sessions.forget(old)  # its data moved to the new session in the engine
-        for tab in self.app.runtime.registry.contexts.values():
+        for tab in self.rt.registry.contexts.values():
             if old_scope in tab._scopes:
                 tab._scopes.discard(old_scope)
                 tab._scopes.add(new_scope)

@@ -62,7 +62,7 @@ class Actions:
             ctx_id = self.signals_of(request).get(protocol.CONTEXT_SIGNAL)
         except ClientError:
             return None
-        if not isinstance(ctx_id, str) or ctx_id in self.app.runtime.registry.contexts:
+        if not isinstance(ctx_id, str) or ctx_id in self.rt.registry.contexts:
             return None
         assert self.app.link is not None and self.app._loop is not None  # called by handle() with several workers
         answer: asyncio.Future[Response] = self.app._loop.create_future()
@@ -90,10 +90,11 @@ class Actions:
         if "_signals" not in request.state and forms.parses_off_loop(request):
             return self.parse_off_loop(request, lambda: self.action(request, name))
         signals = self.signals_of(request)
-        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        sent_id = signals.get(protocol.CONTEXT_SIGNAL)
+        ctx_id = sent_id if isinstance(sent_id, str) else ""
         session_id = self.rt.sessions.of(request)
-        named = isinstance(ctx_id, str) and ctx_id != ""
-        ctx = self.app.runtime.registry.contexts.get(ctx_id) if named else None
+        named = ctx_id != ""
+        ctx = self.rt.registry.contexts.get(ctx_id) if named else None
         if ctx is None and named and self.app.link is not None:
             return self.forward(request, ctx_id, session_id, signals, name)  # checked where it runs
         self.check(request)
@@ -160,7 +161,7 @@ class Actions:
         passes or forwards it does not count it)."""
         self.refuse_early(request)
         limiter = self.app._limiter
-        wait = limiter.check(self.app.client_address(request), self.app._now()) if limiter.rate > 0 else 0.0
+        wait = limiter.check(self.app.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
         if wait:
             raise RateLimited(
                 f"action rate limit for {self.app.client_address(request)}",
@@ -194,13 +195,11 @@ class Actions:
         await self.rt.dispatch.follow(session_id)  # the tab revives here
         if (
             ctx_id not in self.rt.revival.graveyard
-            and self.app.runtime.registry.contexts.get(ctx_id) is None
+            and self.rt.registry.contexts.get(ctx_id) is None
             and await self.app.link.owner(ctx_id, cached=False) is not None
         ):
             self.rt.revival.vouch(ctx_id, {})
-        ctx = self.app.runtime.registry.contexts.get(ctx_id) or await settled(
-            self.revive(request, ctx_id, session_id, signals)
-        )
+        ctx = self.rt.registry.contexts.get(ctx_id) or await settled(self.revive(request, ctx_id, session_id, signals))
         return await settled(self.run(request, ctx, name, signals))
 
     def run(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
@@ -215,13 +214,13 @@ class Actions:
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
         def endpoint(req: Request) -> Any:
-            now = self.app._now()
+            now = self.app.now()
             started = time.perf_counter()
             writes = self.app.link.writing if self.app.link is not None else 0
             ctx.request = req
             ctx.last_action = now
             if ctx.state is State.DISCONNECTED:
-                self.app.runtime.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
+                self.rt.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
             ctx.apply_client_signals(signals)
             ctx._begin_batch()
             try:

@@ -32,11 +32,9 @@ class Beacon:
             raise MethodNotAllowed(headers=[("allow", "POST")])
         self.rt.dispatch.check_origin(request)
         ctx_id = request.body.decode(errors="replace").strip()
-        ctx = self.app.runtime.registry.contexts.get(ctx_id)
+        ctx = self.rt.registry.contexts.get(ctx_id)
         if ctx is not None and self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             ctx.last_action = 0.0  # a closed tab waits only for the cleanup grace, not for a reconnect
             if ctx.state is State.DISCONNECTED:  # the stream closed first: shorten its deadline now
-                self.app.runtime.registry.set_deadline(
-                    ctx, min(ctx.deadline, self.app._now() + self.app.config.cleanup_delay)
-                )
+                self.rt.registry.set_deadline(ctx, min(ctx.deadline, self.app.now() + self.app.config.cleanup_delay))
         return Response(200)

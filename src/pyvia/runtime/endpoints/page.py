@@ -97,7 +97,11 @@ class Pages:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}
         seed.update(ctx.seed_signals())
         bundle = self.rt.assets.bundle
-        nonce = ctx.request.state.get("csp_nonce") if self.app.config.content_security_policy else None
+        nonce = (
+            typing.cast("str | None", ctx.request.state.get("csp_nonce"))
+            if self.app.config.content_security_policy
+            else None
+        )
         head = bootstrap_head(
             seed, self.rt.assets.bundle_url, bundle.integrity, self.app._sse_url, self.app._close_url, nonce=nonce
         )
@@ -113,7 +117,7 @@ class Pages:
             foot="\n".join(foot),
             lang=self.app.config.lang,
         )
-        self.app.runtime.registry.register(ctx)
+        self.rt.registry.register(ctx)
         response = Response.html(doc)
         self.app.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self.rt.sessions.cookie_header(ctx.session_id)))

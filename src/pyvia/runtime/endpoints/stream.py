@@ -73,7 +73,7 @@ class Streams:
             sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
             return
-        now = self.app._now()
+        now = self.app.now()
         # The first connect after the page view only needs what happened since (unless what
         # waited for it overflowed: ``stream.lost``). A reconnect gets the frames after the last
         # one its page got (``last_event_id``) from the tab's replay buffer, and a full render when
@@ -95,10 +95,10 @@ class Streams:
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
-        self.app.runtime.registry.waiting.pop(ctx.id, None)
+        self.rt.registry.waiting.pop(ctx.id, None)
         ctx.state = State.CONNECTED
         ctx.deadline = 0.0
-        self.app.runtime.registry.connected[ctx.id] = ctx
+        self.rt.registry.connected[ctx.id] = ctx
         signals: dict[str, Any] = {
             protocol.DISCONNECTED_SIGNAL: False,
             protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
@@ -115,19 +115,19 @@ class Streams:
         else:
             signals.update(ctx.changed_signals())
         if view is None or type(view) is bytes:
-            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)  # type: ignore[arg-type]  # bytes, checked
+            ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
         else:  # an async view: it follows once rendered, before anything sent after it
             ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
             ctx.deliver(b"", view)
         for fn in list(ctx._on_connect):
-            self.app.runtime.registry.run_hook(fn, ctx, "connect")
+            self.rt.registry.run_hook(fn, ctx, "connect")
         for fn in self.app._on_connect:
-            self.app.runtime.registry.run_hook(fn, ctx, "connect")
+            self.rt.registry.run_hook(fn, ctx, "connect")
 
     def on_close(self, ctx: Context, sink: StreamSink) -> None:
         if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
             return
-        self.app.runtime.registry.disconnected(ctx)
+        self.rt.registry.disconnected(ctx)
 
     def open(self, request: Request) -> Any:
         if request.method not in ("GET", "HEAD", "POST"):
@@ -139,7 +139,7 @@ class Streams:
         if not isinstance(ctx_id, str) or not ctx_id:
             raise ContextNotFound("stream without via_ctx")
         session_id = self.rt.sessions.of(request)
-        ctx = self.app.runtime.registry.contexts.get(ctx_id)
+        ctx = self.rt.registry.contexts.get(ctx_id)
         if ctx is None:
             if self.app.link is not None:
                 return self.take_over(request, ctx_id, session_id, signals)
@@ -181,7 +181,7 @@ class Streams:
         if owner is not None and session_id is not None:
             handed = await self.app.link.take_over(owner, ctx_id, Scope.session(session_id))
             self.rt.revival.vouch(ctx_id, handed or {})
-        found = self.app.runtime.registry.contexts.get(ctx_id)
+        found = self.rt.registry.contexts.get(ctx_id)
         if found is None:
             return await settled(self.revive(request, ctx_id, session_id, signals))
         return await settled(self.stream_for(request, found))
