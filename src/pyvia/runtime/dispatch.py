@@ -12,7 +12,7 @@ import inspect
 import logging
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia import protocol
 from pyvia.devtools import DEVTOOLS_PATH
@@ -20,27 +20,13 @@ from pyvia.devtools import error_events as dev_error_events
 from pyvia.devtools import error_page as dev_error_page
 from pyvia.devtools import server_page as devtools_page
 from pyvia.downloads import DOWNLOAD_PREFIX
-from pyvia.errors import (
-    ClientError,
-    Forbidden,
-    MalformedRequest,
-    MethodNotAllowed,
-    NotFound,
-    ServiceError,
-)
+from pyvia.errors import ClientError, Forbidden, MalformedRequest, MethodNotAllowed, NotFound, ServiceError
 from pyvia.forms import Form, request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.routing import Middleware, Route
 from pyvia.runtime.binding import bind
-from pyvia.runtime.common import (
-    ACTION_PREFIX,
-    BUNDLE_PATH,
-    CLOSE_PATH,
-    SSE_PATH,
-    RequestKind,
-    then,
-)
+from pyvia.runtime.common import ACTION_PREFIX, BUNDLE_PATH, CLOSE_PATH, SSE_PATH, RequestKind, then
 from pyvia.runtime.reporting import context_of
 from pyvia.security import same_origin
 
@@ -49,7 +35,6 @@ if typing.TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 OPS_PATHS: dict[str, Callable[[Any], Response]] = {

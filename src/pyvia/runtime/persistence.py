@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 import typing
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
-from pyvia.runtime.common import (
-    GRAVEYARD_CAP,
-)
+from pyvia.runtime.common import GRAVEYARD_CAP
 from pyvia.runtime.revival import json_or_empty
 
 if typing.TYPE_CHECKING:
@@ -18,7 +16,6 @@ if typing.TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 class Persistence:

@@ -6,15 +6,11 @@ from __future__ import annotations
 import logging
 import time
 import typing
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia import protocol
 from pyvia.context import Context
-from pyvia.errors import (
-    ClientError,
-    RateLimited,
-    ServiceError,
-)
+from pyvia.errors import ClientError, RateLimited, ServiceError
 from pyvia.forms import request_signals
 from pyvia.http import Request
 from pyvia.lifecycle import State
@@ -25,7 +21,6 @@ if typing.TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 #: A kind of error from user code is logged with its traceback at most once in this many seconds.
 ERROR_LOG_INTERVAL = 60.0
 ERRORS_REMEMBERED = 256

@@ -9,7 +9,7 @@ import logging
 import secrets
 import typing
 from collections import OrderedDict
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -18,24 +18,14 @@ from pyvia.alerts import ERROR_SIGNAL
 from pyvia.context import Context
 from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.runtime.binding import bind
-from pyvia.runtime.common import (
-    GRAVEYARD_CAP,
-    STREAM_DOWN,
-    RequestKind,
-    settled,
-    then,
-    when_done,
-)
-from pyvia.scopes import (
-    Scope,
-)
+from pyvia.runtime.common import GRAVEYARD_CAP, STREAM_DOWN, RequestKind, settled, then, when_done
+from pyvia.scopes import Scope
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
 
 

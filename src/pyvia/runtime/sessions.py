@@ -6,26 +6,18 @@ from __future__ import annotations
 import logging
 import typing
 from collections import OrderedDict
-from typing import TypeVar
 
 from pyvia.context import Context
 from pyvia.http import Request
-from pyvia.runtime.common import (
-    GRAVEYARD_CAP,
-)
-from pyvia.scopes import (
-    Scope,
-)
-from pyvia.session import (
-    SESSION_MAX_AGE,
-)
+from pyvia.runtime.common import GRAVEYARD_CAP
+from pyvia.scopes import Scope
+from pyvia.session import SESSION_MAX_AGE
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 ROTATION_OVERLAP = 2.0  # seconds the old cookie still works after regenerate_session (php-via 0.14)
 
 

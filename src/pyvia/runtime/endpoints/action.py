@@ -9,7 +9,7 @@ import math
 import time
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia import forms, protocol
 from pyvia.arguments import decode_arguments
@@ -27,21 +27,13 @@ from pyvia.errors import (
 from pyvia.forms import FORM_TYPES, Form, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import Request, Response
 from pyvia.lifecycle import State
-from pyvia.runtime.common import (
-    PASSED,
-    RequestKind,
-    newest,
-    settle,
-    settled,
-    then,
-)
+from pyvia.runtime.common import PASSED, RequestKind, newest, settle, settled, then
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 class Actions:

@@ -5,16 +5,11 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import typing
-from typing import TypeVar
 
 from pyvia.assets import Bundle, load_bundle
-from pyvia.errors import (
-    MethodNotAllowed,
-)
+from pyvia.errors import MethodNotAllowed
 from pyvia.http import Request, Response
-from pyvia.runtime.common import (
-    BUNDLE_PATH,
-)
+from pyvia.runtime.common import BUNDLE_PATH
 from pyvia.static import Asset, StaticFiles
 
 if typing.TYPE_CHECKING:
@@ -22,7 +17,6 @@ if typing.TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 class Assets:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import logging
 import typing
-from typing import TypeVar
 
-from pyvia.errors import (
-    MethodNotAllowed,
-)
+from pyvia.errors import MethodNotAllowed
 from pyvia.http import Request, Response
 from pyvia.lifecycle import State
 
@@ -17,7 +14,6 @@ if typing.TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 class Beacon:

@@ -6,32 +6,24 @@ import logging
 import secrets
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia import protocol
 from pyvia.context import Context
 from pyvia.devtools import panel as devtools_panel
-from pyvia.errors import (
-    DeclarationError,
-)
+from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
 from pyvia.render import bootstrap_head, build_document
 from pyvia.routing import Route
 from pyvia.runtime.binding import bind
-from pyvia.runtime.common import (
-    STREAM_DOWN,
-    then,
-)
-from pyvia.session import (
-    NEW_SESSION,
-)
+from pyvia.runtime.common import STREAM_DOWN, then
+from pyvia.session import NEW_SESSION
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 SECURITY_HEADERS = (
     ("x-content-type-options", "nosniff"),
     ("referrer-policy", "same-origin"),

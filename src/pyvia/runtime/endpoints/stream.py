@@ -4,36 +4,23 @@ from __future__ import annotations
 
 import logging
 import typing
-from typing import Any, TypeVar
+from typing import Any
 
 from pyvia import protocol
 from pyvia.alerts import LOST_SIGNAL
 from pyvia.context import Context
-from pyvia.errors import (
-    ContextNotFound,
-    Forbidden,
-    MethodNotAllowed,
-)
+from pyvia.errors import ContextNotFound, Forbidden, MethodNotAllowed
 from pyvia.forms import request_signals
 from pyvia.http import Request, StreamResponse, StreamSink
 from pyvia.lifecycle import State
-from pyvia.runtime.common import (
-    PASSED,
-    RequestKind,
-    newest,
-    settled,
-    then,
-)
-from pyvia.scopes import (
-    Scope,
-)
+from pyvia.runtime.common import PASSED, RequestKind, newest, settled, then
+from pyvia.scopes import Scope
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.runtime import Runtime
 
 log = logging.getLogger("pyvia")
-T = TypeVar("T")
 
 
 class TabStream:
