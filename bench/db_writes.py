@@ -27,6 +27,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ async def pyvia_run(path: Path, concurrency: int, seconds: float, shape: str) ->
 
 
 def naive_run(path: Path, concurrency: int, seconds: float) -> dict[str, Any]:
-    with sqlite3.connect(path) as setup:
+    with closing(sqlite3.connect(path)) as setup, setup:
         setup.execute("PRAGMA journal_mode = WAL")
         for sql in SCHEMA:
             setup.execute(sql)
@@ -116,7 +117,7 @@ def naive_run(path: Path, concurrency: int, seconds: float) -> dict[str, Any]:
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
-    with sqlite3.connect(path) as check:
+    with closing(sqlite3.connect(path)) as check, check:
         counter = check.execute("SELECT n FROM counter").fetchone()[0]
         rows = check.execute("SELECT count(*) FROM log").fetchone()[0]
     check.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -55,17 +56,17 @@ def test_a_todo_id_the_page_never_wrote_is_a_400_with_its_reason(todo: tuple[int
     port, database = todo
     _, seed, cookie = open_page("127.0.0.1", port)
     ctx = seed["via_ctx"]
-    with sqlite3.connect(database) as conn:  # a row, written as the page would (the table exists since start)
+    with closing(sqlite3.connect(database)) as conn, conn:  # a row, as the page writes it
         conn.execute("INSERT INTO todos (title) VALUES ('keep')")
     for action in ("toggle", "delete"):
         response = post_todo(port, cookie, ctx, f"{action}?id={bad_id}")
         assert response.status == 400, response.body[:200]
         assert b"is not a whole number of up to 18 digits" in response.body
         assert b"Traceback" not in response.body
-    with sqlite3.connect(database) as conn:
+    with closing(sqlite3.connect(database)) as conn, conn:
         assert conn.execute("SELECT id, title, done FROM todos").fetchall() == [(1, "keep", 0)]
     assert post_todo(port, cookie, ctx, "toggle?id=1").status == 200  # the control
-    with sqlite3.connect(database) as conn:
+    with closing(sqlite3.connect(database)) as conn, conn:
         assert conn.execute("SELECT done FROM todos").fetchall() == [(1,)]
 
 

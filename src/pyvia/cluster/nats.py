@@ -9,7 +9,7 @@ How each part of the contract maps onto NATS:
   that); a deleted key's revision is that of its deletion marker;
 * ``increment`` and ``mutate`` are compare-and-set loops (JetStream KV has no atomic add);
 * a watch is an ordered push consumer that delivers new messages only, recreated after every
-  reconnect (then ``on_resync`` runs first, since changes may have been missed);
+  reconnect (then ``on_resync`` runs, since changes may have been missed);
 * subjects are ``p.<subject>``; ``request`` is core request/reply (no responders answers at
   once), and a handler's failure goes back with a ``Pyvia-Error`` header;
 * nats-py reconnects by itself; its server picker waits 1 s, 2 s … 30 s between attempts.
@@ -108,7 +108,7 @@ class _NatsSubscription:
 
 
 class _NatsWatch:
-    """A watch that survives reconnects: its consumer is recreated, ``on_resync`` is queued first."""
+    """A watch that survives reconnects: its consumer is recreated, then ``on_resync`` is queued."""
 
     __slots__ = ("_engine", "_sub", "bucket", "dispatcher", "on_resync", "subject")
 
@@ -145,9 +145,9 @@ class _NatsWatch:
         if old is not None:
             with contextlib.suppress(Exception):
                 await old.unsubscribe()
+        await self.start()  # before the resync: a change between its reads and a later start would be missed
         if self.on_resync is not None:
             self.dispatcher.put(_RESYNC)
-        await self.start()
 
     async def unsubscribe(self) -> None:
         self._engine._watches.discard(self)
