@@ -68,7 +68,7 @@ from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
-from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.render import Templates, bootstrap_head, document_bytes
 from pyvia.replay import Replays
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
@@ -1266,10 +1266,10 @@ class App:
         foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
-        doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
+        doc = document_bytes(content, title=ctx.route.title or self.config.title, head=head,
                              foot="\n".join(foot), lang=self.config.lang)
         self._register(ctx)
-        response = Response.html(doc)
+        response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
         self.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))

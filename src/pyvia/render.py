@@ -143,6 +143,25 @@ _SHELL = """<!doctype html>
 """
 
 
+def document_bytes(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> bytes:
+    """:func:`build_document`, encoded as UTF-8. For a fragment view the shell around it is encoded
+    once per (lang, title, foot): a page's foot (its alert) is most of its bytes and the same for
+    every view of the route, so only the head and the view are encoded per page."""
+    if is_document(content):
+        return build_document(content, title=title, head=head, foot=foot, lang=lang).encode()
+    top, middle, bottom = _shell_bytes(lang, title, foot)
+    return b"".join((top, head.encode(), middle, content.encode(), bottom))
+
+
+@functools.lru_cache(maxsize=256)
+def _shell_bytes(lang: str, title: str, foot: str) -> tuple[bytes, bytes, bytes]:
+    """The shell before the head, between the head and the view, and after the view, encoded."""
+    top, _, rest = _SHELL.partition("{head}")
+    middle, _, bottom = rest.partition("{content}")
+    return (top.format(lang=lang, title=html.escape(title)).encode(), middle.format(view_id=VIEW_ID).encode(),
+            bottom.format(foot=foot).encode())
+
+
 def build_document(
     content: str, *, title: str, head: str, foot: str, lang: str = "en"
 ) -> str:
