@@ -1122,13 +1122,19 @@ class App:
     # --- pages -----------------------------------------------------------------------------------
 
     def _session_of(self, request: Request) -> str | None:
+        if not self._rotated:  # no session being rotated: what this app found before holds
+            known = request._session
+            if known is not None and known[0] is self:
+                return known[1]
         value = request.cookies.get(self._session_cookie)
         if value is None or not self._session_ids.is_issued(value):
-            return None  # none, or one this app never issued (planted): never adopted
-        if self._rotated:
+            value = None  # none, or one this app never issued (planted): never adopted
+        elif self._rotated:
             rotated = self._rotated.get(value)
             if rotated is not None and rotated[1] >= self._now():
                 return rotated[0]  # a request already in flight when the session was rotated
+            return value
+        request._session = (self, value)
         return value
 
     def session_id(self, request: Request) -> str | None:

@@ -767,10 +767,12 @@ class Context:
         """Send what the batch collected plus the changed signals, in one write."""
         batch, self._batch = self._batch, None
         frame = self._signal_frame()
-        if frame:
-            batch = [*(batch or []), frame]
-        if not batch:
+        if not batch:  # the action sent nothing itself: at most its signals patch
+            if frame:
+                self.deliver(frame)
             return
+        if frame:
+            batch.append(frame)
         if all(type(part) is bytes for part in batch):
             self.deliver(b"".join(batch))
             return
