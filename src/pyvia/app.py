@@ -68,7 +68,7 @@ from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.persistence import load_state, load_state_from_db, save_state, save_state_to_db
-from pyvia.render import Templates, bootstrap_head, build_document
+from pyvia.render import Templates, bootstrap_head, document_bytes
 from pyvia.replay import Replays
 from pyvia.routing import Middleware, Route, Router, compile_route
 from pyvia.scopes import (
@@ -228,9 +228,14 @@ class _Interval:
             self.handle = None
 
 
+#: What handlers return most, never awaitable: checked by type before ``inspect.isawaitable``
+#: (whose ABC check costs more than the rest of ``_then``).
+_PLAIN_RESULTS = frozenset({type(None), str, bytes, dict, list, Response})
+
+
 def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
-    if inspect.isawaitable(result):
+    if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
         async def later() -> Any:
             value = fn(await result)
             return await value if inspect.isawaitable(value) else value
@@ -240,7 +245,7 @@ def _then(result: Any, fn: Callable[[Any], Any]) -> Any:
 
 def _settle(answer: asyncio.Future[Any], result: Any) -> None:
     """Give ``answer`` the value of ``result``, now or once it is done."""
-    if not inspect.isawaitable(result):
+    if type(result) in _PLAIN_RESULTS or not inspect.isawaitable(result):
         answer.set_result(result)
         return
 
@@ -1117,13 +1122,19 @@ class App:
     # --- pages -----------------------------------------------------------------------------------
 
     def _session_of(self, request: Request) -> str | None:
+        if not self._rotated:  # no session being rotated: what this app found before holds
+            known = request._session
+            if known is not None and known[0] is self:
+                return known[1]
         value = request.cookies.get(self._session_cookie)
         if value is None or not self._session_ids.is_issued(value):
-            return None  # none, or one this app never issued (planted): never adopted
-        if self._rotated:
+            value = None  # none, or one this app never issued (planted): never adopted
+        elif self._rotated:
             rotated = self._rotated.get(value)
             if rotated is not None and rotated[1] >= self._now():
                 return rotated[0]  # a request already in flight when the session was rotated
+            return value
+        request._session = (self, value)
         return value
 
     def session_id(self, request: Request) -> str | None:
@@ -1266,10 +1277,10 @@ class App:
         foot = [ctx.route.alert, *self.config.foot, *ctx._foot]
         if self.config.dev:
             foot.append(devtools_panel(self))
-        doc = build_document(content, title=ctx.route.title or self.config.title, head=head,
+        doc = document_bytes(content, title=ctx.route.title or self.config.title, head=head,
                              foot="\n".join(foot), lang=self.config.lang)
         self._register(ctx)
-        response = Response.html(doc)
+        response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
         self.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self._session_cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))

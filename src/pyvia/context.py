@@ -9,6 +9,7 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections import deque
@@ -81,7 +82,7 @@ class Action:
         return _post(self.url)
 
     def __html__(self) -> Markup:
-        return Markup(str(self).replace("'", "&#39;"))
+        return _post_markup(self.url)
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
@@ -100,7 +101,7 @@ class BoundAction:
         return _post(self.url)
 
     def __html__(self) -> Markup:
-        return Markup(str(self).replace("'", "&#39;"))
+        return _post_markup(self.url)
 
     def __repr__(self) -> str:
         return f"BoundAction({self.action.name!r}, {self.url!r})"
@@ -113,6 +114,12 @@ def _post(url: str) -> str:
     # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
     # revive it and run the action.
     return f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _post_markup(url: str) -> Markup:
+    """``_post(url)`` for an HTML attribute: the same for every view of an action, so made once."""
+    return Markup(_post(url).replace("'", "&#39;"))
 
 
 def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
@@ -760,10 +767,12 @@ class Context:
         """Send what the batch collected plus the changed signals, in one write."""
         batch, self._batch = self._batch, None
         frame = self._signal_frame()
-        if frame:
-            batch = [*(batch or []), frame]
-        if not batch:
+        if not batch:  # the action sent nothing itself: at most its signals patch
+            if frame:
+                self.deliver(frame)
             return
+        if frame:
+            batch.append(frame)
         if all(type(part) is bytes for part in batch):
             self.deliver(b"".join(batch))
             return
@@ -807,7 +816,7 @@ class Context:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
         kwargs = arguments or {}
         result = action.callback(self, **kwargs) if action.pass_context else action.callback(**kwargs)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             return result
         return None
 
