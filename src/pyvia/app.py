@@ -36,7 +36,7 @@ from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
 from pyvia.compress import Compression, Release, default_budget
-from pyvia.config import Config
+from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options
 from pyvia.context import Context, call_hook
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DEVTOOLS_PATH, DevLog
@@ -293,16 +293,39 @@ class RouteGroup:
 class App:
     """A pyvia application: ``app = App(title="Counter")``, then ``@app.page("/")``.
 
-    Options are those of :class:`pyvia.config.Config`; an unknown one is a ConfigError.
+    Options are the fields of :class:`pyvia.config.Config` (each documented there) and the ``[db]``
+    keys as ``db_url``, ``db_pool_size``, ``db_timeout``, ``db_busy_timeout``; an unknown one is a
+    TypeError naming the closest known option.
     """
 
-    def __init__(self, **options: Any) -> None:
-        # keyword arguments win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
-        settings = load_settings(**options)  # unknown keywords are refused here, with a suggestion
-        misplaced = sorted(set(options) - Config.field_names() - {"db_url", "db_pool_size", "db_timeout",
-                                                                 "db_busy_timeout"})
-        if misplaced:
-            raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
+    _options: dict[str, Any]  # the options given, set by keyword_options before __init__ runs
+
+    @keyword_options
+    def __init__(self, *,
+                 title: str = "pyvia", lang: str = "en", template_dir: FilePath | None = None,
+                 secret: str | bytes | None = None, dev: bool = False, connect_timeout: float = 30.0,
+                 max_waiting_contexts: int = 10_000, cleanup_delay: float = 5.0, reconnect_timeout: float = 60.0,
+                 revival_window: float = 600.0, keep_alive: float = 15.0, sweep_interval: float = 1.0,
+                 broadcast_tick: float = 0.025, broadcast_settle: float = 0.002, max_sessions: int = 10_000,
+                 max_stream_buffer: int = 1 << 20, slow_tab_timeout: float = 30.0, trusted_origins: Sequence[str] = (),
+                 action_rate: float = 1200.0, action_burst: float = 2400.0, trusted_proxies: Sequence[str] = (),
+                 max_snapshot_bytes: int = 16 << 10, action_timeout: float = 60.0, security_headers: bool = True,
+                 content_security_policy: bool = False, allow_missing_origin: bool = False,
+                 secure_cookie: bool = False, head: Sequence[str] = (), foot: Sequence[str] = (), base_path: str = "/",
+                 compression: bool = True, compression_preference: Sequence[str] = ("zstd", "br", "gzip"),
+                 encoder_budget: int | None = None, encoder_idle_release: float = 60.0,
+                 replay_tab_bytes: int = 64 << 10, replay_budget: int | None = None, replay_idle: float = 30.0,
+                 static_dir: FilePath | None = None, static_cache_control: str | Callable[[str, str], str] = "no-cache",
+                 gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100), persist_path: FilePath | None = None,
+                 persist_in_db: bool = False, engine_prefix: str = "pyvia", cluster_direct: bool = True,
+                 cluster_address: str | None = None, max_unsent_bytes: int = 256 << 20, max_form_fields: int = 1000,
+                 max_form_files: int = 100, max_form_bytes: int = 1 << 20, max_file_bytes: int | None = None,
+                 upload_spool_bytes: int = 1 << 20, upload_dir: FilePath | None = None,
+                 error_messages: Mapping[str | int, str] | None = None, error_view: Callable[..., str] | None = None,
+                 datastar_js: FilePath | None = None, extra: Mapping[str, Any] = NO_EXTRA, db_url: str | None = None,
+                 db_pool_size: int = 4, db_timeout: float = 30.0, db_busy_timeout: float = 5.0) -> None:
+        # keyword arguments given win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
+        settings = load_settings(**self._options)
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
         #: The words for failures every page starts from (pyvia.alerts).

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from os import PathLike
+from types import MappingProxyType
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pyvia.errors import ConfigError
+
+#: A file or folder option's value: a string or a ``pathlib.Path``.
+FilePath = str | PathLike[str]
 
 _BASE_PATH = re.compile(r"/(?:[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)*/?)?\Z")
 
@@ -18,11 +26,15 @@ _BASE_PATH = re.compile(r"/(?:[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-
 class Config:
     """Every option of :class:`pyvia.App`; durations are in seconds."""
 
+    #: The ``<title>`` of pages whose route gives none.
     title: str = "pyvia"
+    #: The ``lang`` attribute of every page's ``<html>``.
     lang: str = "en"
-    template_dir: str | None = None
+    #: A folder of Jinja templates (``c.template("page.html", ...)``); None: no templates.
+    template_dir: FilePath | None = None
     #: Signs context ids; set it (or ``PYVIA_SECRET``) so tabs revive after a restart everywhere.
     secret: str | bytes | None = None
+    #: Development mode: error overlays, the devtools panel, reload on change; never in production.
     dev: bool = False
     #: A page whose stream never connects is destroyed after this (php-via 0.13: 30 s).
     connect_timeout: float = 30.0
@@ -59,6 +71,7 @@ class Config:
     #: Per-address action rate: tokens a second and bucket size (429 + Retry-After past them).
     #: High enough for a benchmark of 1,000 actions a second from one address; 0 turns it off.
     action_rate: float = 1200.0
+    #: Bucket size of the per-address action rate (actions at once before ``action_rate`` applies).
     action_burst: float = 2400.0
     #: Proxies (addresses or CIDRs) whose ``Forwarded``/``X-Forwarded-For`` name the client.
     trusted_proxies: Sequence[str] = ()
@@ -75,8 +88,9 @@ class Config:
     allow_missing_origin: bool = False
     #: Use the ``__Host-`` session cookie with ``Secure`` (needs HTTPS).
     secure_cookie: bool = False
-    #: Markup added to every page's ``<head>`` / before ``</body>``.
+    #: Markup added to every page's ``<head>``.
     head: Sequence[str] = ()
+    #: Markup added to every page before ``</body>``.
     foot: Sequence[str] = ()
     #: URL prefix the browser sees when the app is mounted below ``/`` (``"/live/"``); used to
     #: make URLs, not to route (a mounting front end or proxy strips it).
@@ -84,6 +98,7 @@ class Config:
     #: Compress pages and streams when the browser accepts it, in this order of preference
     #: (zstd costs a third of brotli's CPU for about the same bytes: bench/RESULTS.md).
     compression: bool = True
+    #: The codings offered, best first: any of ``zstd``, ``br``, ``gzip``, ``identity``.
     compression_preference: Sequence[str] = ("zstd", "br", "gzip")
     #: Cap on the memory of all stream encoders (bytes); default: a quarter of what is available.
     encoder_budget: int | None = None
@@ -98,9 +113,9 @@ class Config:
     #: A tab's replay buffer is dropped once no frame was added to it for this long (seconds).
     replay_idle: float = 30.0
     #: A folder served as static files (paths with an extension are looked up there first).
-    static_dir: str | None = None
+    static_dir: FilePath | None = None
     #: ``Cache-Control`` of static files: a string, or ``fn(relative_path, mime) -> str``.
-    static_cache_control: Any = "no-cache"
+    static_cache_control: str | Callable[[str, str], str] = "no-cache"
     #: Garbage-collector thresholds set when a server starts the app (None leaves Python's).
     #: Tabs are long-lived and hold no reference cycles, so Python's default (700 allocations)
     #: makes the collector walk them again and again: 70 µs per counter page view instead of 47
@@ -111,7 +126,7 @@ class Config:
     gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100)
     #: A SQLite file where global state, shared signals and session data are kept across a
     #: graceful restart (written at stop, read at start). None keeps them in memory only.
-    persist_path: str | None = None
+    persist_path: FilePath | None = None
     #: Keep global state, shared signals and session data across graceful restarts in the app's
     #: database (``[db] url``, table ``pyvia_state``) instead of a ``persist_path`` file; one process.
     persist_in_db: bool = False
@@ -130,24 +145,28 @@ class Config:
     #: Cap on the bytes waiting in all tab sockets together; past it every tab's view frames are
     #: held (signals still go out) until the sockets drain. Default 256 MiB.
     max_unsent_bytes: int = 256 << 20
-    #: Forms posted to actions (docs/security.md#forms-and-uploads): at most this many fields
-    #: and files, this many bytes of fields (files aside) and of one file (None: only the
-    #: server's body limit); files above ``upload_spool_bytes`` go to a temporary file in
-    #: ``upload_dir`` (None: the system's). Past a limit: 413 with the reason.
+    # Forms posted to actions (docs/security.md#forms-and-uploads); past a limit: 413 with the reason.
+    #: Most fields of one form posted to an action.
     max_form_fields: int = 1000
+    #: Most files of one form posted to an action.
     max_form_files: int = 100
+    #: Most bytes of a form's fields, files aside.
     max_form_bytes: int = 1 << 20
+    #: Most bytes of one uploaded file (None: only the server's body limit).
     max_file_bytes: int | None = None
+    #: An uploaded file larger than this goes to a temporary file instead of memory.
     upload_spool_bytes: int = 1 << 20
-    upload_dir: str | None = None
+    #: The folder of those temporary files (None: the system's).
+    upload_dir: FilePath | None = None
     #: The words a page shows when a request fails, by status (and ``lost``, ``gone``, ``default``);
     #: merged over pyvia.alerts.DEFAULT_MESSAGES. Pages may add their own.
-    error_messages: Any = None
+    error_messages: Mapping[str | int, str] | None = None
     #: ``fn(channel) -> html`` drawing the alert (pyvia.alerts.ErrorChannel); None: the default one.
-    error_view: Any = None
+    error_view: Callable[..., str] | None = None
     #: Path of the Datastar bundle (default: the copy fetched by ``python -m pyvia.fetch_assets``).
-    datastar_js: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    datastar_js: FilePath | None = None
+    #: The app's own settings, kept as given (``app.config.extra["currency"]``); pyvia reads none.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "cleanup_delay", "reconnect_timeout", "revival_window", "keep_alive",
@@ -228,6 +247,58 @@ class Config:
         if unknown:
             raise ConfigError(f"unknown App option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**options)
+
+
+#: App options that are not fields of :class:`Config`: the ``[db]`` keys, spelled as keywords.
+DB_OPTIONS = ("db_url", "db_pool_size", "db_timeout", "db_busy_timeout")
+#: The default of ``App(extra=...)``: no settings of the app's own.
+NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+
+_Self = TypeVar("_Self")
+_P = ParamSpec("_P")
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """An option that is not one of App's (a typo, or a server option given to the App).
+
+    A TypeError, as Python's own for an unexpected keyword, and a ConfigError; the message names
+    the closest known option.
+    """
+
+
+def unknown_option(owner: str, name: str, known: Iterable[str]) -> UnknownOptionError:
+    """The error for option ``name`` given to ``owner``, naming the closest of ``known``."""
+    from pyvia.ops.settings import SERVER_KEYS  # lazily: the settings read this module
+
+    if name in SERVER_KEYS:
+        return UnknownOptionError(f"{name}: not App options (the server's go to app.run() or pyvia run)")
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UnknownOptionError(f"{owner}() got an unknown option {name!r}{hint}")
+
+
+def keyword_options(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Concatenate[_Self, _P], None]:
+    """Wrap an ``__init__`` whose parameters are keyword-only options (``App.__init__``).
+
+    The signature stays the one written (editors and type checkers see it); at run time an unknown
+    keyword is an :class:`UnknownOptionError` naming the closest known one, and the options the
+    caller gave are stored as ``self._options`` before ``init`` runs, so that a keyword given wins
+    over ``pyvia.toml`` and the environment while one left out does not (even if equal to its default).
+    """
+    known = frozenset(inspect.signature(init).parameters) - {"self"}
+    owner = init.__qualname__.partition(".")[0]
+
+    def checked(self: _Self, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        if args:
+            raise TypeError(f"{owner}() takes options by keyword only, like {owner}(title='Shop')")
+        for name in kwargs:
+            if name not in known:
+                raise unknown_option(owner, name, known)
+        object.__setattr__(self, "_options", dict(kwargs))
+        init(self, *args, **kwargs)
+
+    functools.update_wrapper(checked, init)  # inspect.signature(App) shows the options
+    return checked
 
 
 def cluster_host_port(text: str) -> tuple[str, int]:

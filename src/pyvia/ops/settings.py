@@ -151,6 +151,8 @@ def _fits(value: Any, tp: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is str:
         return isinstance(value, (str, os.PathLike))
+    if isinstance(origin, type):  # Mapping[str, str], Callable[..., str], PathLike[str]: their class
+        return isinstance(value, origin)
     return isinstance(value, tp) if isinstance(tp, type) else True
 
 
@@ -284,6 +286,11 @@ SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
     "retry_after": (int, 1, _positive),
     "stream_send_buffer": (int | None, 128 * _KIB, _positive),
 }
+
+
+#: Keys of the server's sections, which App refuses (they go to ``app.run()`` or ``pyvia run``).
+SERVER_KEYS = frozenset({"host", "port", "cert", "key", "workers", "pid_file", *SERVER_LIMITS, "level", "format",
+                         "memory_budget", "max_tabs"})
 
 
 def _schema() -> dict[str, dict[str, _Key]]:
