@@ -88,7 +88,7 @@ def tick() -> None:
     quotes.value = market.quotes()  # marks the page's scope: every tab gets it at the next flush
 
 
-app.set_interval(tick, TICK_MS)
+app.set_interval(tick, TICK_MS / 1000)
 
 
 @app.on_client_connect

@@ -92,7 +92,7 @@ def tick() -> None:
             phase.value = "finished"
 
 
-app.set_interval(tick, 100)
+app.set_interval(tick, 0.1)
 
 
 @app.on_client_connect

@@ -36,7 +36,7 @@ from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
 from pyvia.compress import Compression, Release, default_budget
-from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options
+from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
 from pyvia.context import Context, call_hook
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DEVTOOLS_PATH, DevLog
@@ -527,12 +527,15 @@ class App:
         (mounted apps included)."""
         return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self._mounts)
 
-    def broadcast_throttle(self, scope: str, min_interval_ms: float) -> None:
-        """Render ``scope`` (a name or ``*`` pattern) at most once per interval; the last state always goes out."""
+    def broadcast_throttle(self, scope: str, seconds: float | None = None, *,
+                           min_interval_ms: float | None = None) -> None:
+        """Render ``scope`` (a name or ``*`` pattern) at most once every ``seconds``; the last state
+        always goes out. ``min_interval_ms=`` is the deprecated spelling in milliseconds."""
+        seconds = seconds_of("broadcast_throttle", seconds, min_interval_ms, "min_interval_ms")
         if scope in (TAB, ROUTE, SESSION):
             raise DeclarationError(f"broadcast_throttle needs a concrete scope or pattern, not {scope!r}")
         check_broadcast_target(scope)
-        self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
+        self.broadcaster.throttle(scope, seconds)
 
     def signal(self, initial: Any, name: str, *, scope: str, writable: bool = False,
                max_length: int | None = None) -> SharedSignal[Any]:
@@ -605,17 +608,19 @@ class App:
         self._on_error.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], ms: float, *, every_worker: bool = False) -> Callable[..., Any]:
-        """Call ``fn()`` every ``ms`` milliseconds while the server runs (errors are reported, not fatal).
+    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *, every_worker: bool = False,
+                     ms: float | None = None) -> Callable[..., Any]:
+        """Call ``fn()`` every ``seconds`` while the server runs (errors are reported, not fatal).
 
         With several workers or nodes it runs on one of them (the holder of the engine's timer
-        lease) unless ``every_worker``.
+        lease) unless ``every_worker``. ``ms=`` is the deprecated spelling in milliseconds.
         """
-        if ms <= 0:
-            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
-        self._app_intervals.append((fn, ms / 1000.0, every_worker))
+        period = seconds_of("set_interval", seconds, ms, "ms")
+        if period <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {period} s")
+        self._app_intervals.append((fn, period, every_worker))
         if self.clock is not None:
-            self._arm_app_interval(fn, ms / 1000.0, every_worker)
+            self._arm_app_interval(fn, period, every_worker)
         return fn
 
     def spawn(self, awaitable: Awaitable[Any]) -> None:

@@ -8,6 +8,7 @@ import functools
 import inspect
 import ipaddress
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -380,6 +381,20 @@ class Limits:
                 raise ValueError(f"ServerLimits.{spec.name}: {exc}") from None
             if checked is not value:
                 object.__setattr__(self, spec.name, checked)
+
+
+def seconds_of(where: str, seconds: float | None, ms: float | None, ms_name: str) -> float:
+    """A duration given in seconds, or by the deprecated ``ms_name=`` keyword in milliseconds
+    (with a DeprecationWarning); exactly one of them. Durations are seconds everywhere in pyvia."""
+    if ms is not None:
+        if seconds is not None:
+            raise TypeError(f"{where}() takes seconds or {ms_name}=, not both")
+        warnings.warn(f"{where}({ms_name}=...) is deprecated: give the period in seconds "
+                      f"({where}(..., {ms / 1000.0:g}))", DeprecationWarning, stacklevel=3)
+        return ms / 1000.0
+    if seconds is None:
+        raise TypeError(f"{where}() needs a period in seconds")
+    return float(seconds)
 
 
 def cluster_host_port(text: str) -> tuple[str, int]:

@@ -77,7 +77,7 @@ def test_app_interval_drives_shared_state_and_survives_errors() -> None:
             raise RuntimeError("flaky")
         ticks.increment()
 
-    app.set_interval(tick, 200)
+    app.set_interval(tick, 0.2)
 
     @app.page("/")
     def page(c: Context) -> None:
@@ -214,7 +214,7 @@ def test_an_error_that_keeps_coming_is_logged_once_a_minute(caplog) -> None:
     def tick() -> None:
         raise RuntimeError("the feed is down")
 
-    app.set_interval(tick, 200)
+    app.set_interval(tick, 0.2)
 
     @app.page("/")
     def page(c: Context) -> None:
