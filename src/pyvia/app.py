@@ -764,6 +764,11 @@ class App:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
 
+    @property
+    def is_running(self) -> bool:
+        """Whether the app was started and not stopped since (its sweep is armed)."""
+        return self._sweep_handle is not None
+
     def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
         app's tasks (``startup``'s running loop; a test client's own)."""
