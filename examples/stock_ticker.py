@@ -91,8 +91,8 @@ def tick() -> None:
 app.set_interval(tick, TICK_MS / 1000)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def presence_changed(c: Context) -> None:
     app.broadcast(PAGE)  # the "watching" line changes
 

@@ -95,8 +95,8 @@ def tick() -> None:
 app.set_interval(tick, 0.1)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def rooms_changed(c: Context) -> None:
     app.broadcast(Scope.route("/"))  # the room list shows who is where
 

@@ -583,15 +583,30 @@ class App:
 
     # --- hooks -----------------------------------------------------------------------------------
 
-    def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Run ``fn(c)`` when a tab's stream opens."""
+    # Hooks are named after their event, on the App (every tab) as on a Context (one tab):
+    # app.on_connect / c.on_connect, app.on_disconnect / c.on_disconnect, on_start, on_stop.
+
+    def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when any tab's stream opens (reconnects included); ``c.on_connect`` is one tab's."""
         self._on_connect.append(fn)
         return fn
 
-    def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Run ``fn(c)`` when a tab's last stream closes."""
+    def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when any tab's last stream closes; ``c.on_disconnect`` is one tab's."""
         self._on_disconnect.append(fn)
         return fn
+
+    def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Deprecated name of :meth:`on_connect`."""
+        warnings.warn("app.on_client_connect is deprecated: use app.on_connect (the same hook)",
+                      DeprecationWarning, stacklevel=2)
+        return self.on_connect(fn)
+
+    def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Deprecated name of :meth:`on_disconnect`."""
+        warnings.warn("app.on_client_disconnect is deprecated: use app.on_disconnect (the same hook)",
+                      DeprecationWarning, stacklevel=2)
+        return self.on_disconnect(fn)
 
     def on_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn()`` (or ``async fn()``) when the server starts."""

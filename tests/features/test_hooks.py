@@ -11,8 +11,8 @@ from pyvia.testing import TestClient
 def test_presence_and_connect_hooks() -> None:
     app = App()
     log: list[str] = []
-    app.on_client_connect(lambda c: log.append(f"+{c.route.pattern}"))
-    app.on_client_disconnect(lambda c: log.append(f"-{c.route.pattern}"))
+    app.on_connect(lambda c: log.append(f"+{c.route.pattern}"))
+    app.on_disconnect(lambda c: log.append(f"-{c.route.pattern}"))
 
     @app.page("/room/{name}")
     def room(c: Context, name: str) -> None:
@@ -50,9 +50,9 @@ def test_hooks_may_be_bound_methods_with_or_without_the_context() -> None:
             self.lines.append(note)
 
     log = Log()
-    app.on_client_connect(log.joined)
-    app.on_client_connect(log.noted)
-    app.on_client_disconnect(log.left)
+    app.on_connect(log.joined)
+    app.on_connect(log.noted)
+    app.on_disconnect(log.left)
 
     @app.page("/")
     def page(c: Context) -> None:
