@@ -199,7 +199,7 @@ def expire_typing() -> None:
             show_typing(room)
 
 
-app.set_interval(expire_typing, 1000)
+app.set_interval(expire_typing, 1.0)
 
 
 def room_scope(room: str) -> str:

@@ -51,7 +51,7 @@ def tick() -> None:
     generation.increment()
 
 
-app.set_interval(tick, 200)
+app.set_interval(tick, 0.2)
 
 
 def render_board(toggle: Action) -> str:

@@ -11,8 +11,8 @@ app = App(title="Shared counter")
 PAGE_SCOPE = Scope.route("/")
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def presence_changed(c: Context) -> None:
     app.broadcast(PAGE_SCOPE)  # the "N watching" line changes
 

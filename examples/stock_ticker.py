@@ -88,11 +88,11 @@ def tick() -> None:
     quotes.value = market.quotes()  # marks the page's scope: every tab gets it at the next flush
 
 
-app.set_interval(tick, TICK_MS)
+app.set_interval(tick, TICK_MS / 1000)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def presence_changed(c: Context) -> None:
     app.broadcast(PAGE)  # the "watching" line changes
 

@@ -92,11 +92,11 @@ def tick() -> None:
             phase.value = "finished"
 
 
-app.set_interval(tick, 100)
+app.set_interval(tick, 0.1)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def rooms_changed(c: Context) -> None:
     app.broadcast(Scope.route("/"))  # the room list shows who is where
 

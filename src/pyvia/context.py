@@ -22,6 +22,7 @@ from markupsafe import Markup
 from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.arguments import encode_arguments, parameters_of
+from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
@@ -409,11 +410,13 @@ class Context:
         self._on_disconnect.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], ms: float) -> TimerHandle:
-        """Call ``fn`` every ``ms`` milliseconds until the context is destroyed."""
-        if ms <= 0:
-            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
-        return self.app._arm_interval(self, fn, ms / 1000.0)
+    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *,
+                     ms: float | None = None) -> TimerHandle:
+        """Call ``fn`` every ``seconds`` until the context is destroyed (``ms=``: deprecated, milliseconds)."""
+        period = seconds_of("set_interval", seconds, ms, "ms")
+        if period <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {period} s")
+        return self.app._arm_interval(self, fn, period)
 
     # --- reading ---------------------------------------------------------------------------------
 
