@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 
-from pyvia import App, Context, html
+from pyvia import App, Context, Markup, html
 from pyvia.components import Component
 
 app = App(title="Components", head=["""<style>
@@ -77,7 +77,7 @@ def notes(comp: Component) -> None:
             items.value = [t for i, t in enumerate(items.value) if i != index]
         comp.sync()
 
-    def view() -> str:
+    def view() -> Markup:
         lines = (
             html('<li id="note-{i}">{text}<button id="note-{i}-remove" data-on:click="{remove}">&times;</button></li>',
                  i=i, text=str(text), remove=remove(index=i))
@@ -107,7 +107,7 @@ def page(c: Context) -> None:
     def render_all() -> None:
         c.sync()  # the page's whole view, every component included
 
-    def view() -> str:
+    def view() -> Markup:
         apples_n, pears_n = apples.signals["n"], pears.signals["n"]
         fruit = apples_n.as_int() + pears_n.as_int()
         return html("""

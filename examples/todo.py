@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from pyvia import App, Context, Scope, html, raw
+from pyvia import App, Context, Markup, Scope, html, raw
 
 app = App(title="Todo", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 32rem; }
@@ -96,7 +96,7 @@ def todo(c: Context) -> None:
         show.value = wanted if wanted in FILTERS else "all"
         c.sync()  # only this tab
 
-    def item(i: int, title: str, is_done: bool) -> str:
+    def item(i: int, title: str, is_done: bool) -> Markup:
         return html('''
     <li id="todo-{i}"{done_class}>
       <input type="checkbox" id="toggle-{i}"{checked} data-on:change="{toggle}">
@@ -105,7 +105,7 @@ def todo(c: Context) -> None:
     </li>''', i=i, title=title, toggle=toggle(item_id=i), delete=delete(item_id=i),
                     done_class=raw(' class="done"') if is_done else "", checked=raw(" checked") if is_done else "")
 
-    def view() -> str:
+    def view() -> Markup:
         current = show.value if show.value in FILTERS else "all"
         rows, left, done = load(current)
         buttons = (html('<button id="show-{f}" aria-pressed="{pressed}" data-on:click="{act}">{f}</button>',
