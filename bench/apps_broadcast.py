@@ -227,7 +227,7 @@ def _gol_tick() -> None:
         _generation.increment()
 
 
-gol.set_interval(_gol_tick, 200)
+gol.set_interval(_gol_tick, 0.2)
 
 
 @gol.page("/")

@@ -21,7 +21,7 @@ def start_ticking() -> None:
         for c in app.local_clients():
             c.patch_elements(patch)
 
-    app.set_interval(tick, TICK_MS)
+    app.set_interval(tick, TICK_MS / 1000)
 
 
 def rows(tick: int) -> str:

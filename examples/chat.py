@@ -20,14 +20,12 @@ default of ``pyvia run``). A restarted server reads the history again and revive
 from __future__ import annotations
 
 import asyncio
-import html
 import os
-import re
 import tempfile
 from collections import deque
 from pathlib import Path
 
-from pyvia import App, Context, Scope
+from pyvia import App, Context, Markup, Scope, html
 from pyvia.db import Database
 
 LATEST = 100  # messages a page opens with
@@ -35,8 +33,8 @@ OLDER = 100  # messages "Show older messages" brings
 MAX_SHOWN = 1000  # messages one page shows at most
 MAX_TEXT = 500  # characters of a message
 MAX_NAME = 30  # characters of a name
+MAX_ROOM = 30  # characters of a room's name
 TYPING_SECONDS = 3.0
-ROOM_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,29}\Z")
 
 
 def database_url() -> str:
@@ -75,8 +73,8 @@ class Message:
     def __init__(self, id: int, who: str, text: str) -> None:
         self.id, self.who, self.text = id, who, text
 
-    def markup(self) -> str:
-        return f'<li id="m-{self.id}"><b>{html.escape(self.who)}</b>: {html.escape(self.text)}</li>'
+    def markup(self) -> Markup:
+        return html('<li id="m-{id}"><b>{who}</b>: {text}</li>', id=self.id, who=self.who, text=self.text)
 
 
 class Viewer:
@@ -165,17 +163,17 @@ def catch_up(room: Room, viewer: Viewer) -> None:
         viewer.ctx.sync()  # more than the room keeps at hand: the whole list again
         return
     viewer.last = missing[-1].id
-    viewer.ctx.patch_elements("".join(m.markup() for m in missing), "#messages", "append")
+    viewer.ctx.patch_elements(html("{}", (m.markup() for m in missing)), "#messages", "append")
 
 
-def present_line(room: Room) -> str:
+def present_line(room: Room) -> Markup:
     names = sorted({v.name or "(anonymous)" for v in room.connected()})
-    return f'<p id="present">Here: {html.escape(", ".join(names))}</p>'
+    return html('<p id="present">Here: {}</p>', ", ".join(names))
 
 
-def typing_line(room: Room, me: str) -> str:
+def typing_line(room: Room, me: str) -> Markup:
     typists = [who for who in room.typing if who != me]
-    return f'<p id="typing">{html.escape(", ".join(typists)) + " typing…" if typists else ""}</p>'
+    return html('<p id="typing">{}</p>', ", ".join(typists) + " typing…" if typists else "")
 
 
 def show_presence(room: Room) -> None:
@@ -199,20 +197,22 @@ def expire_typing() -> None:
             show_typing(room)
 
 
-app.set_interval(expire_typing, 1000)
+app.set_interval(expire_typing, 1.0)
 
 
 def room_scope(room: str) -> str:
+    """The room's scope: any name a URL can carry (``my-room``, ``a b``, ``café``, ``a:b``) is its
+    own scope, escaped by ``Scope.custom``, so two rooms never share one."""
     return Scope.custom("room", room)
 
 
 @app.page("/chat/{name}")
 async def chat(c: Context, name: str) -> None:
-    if not ROOM_NAME.match(name):
+    if not 0 < len(name) <= MAX_ROOM or not name.isprintable():
         c.view(
-            lambda: (
-                '<p id="problem">A room name is 1 to 30 lowercase letters, digits or dashes. '
-                '<a href="/">The rooms</a></p>'
+            lambda: html(
+                '<p id="problem">A room name is 1 to {} characters, none of them a control character. '
+                '<a href="{}">The rooms</a></p>', MAX_ROOM, app.url("/")
             )
         )
         return
@@ -293,47 +293,65 @@ async def chat(c: Context, name: str) -> None:
         earlier = [Message(row["id"], row["who"], row["body"]) for row in reversed(rows)]
         viewer.older = [*earlier, *viewer.older]
         if earlier:
-            c.patch_elements("".join(m.markup() for m in earlier), "#messages", "prepend")
+            c.patch_elements(html("{}", (m.markup() for m in earlier)), "#messages", "prepend")
         c.patch_elements(older_line(room.shown(viewer)))
 
-    def older_line(shown: list[Message]) -> str:
+    def older_line(shown: list[Message]) -> Markup:
         if not shown or shown[0].id <= room.oldest:
-            return '<p id="older"></p>'
+            return html('<p id="older"></p>')
         if len(shown) >= MAX_SHOWN:
-            return f'<p id="older">The latest {len(shown):,} messages are shown.</p>'
-        return f'<p id="older"><button id="show-older" data-on:click="{older}">Show older messages</button></p>'
+            return html('<p id="older">The latest {:,} messages are shown.</p>', len(shown))
+        return html('<p id="older"><button id="show-older" data-on:click="{}">Show older messages</button></p>', older)
 
-    def view() -> str:
+    def view() -> Markup:
         shown = room.shown(viewer)
         viewer.last = max(viewer.last, shown[-1].id if shown else 0)
-        return f"""
+        return html(
+            """
 <main id="chat">
-  <h1>#{html.escape(name)}</h1>
+  <h1>#{name}</h1>
   <p id="offline" data-show="$_disconnected" style="display: none">Reconnecting…</p>
   <form id="name-form" data-on:submit__prevent="{set_name}">
-    <input id="name" placeholder="Your name" maxlength="{MAX_NAME}" autocomplete="off" {name_field.bind()}>
+    <input id="name" placeholder="Your name" maxlength="{max_name}" autocomplete="off" {name_field}>
     <button>Set name</button>
-    <span id="me" data-text="{username.ref()}">{html.escape(username.as_str())}</span>
+    <span id="me" data-text="{username_ref}">{username}</span>
   </form>
-  {present_line(room)}
-  {older_line(shown)}
-  <ul id="messages">{"".join(m.markup() for m in shown)}</ul>
-  {typing_line(room, username.as_str())}
+  {present}
+  {older}
+  <ul id="messages">{messages}</ul>
+  {typing}
   <form id="send-form" data-on:submit__prevent="{send}">
-    <input id="draft" autocomplete="off" maxlength="{MAX_TEXT}" {draft.bind()}
+    <input id="draft" autocomplete="off" maxlength="{max_text}" {draft}
            data-on:input__debounce.300ms="{is_typing}">
     <button>Send</button>
   </form>
-  <p id="hint" data-text="{hint.ref()}">{html.escape(hint.as_str())}</p>
-</main>"""
+  <p id="hint" data-text="{hint_ref}">{hint}</p>
+</main>""",
+            name=name,
+            set_name=set_name,
+            max_name=MAX_NAME,
+            name_field=name_field.bind(),
+            username_ref=username.ref(),
+            username=username.as_str(),
+            present=present_line(room),
+            older=older_line(shown),
+            messages=(m.markup() for m in shown),
+            typing=typing_line(room, username.as_str()),
+            send=send,
+            max_text=MAX_TEXT,
+            draft=draft.bind(),
+            is_typing=is_typing,
+            hint_ref=hint.ref(),
+            hint=hint.as_str(),
+        )
 
     c.view(view)
 
 
 @app.page("/")
 def index(c: Context) -> None:
-    links = ", ".join(f'<a href="{app.url(f"/chat/{name}")}">{name}</a>' for name in ("lobby", "random"))
-    c.view(lambda: f"<p>Rooms: {links}</p>")
+    links = html(", ").join(html('<a href="{}">{}</a>', app.url(f"/chat/{name}"), name) for name in ("lobby", "random"))
+    c.view(lambda: html("<p>Rooms: {}</p>", links))
 
 
 if __name__ == "__main__":

@@ -10,11 +10,9 @@ click around and watch only one number move.
 
 from __future__ import annotations
 
-import html
 import itertools
-from urllib.parse import urlencode
 
-from pyvia import Action, App, Context
+from pyvia import App, Context, Markup, html
 from pyvia.components import Component
 
 app = App(title="Components", head=["""<style>
@@ -29,12 +27,6 @@ app = App(title="Components", head=["""<style>
 
 MAX_NOTES = 20
 MAX_NOTE_LENGTH = 80
-
-
-def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
-    action's own expression, so it keeps its options, on the longer URL."""
-    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
 
 
 def counter(comp: Component, label: str) -> None:
@@ -53,14 +45,14 @@ def counter(comp: Component, label: str) -> None:
         comp.sync()
 
     name = comp.name
-    comp.view(lambda: f"""
+    comp.view(lambda: html("""
 <section class="card">
   <h2>{label}</h2>
-  <p class="value" id="{name}-value">{n.as_int()}</p>
+  <p class="value" id="{name}-value">{n}</p>
   <button id="{name}-dec" data-on:click="{dec}">&minus;</button>
   <button id="{name}-inc" data-on:click="{inc}">+</button>
-  <small class="renders" id="{name}-renders">renders: {next(renders)}</small>
-</section>""")
+  <small class="renders" id="{name}-renders">renders: {renders}</small>
+</section>""", label=label, name=name, n=n.as_int(), dec=dec, inc=inc, renders=next(renders)))
 
 
 def notes(comp: Component) -> None:
@@ -80,28 +72,27 @@ def notes(comp: Component) -> None:
         comp.sync()
 
     @comp.action
-    def remove(c: Context) -> None:
-        index = c.input("i", "")
-        if index.isdigit() and int(index) < len(items.value):
-            items.value = [t for i, t in enumerate(items.value) if i != int(index)]
+    def remove(index: int) -> None:  # bound by the view: remove(index=2); a user may still post any int
+        if 0 <= index < len(items.value):
+            items.value = [t for i, t in enumerate(items.value) if i != index]
         comp.sync()
 
-    def view() -> str:
-        lines = "".join(
-            f'<li id="note-{i}">{html.escape(str(text))}'
-            f'<button id="note-{i}-remove" data-on:click="{post(remove, i=i)}">&times;</button></li>'
+    def view() -> Markup:
+        lines = (
+            html('<li id="note-{i}">{text}<button id="note-{i}-remove" data-on:click="{remove}">&times;</button></li>',
+                 i=i, text=str(text), remove=remove(index=i))
             for i, text in enumerate(items.value)
         )
-        return f"""
+        return html("""
 <section class="card notes">
   <h2>Notes</h2>
   <form id="notes-form" data-on:submit__prevent="{add}">
-    <input id="notes-draft" placeholder="Add a note" autocomplete="off" maxlength="{MAX_NOTE_LENGTH}" {draft.bind()}>
+    <input id="notes-draft" placeholder="Add a note" autocomplete="off" maxlength="{max_length}" {draft}>
     <button>Add</button>
   </form>
   <ul id="notes-list">{lines}</ul>
-  <small class="renders" id="notes-renders">renders: {next(renders)}</small>
-</section>"""
+  <small class="renders" id="notes-renders">renders: {renders}</small>
+</section>""", add=add, max_length=MAX_NOTE_LENGTH, draft=draft.bind(), lines=lines, renders=next(renders))
 
     comp.view(view)
 
@@ -116,17 +107,18 @@ def page(c: Context) -> None:
     def render_all() -> None:
         c.sync()  # the page's whole view, every component included
 
-    def view() -> str:
+    def view() -> Markup:
         apples_n, pears_n = apples.signals["n"], pears.signals["n"]
         fruit = apples_n.as_int() + pears_n.as_int()
-        return f"""
+        return html("""
 <main>
   <h1>Components</h1>
-  <p>Fruit in total: <strong id="total" data-text="{apples_n.ref()} + {pears_n.ref()}">{fruit}</strong>
+  <p>Fruit in total: <strong id="total" data-text="{total}">{fruit}</strong>
      (added up in the browser from the two components' signals)</p>
   <div class="cards">{apples}{pears}{notes_box}</div>
   <p><button id="render-all" data-on:click="{render_all}">Re-render the whole page</button></p>
-</main>"""
+</main>""", total=f"{apples_n.ref()} + {pears_n.ref()}", fruit=fruit, apples=apples, pears=pears,
+                    notes_box=notes_box, render_all=render_all)
 
     c.view(view)
 

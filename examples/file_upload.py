@@ -21,11 +21,10 @@ the server refuses outright (past its 16 MiB body limit, say) shows as an error 
 
 from __future__ import annotations
 
-import html
 import secrets
 from typing import NamedTuple
 
-from pyvia import Action, App, Context, Scope
+from pyvia import App, Context, Markup, Scope, html
 
 MAX_FILE = 2 * 1024 * 1024  # bytes, per file
 MAX_KEPT = 20  # files kept per session; the oldest go first
@@ -98,18 +97,15 @@ def uploads(c: Context) -> None:
         report(f"Uploaded {len(picked)} file{'s' if len(picked) > 1 else ''} ({total}).", error=False)
 
     @c.action
-    def download() -> None:
-        f = stored.get(str(c.input("id", "")))
+    def download(file_id: str) -> None:  # bound by the view; another session's id finds nothing
+        f = stored.get(file_id)
         if f is not None:  # a one-shot URL for this session; the page stays where it is
             c.redirect(c.download(f.data, f.filename, media_type=f.content_type))
 
     @c.action
-    def remove() -> None:
-        if stored.pop(str(c.input("id", "")), None) is not None:
+    def remove(file_id: str) -> None:
+        if stored.pop(file_id, None) is not None:
             files.value = listing(stored)
-
-    def on_file(action: Action, key: object) -> str:
-        return str(action).replace(f"'{action.url}'", f"'{action.url}?id={key}'", 1)
 
     # Checked in the browser before anything is sent; the server checks again. The status line is
     # server-owned: what the page writes into it here shows in this browser only, until the
@@ -132,33 +128,36 @@ def uploads(c: Context) -> None:
     refused = ("evt.detail.el === el && evt.detail.type === 'error' && "
                f"({st} = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', {bad} = true)")
 
-    def view() -> str:
-        rows = "".join(
-            f"""<tr id="file-{f['id']}"><td class="name">{html.escape(str(f['name']))}</td>
-              <td class="size">{human(int(f['size']))}</td><td>{html.escape(str(f['type']))}</td>
-              <td><button class="link download" data-on:click="{on_file(download, f['id'])}">Download</button>
-                <button class="link remove" data-on:click="{on_file(remove, f['id'])}">Remove</button></td></tr>"""
+    def view() -> Markup:
+        rows = [
+            html("""<tr id="file-{id}"><td class="name">{name}</td>
+              <td class="size">{size}</td><td>{type}</td>
+              <td><button class="link download" data-on:click="{download}">Download</button>
+                <button class="link remove" data-on:click="{remove}">Remove</button></td></tr>""",
+                 id=f["id"], name=str(f["name"]), size=human(int(f["size"])), type=str(f["type"]),
+                 download=download(file_id=f["id"]), remove=remove(file_id=f["id"]))
             for f in files.value
-        )
-        table = (f'<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{rows}</table>'
-                 if rows else '<p id="files">No files yet.</p>')
-        return f"""
+        ]
+        table = (html('<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{}</table>', rows)
+                 if rows else html('<p id="files">No files yet.</p>'))
+        return html("""
 <main>
   <h1>File upload</h1>
   <form id="upload" enctype="multipart/form-data" data-signals="{{_sending: ''}}" data-indicator="_uploading"
-        data-on:submit__prevent="{html.escape(submit)}" data-on:datastar-fetch="{html.escape(refused)}">
-    <input type="hidden" name="via_ctx" value="{c.id}">
+        data-on:submit__prevent="{submit}" data-on:datastar-fetch="{refused}">
+    <input type="hidden" name="via_ctx" value="{ctx}">
     <input id="picker" type="file" name="files" multiple>
     <button id="send" data-attr:disabled="$_uploading">Upload</button>
   </form>
   <p id="progress" data-show="$_uploading" style="display: none">
     <progress></progress> <span data-text="$_sending"></span></p>
-  <p id="status" data-text="{status.ref()}" data-class="{{error: {failed.ref()}, ok: !{failed.ref()}}}">
-    {html.escape(status.value)}</p>
-  <p><small>Up to {human(MAX_FILE)} per file; the newest {MAX_KEPT} files of this browser are kept
+  <p id="status" data-text="{status_ref}" data-class="{{error: {failed}, ok: !{failed}}}">
+    {status}</p>
+  <p><small>Up to {max_file} per file; the newest {max_kept} files of this browser are kept
     (in memory).</small></p>
   {table}
-</main>"""
+</main>""", submit=submit, refused=refused, ctx=c.id, status_ref=status.ref(), failed=failed.ref(),
+                    status=status.as_str(), max_file=human(MAX_FILE), max_kept=MAX_KEPT, table=table)
 
     c.view(view)
 

@@ -3,7 +3,7 @@
 Run it with ``pyvia run examples.greeter:app --port 3000``.
 """
 
-from pyvia import App, Context
+from pyvia import App, Context, html
 
 app = App(title="Greeter")
 MAX_NAME = 100  # characters
@@ -20,15 +20,15 @@ def greeter(c: Context) -> None:
         greeting.value = f"Hello, {who}!" if who else "Tell me your name first."
 
     c.view(
-        lambda: f"""
+        lambda: html("""
 <main>
   <h1>Greeter</h1>
   <form id="form" data-on:submit__prevent="{greet}">
-    <label>Your name <input id="name" {name.bind()} maxlength="{MAX_NAME}" autocomplete="off"></label>
+    <label>Your name <input id="name" {bind} maxlength="{max_name}" autocomplete="off"></label>
     <button id="greet" type="submit">Greet</button>
   </form>
-  <p id="greeting" data-text="{greeting.ref()}"></p>
-</main>"""
+  <p id="greeting" data-text="{greeting}"></p>
+</main>""", greet=greet, bind=name.bind(), max_name=MAX_NAME, greeting=greeting.ref())
     )
 
 

@@ -10,9 +10,7 @@ vote" is a ``data-*`` binding on the session signal.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
-from pyvia import Action, App, Context, Scope
+from pyvia import App, Context, Markup, Scope, html
 
 app = App(title="Live poll", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 34rem; }
@@ -35,12 +33,6 @@ PAGE = Scope.route("/")
 votes = {key: app.signal(0, f"votes_{key}", scope=PAGE) for key in OPTIONS}
 
 
-def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
-    action's own expression, so it keeps its options, on the longer URL."""
-    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
-
-
 @app.page("/")
 def poll(c: Context) -> None:
     c.scope(Scope.ROUTE)
@@ -49,36 +41,36 @@ def poll(c: Context) -> None:
     mine = choice.ref()  # $_session__choice
 
     @c.action
-    def vote() -> None:
-        key = c.input("option", "")
+    def vote(key: str) -> None:  # the view binds it: vote(key="dark"); a user may post any string
         if key not in OPTIONS or c.session_data.get("vote"):
             return  # unknown option, or this browser has voted already
         c.session_data["vote"] = key  # no await between the check and here: one vote per session
         counts[key].increment()  # atomic; marks the page's scope for the next flush
         choice.value = key  # every tab of this browser learns it
 
-    def option(key: str, label: str, total: int) -> str:
+    def option(key: str, label: str, total: int) -> Markup:
         n = counts[key].value
         pct = round(100 * n / total) if total else 0
-        return f"""
+        return html("""
   <div class="option" id="option-{key}" data-class:mine="{mine} == '{key}'">
     <header><strong>{label}</strong>
       <span><span id="count-{key}">{n}</span> ({pct}%)
-        <button id="vote-{key}" data-attr:disabled="{mine} != ''" data-on:click="{post(vote, option=key)}">Vote</button>
+        <button id="vote-{key}" data-attr:disabled="{mine} != ''" data-on:click="{vote}">Vote</button>
       </span>
     </header>
     <div class="track"><div class="bar" id="bar-{key}" style="width: {pct}%"></div></div>
-  </div>"""
+  </div>""", key=key, mine=mine, label=label, n=n, pct=pct, vote=vote(key=key))
 
-    def view() -> str:
+    def view() -> Markup:
         total = sum(sig.value for sig in counts.values())
-        return f"""
+        return html("""
 <main>
-  <h1>{QUESTION}</h1>
-  {''.join(option(key, label, total) for key, label in OPTIONS.items())}
+  <h1>{question}</h1>
+  {options}
   <p><span id="total">{total}</span> votes so far.
      <span id="thanks" data-show="{mine} != ''">Thanks for voting!</span></p>
-</main>"""
+</main>""", question=QUESTION, options=(option(key, label, total) for key, label in OPTIONS.items()), total=total,
+                    mine=mine)
 
     c.view(view, share_render=True)
 

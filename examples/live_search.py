@@ -8,12 +8,11 @@ time the search took. A search never re-renders the input, so it keeps its focus
 
 from __future__ import annotations
 
-import html
 import random
 import re
 import time
 
-from pyvia import App, Context
+from pyvia import App, Context, Markup, html
 
 app = App(title="Live search", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 36rem; }
@@ -53,29 +52,27 @@ def search_places(query: str) -> list[tuple[str, str]]:
     return sorted(found, key=lambda p: not p[0].lower().startswith(q))  # stable: alphabetical within
 
 
-def highlight(text: str, query: str) -> str:
+def highlight(text: str, query: str) -> Markup:
     """``text`` escaped, with each occurrence of ``query`` in ``<mark>``."""
     q = query.strip()
     if not q:
-        return html.escape(text)
+        return html("{}", text)
     parts = re.split(f"({re.escape(q)})", text, flags=re.IGNORECASE)
-    return "".join(f"<mark>{html.escape(p)}</mark>" if i % 2 else html.escape(p) for i, p in enumerate(parts))
+    return html("{}", (html("<mark>{}</mark>", p) if i % 2 else p for i, p in enumerate(parts)))
 
 
-def results(query: str) -> str:
+def results(query: str) -> Markup:
     """The ``#results`` element for ``query``: count, time taken and the first matches."""
     started = time.perf_counter()
     found = search_places(query)
     took_ms = (time.perf_counter() - started) * 1000
-    items = "".join(
-        f'<li>{highlight(name, query)}<span class="region">{highlight(region, query)}</span></li>'
-        for name, region in found[:SHOWN]
-    )
-    more = f"<p>Showing the first {SHOWN}.</p>" if len(found) > SHOWN else ""
-    return f"""<div id="results">
-  <p id="stats"><span id="count">{len(found)}</span> results in <span id="took">{took_ms:.2f}</span> ms</p>
+    items = (html('<li>{}<span class="region">{}</span></li>', highlight(name, query), highlight(region, query))
+             for name, region in found[:SHOWN])
+    more = html("<p>Showing the first {}.</p>", SHOWN) if len(found) > SHOWN else ""
+    return html("""<div id="results">
+  <p id="stats"><span id="count">{count}</span> results in <span id="took">{took:.2f}</span> ms</p>
   <ol>{items}</ol>{more}
-</div>"""
+</div>""", count=len(found), took=took_ms, items=items, more=more)
 
 
 @app.page("/")
@@ -86,15 +83,15 @@ def live_search(c: Context) -> None:
     def search() -> None:
         c.patch_elements(results(q.as_str()))  # morphs <div id="results"> alone
 
-    c.view(lambda: f"""
+    c.view(lambda: html("""
 <main>
   <h1>Live search</h1>
   <form data-on:submit__prevent="{search}">
-    <input id="q" type="search" placeholder="Search {len(PLACES)} places or regions" autocomplete="off"
-           maxlength="{MAX_QUERY}" {q.bind()} data-on:input__debounce.250ms="{search}">
+    <input id="q" type="search" placeholder="Search {places} places or regions" autocomplete="off"
+           maxlength="{max_query}" {bind} data-on:input__debounce.250ms="{search}">
   </form>
-  {results(q.as_str())}
-</main>""")
+  {results}
+</main>""", search=search, places=len(PLACES), max_query=MAX_QUERY, bind=q.bind(), results=results(q.as_str())))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@
 from __future__ import annotations
 
 import hmac
-import html
 import time
 from collections.abc import Callable
 from typing import Any
 
-from pyvia import App, Context, Request, Response
+from pyvia import App, Context, Markup, Request, Response, html, raw
 
 PASSWORD = "pyvia"
 MAX_NOTE = 200  # characters of a note
@@ -71,47 +70,50 @@ def login_page(c: Context) -> None:
 
     log_out = c.action(logout, "logout")
 
-    def view() -> str:
+    def view() -> Markup:
         if user is not None:
-            return f"""
+            return html("""
 <main>
   <h1>Login</h1>
-  <p id="who">You are logged in as <b>{html.escape(user)}</b>.</p>
-  <nav><a id="to-area" href="{app.url("/area")}">Go to the area</a>
+  <p id="who">You are logged in as <b>{user}</b>.</p>
+  <nav><a id="to-area" href="{area}">Go to the area</a>
     <button id="logout" data-on:click="{log_out}">Log out</button></nav>
-</main>"""
-        return f"""
+</main>""", user=user, area=app.url("/area"), log_out=log_out)
+        # A form post carries the fields, not the signals: the password never goes in a URL.
+        return html("""
 <main>
   <h1>Login</h1>
-  <p>Any user name; the password is <code>{PASSWORD}</code>.
-     The <a id="to-area" href="{app.url("/area")}">area</a> is for logged-in users only.</p>
+  <p>Any user name; the password is <code>{password}</code>.
+     The <a id="to-area" href="{area}">area</a> is for logged-in users only.</p>
   <form id="login-form"
-        data-on:submit__prevent="@post('{login.url}', {{contentType: 'form', requestCancellation: 'disabled'}})">
-    <input type="hidden" name="via_ctx" value="{c.id}">
+        data-on:submit__prevent="@post('{login_url}', {{contentType: 'form', requestCancellation: 'disabled'}})">
+    <input type="hidden" name="via_ctx" value="{ctx}">
     <label>User name <input id="username" name="username" autocomplete="username" required></label>
     <label>Password <input id="password" name="password" type="password" autocomplete="current-password"></label>
     <button id="login">Log in</button>
   </form>
-  <p id="error" data-text="{error.ref()}"></p>
-</main>"""
+  <p id="error" data-text="{error}"></p>
+</main>""", password=PASSWORD, area=app.url("/area"), login_url=login.url, ctx=c.id, error=error.ref())
 
     c.view(view)
 
 
-def area_nav(c: Context, current: str) -> str:
+def area_nav(c: Context, current: str) -> Markup:
     """The area's header: who is logged in, the area's pages, the logout button, and the banner
     shown when an action of this page is refused (the session was logged out elsewhere)."""
     user = c.state_from_middleware["user"]
-    links = " ".join(f'<a href="{app.url(path)}"{" aria-current=page" if path == current else ""}>{label}</a>'
-                     for path, label in (("/area", "Dashboard"), ("/area/profile", "Profile")))
+    links = html(" ").join(html('<a href="{}"{}>{}</a>', app.url(path), raw(" aria-current=page") if path == current
+                                else "", label)
+                           for path, label in (("/area", "Dashboard"), ("/area/profile", "Profile")))
     refused = "evt.detail.type === 'error' && evt.detail.argsRaw.status === '403' && ($_refused = true)"
-    return f"""
-<nav data-signals="{{_refused: false}}" data-on:datastar-fetch="{html.escape(refused)}">
-  <span id="user">{html.escape(user)}</span> {links}
-  <button id="logout" data-on:click="{c.actions["logout"]}">Log out</button>
+    return html("""
+<nav data-signals="{{_refused: false}}" data-on:datastar-fetch="{refused}">
+  <span id="user">{user}</span> {links}
+  <button id="logout" data-on:click="{logout}">Log out</button>
 </nav>
 <p id="refused" data-show="$_refused" style="display: none">This page's actions were refused: you have been
-  logged out. <a href="{app.url("/")}">Log in again</a>.</p>"""
+  logged out. <a href="{home}">Log in again</a>.</p>""", refused=refused, user=user, links=links,
+                logout=c.actions["logout"], home=app.url("/"))
 
 
 with app.group("/area", middleware=[require_user]) as area:
@@ -130,28 +132,29 @@ with app.group("/area", middleware=[require_user]) as area:
                 draft.value = ""
                 c.sync()
 
-        c.view(lambda: f"""
+        c.view(lambda: html("""
 <main>
-  {area_nav(c, "/area")}
+  {nav}
   <h1>Dashboard</h1>
   <p>Only logged-in users see this page. Your notes, kept in your session:</p>
-  <ul id="notes">{"".join(f"<li>{html.escape(n)}</li>" for n in notes)}</ul>
+  <ul id="notes">{notes}</ul>
   <form id="note-form" data-on:submit__prevent="{add_note}">
-    <input id="draft" {draft.bind()} maxlength="{MAX_NOTE}" placeholder="A note" autocomplete="off">
+    <input id="draft" {draft} maxlength="{max_note}" placeholder="A note" autocomplete="off">
     <button>Add</button>
   </form>
-</main>""")
+</main>""", nav=area_nav(c, "/area"), notes=(html("<li>{}</li>", n) for n in notes), add_note=add_note,
+                            draft=draft.bind(), max_note=MAX_NOTE))
 
     @area.page("/profile", title="Profile")
     def profile(c: Context) -> None:
         c.action(logout, "logout")
         since = c.session_data.get("since", "?")
-        c.view(lambda: f"""
+        c.view(lambda: html("""
 <main>
-  {area_nav(c, "/area/profile")}
+  {nav}
   <h1>Profile</h1>
-  <p id="profile">User <b>{html.escape(c.state_from_middleware["user"])}</b>, logged in since {since}.</p>
-</main>""")
+  <p id="profile">User <b>{user}</b>, logged in since {since}.</p>
+</main>""", nav=area_nav(c, "/area/profile"), user=c.state_from_middleware["user"], since=since))
 
 
 if __name__ == "__main__":

@@ -5,14 +5,14 @@ scope; a flush (at most every 25 ms) renders the view once (``share_render=True`
 the same bytes to every tab.
 """
 
-from pyvia import App, Context, Scope
+from pyvia import App, Context, Scope, html
 
 app = App(title="Shared counter")
 PAGE_SCOPE = Scope.route("/")
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def presence_changed(c: Context) -> None:
     app.broadcast(PAGE_SCOPE)  # the "N watching" line changes
 
@@ -31,14 +31,14 @@ def shared_counter(c: Context) -> None:
         count.value = 0
 
     c.view(
-        lambda: f"""
+        lambda: html("""
 <main id="shared">
   <h1>Shared counter</h1>
-  <p>Everyone on this page sees <strong id="count">{count.value}</strong></p>
+  <p>Everyone on this page sees <strong id="count">{count}</strong></p>
   <button id="inc" data-on:click="{increment}">+1</button>
   <button id="reset" data-on:click="{reset}">Reset</button>
-  <p id="watching">{app.count_clients(c.primary_scope)} watching</p>
-</main>""",
+  <p id="watching">{watching} watching</p>
+</main>""", count=count.value, increment=increment, reset=reset, watching=app.count_clients(c.primary_scope)),
         share_render=True,
     )
 

@@ -8,9 +8,7 @@ those. Prices are integer cents; the browser only says which product, never what
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
-from pyvia import Action, App, Context, Scope
+from pyvia import App, Context, Markup, Scope, html, raw
 
 app = App(title="Shopping cart", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; }
@@ -39,12 +37,6 @@ def money(cents: int) -> str:
     return f"${cents // 100}.{cents % 100:02d}"
 
 
-def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
-    action's own expression, so it keeps its options, on the longer URL."""
-    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
-
-
 @app.page("/")
 def shop(c: Context) -> None:
     c.scope(Scope.SESSION)  # c.broadcast() reaches every tab of this browser session
@@ -52,9 +44,9 @@ def shop(c: Context) -> None:
     def cart() -> dict[str, int]:
         return c.session_data.get("cart", {})
 
-    def change(by: int | None) -> None:
-        """Add ``by`` to the quantity of the product named in the query (``None`` removes it)."""
-        product = c.input("product", "")
+    def change(product: str, by: int | None) -> None:
+        """Add ``by`` to the quantity of ``product`` (``None`` removes it); the view binds the
+        product (``add(product="mug")``), but a user may post any string: check it."""
         if product not in CATALOG:
             return
         items = dict(cart())
@@ -67,48 +59,53 @@ def shop(c: Context) -> None:
         c.broadcast()
 
     @c.action
-    def add() -> None:
-        change(1)
+    def add(product: str) -> None:
+        change(product, 1)
 
     @c.action
-    def decrease() -> None:
-        change(-1)
+    def decrease(product: str) -> None:
+        change(product, -1)
 
     @c.action
-    def remove() -> None:
-        change(None)
+    def remove(product: str) -> None:
+        change(product, None)
 
     @c.action
     def empty() -> None:
         c.session_data["cart"] = {}
         c.broadcast()
 
-    def view() -> str:
+    def view() -> Markup:
         items = cart()
-        products = "".join(f"""
-  <div class="product"><span>{name}</span><span>{money(price)}</span>
-    <button id="add-{pid}" data-on:click="{post(add, product=pid)}">Add to cart</button></div>"""
-            for pid, (name, price) in CATALOG.items())
-        lines = "".join(f"""
-  <div class="line" id="line-{pid}"><span class="name">{CATALOG[pid][0]}</span>
-    <button id="dec-{pid}" data-on:click="{post(decrease, product=pid)}">&minus;</button>
+        products = (html("""
+  <div class="product"><span>{name}</span><span>{price}</span>
+    <button id="add-{pid}" data-on:click="{add}">Add to cart</button></div>""",
+                         name=name, price=money(price), pid=pid, add=add(product=pid))
+                    for pid, (name, price) in CATALOG.items())
+        lines = [html("""
+  <div class="line" id="line-{pid}"><span class="name">{name}</span>
+    <button id="dec-{pid}" data-on:click="{decrease}">&minus;</button>
     <span class="qty" id="qty-{pid}">{qty}</span>
-    <button id="inc-{pid}" data-on:click="{post(add, product=pid)}">+</button>
-    <span id="subtotal-{pid}">{money(CATALOG[pid][1] * qty)}</span>
-    <button id="remove-{pid}" title="Remove" data-on:click="{post(remove, product=pid)}">&times;</button></div>"""
-            for pid, qty in items.items() if pid in CATALOG)
+    <button id="inc-{pid}" data-on:click="{add}">+</button>
+    <span id="subtotal-{pid}">{subtotal}</span>
+    <button id="remove-{pid}" title="Remove" data-on:click="{remove}">&times;</button></div>""",
+                      pid=pid, name=CATALOG[pid][0], qty=qty, subtotal=money(CATALOG[pid][1] * qty),
+                      decrease=decrease(product=pid), add=add(product=pid), remove=remove(product=pid))
+                 for pid, qty in items.items() if pid in CATALOG]
         total = sum(CATALOG[pid][1] * qty for pid, qty in items.items() if pid in CATALOG)
-        return f"""
+        return html("""
 <main>
-<h1>Shop <span id="badge">{sum(items.values())}</span></h1>
+<h1>Shop <span id="badge">{count}</span></h1>
 <section id="catalog"><h2>Catalog</h2>{products}</section>
 <section id="cart"><h2>Your cart</h2>
-  {lines or '<p id="empty-note">Your cart is empty.</p>'}
-  <p>Total: <span id="total">{money(total)}</span></p>
-  <button id="empty" data-on:click="{empty}"{'' if items else ' disabled'}>Empty the cart</button>
+  {lines}
+  <p>Total: <span id="total">{total}</span></p>
+  <button id="empty" data-on:click="{empty}"{disabled}>Empty the cart</button>
   <p><small>Open this page in another tab of the same browser: the cart follows.</small></p>
 </section>
-</main>"""
+</main>""", count=sum(items.values()), products=products,
+                    lines=lines or html('<p id="empty-note">Your cart is empty.</p>'), total=money(total),
+                    empty=empty, disabled="" if items else raw(" disabled"))
 
     c.view(view)
 

@@ -20,7 +20,6 @@ start seeds the sheet.
 from __future__ import annotations
 
 import hashlib
-import html
 import os
 import random
 import secrets
@@ -30,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from pyvia import Action, App, Context, Scope
+from pyvia import Action, App, Context, Markup, Scope, html
 
 ROWS, COLS = 2000, 8
 COLUMNS = "ABCDEFGH"
@@ -140,10 +139,10 @@ def window_start(scroll_top: int) -> int:
     return max(0, min(ROWS - WINDOW, scroll_top // ROW_H - OVERSCAN))
 
 
-def post(action: Action, query: str = "") -> str:
-    """``@post`` of an action; ``query`` is a JavaScript expression appended to its URL."""
-    if not query:
-        return str(action)
+def post(action: Action, query: str) -> str:
+    """``@post`` of an action whose typed arguments the browser computes: ``query`` is a JavaScript
+    expression appended to its URL (only the cell clicked needs it: every other argument is bound
+    when the view renders)."""
     return str(action).replace(f"'{action.url}'", f"'{action.url}' + {query}", 1)
 
 
@@ -189,23 +188,22 @@ def sheet(c: Context) -> None:
         c.sync()  # the window for the scroll_top the browser just sent
 
     @c.action
-    def select() -> None:
-        r, _, k = str(c.input("cell", "")).partition(":")
-        if not (r.isdigit() and k.isdigit()) or (int(r), int(k)) == (row.value, col.value):
+    def select(r: int, k: int) -> None:  # the cell clicked: select_cell keeps it on the sheet
+        if (r, k) == (row.value, col.value):
             return
         if editing.value:  # clicking elsewhere commits the edit, as spreadsheets do
             store(draft.as_str())
             editing.value = False
-        select_cell(int(r), int(k))
+        select_cell(r, k)
 
     @c.action
-    def move() -> None:
-        dr, dk = MOVES.get(str(c.input("key", "")), (0, 0))
+    def move(key: str) -> None:
+        dr, dk = MOVES.get(key, (0, 0))
         select_cell(row.value + dr, col.value + dk)
 
     @c.action
-    def edit() -> None:
-        if c.input("keep"):  # Enter, F2 or a double click: edit the current value
+    def edit(keep: bool = False) -> None:
+        if keep:  # Enter, F2 or a double click: edit the current value
             draft.value = read_cell(row.value, col.value)
         editing.value = True  # otherwise the browser already holds the first key in the draft
         c.sync()
@@ -234,74 +232,78 @@ def sheet(c: Context) -> None:
     def paste() -> None:
         store(c.session_data.get("clipboard", ""))
 
-    move_by_key = post(move, "'?key=' + k")
-    edit_current = post(edit, "'?keep=1'")
-    select_clicked = post(select, "'?cell=' + cell.dataset.cell")
+    move_by_key = " else ".join(f"if (k === '{name}') {{ {move(key=name)} }}" for name in MOVES)
+    edit_current = edit(keep=True)
+    select_clicked = post(select, "'?r=' + r + '&k=' + k")
     is_editing = editing.ref()  # server-owned: the page sets it here ahead of the server's answer
     keys = f"""
       const k = evt.key, mod = evt.ctrlKey || evt.metaKey;
       if (evt.altKey || evt.isComposing) return;
       if ({is_editing}) {{
-        if (k === 'Enter') {{ evt.preventDefault(); {post(commit)} }}
-        else if (k === 'Escape') {{ {is_editing} = false; {post(cancel)} }}
+        if (k === 'Enter') {{ evt.preventDefault(); {commit} }}
+        else if (k === 'Escape') {{ {is_editing} = false; {cancel} }}
         else if (k.length === 1 && !mod && evt.target.id !== 'editor') {{ evt.preventDefault(); {draft.ref()} += k }}
       }}
-      else if (mod && k === 'c') {{ {post(copy)} }}
-      else if (mod && k === 'v') {{ evt.preventDefault(); {post(paste)} }}
+      else if (mod && k === 'c') {{ {copy} }}
+      else if (mod && k === 'v') {{ evt.preventDefault(); {paste} }}
       else if (mod) {{ }}
       else if (k.startsWith('Arrow')) {{ evt.preventDefault(); {move_by_key} }}
       else if (k === 'Enter' || k === 'F2') {{ evt.preventDefault(); {is_editing} = true; {edit_current} }}
-      else if (k === 'Delete' || k === 'Backspace') {{ evt.preventDefault(); {post(clear)} }}
-      else if (k.length === 1) {{ evt.preventDefault(); {is_editing} = true; {draft.ref()} = k; {post(edit)} }}"""
+      else if (k === 'Delete' || k === 'Backspace') {{ evt.preventDefault(); {clear} }}
+      else if (k.length === 1) {{ evt.preventDefault(); {is_editing} = true; {draft.ref()} = k; {edit} }}"""
     click = f"""
       const cell = evt.target.closest('[data-cell]');
-      if (cell && evt.target.id !== 'editor') {select_clicked}"""
+      if (cell && evt.target.id !== 'editor') {{
+        const [r, k] = cell.dataset.cell.split(':');
+        {select_clicked}
+      }}"""
     double_click = f"if (evt.target.closest('[data-cell]')) {{ {is_editing} = true; {edit_current} }}"
 
-    def render_cell(r: int, k: int, value: str, peers: dict[tuple[int, int], str]) -> str:
+    def render_cell(r: int, k: int, value: str, peers: dict[tuple[int, int], str]) -> Markup:
         if (r, k) == (row.value, col.value):
             if editing.value:
-                inner = (f'<input id="editor" {draft.bind()} maxlength="{MAX_VALUE}" autocomplete="off"'
-                         ' data-init="el.focus()">')
+                inner = html('<input id="editor" {} maxlength="{}" autocomplete="off" data-init="el.focus()">',
+                             draft.bind(), MAX_VALUE)
             else:
-                inner = html.escape(value)
-            return f'<div class="cell sel" data-cell="{r}:{k}">{inner}</div>'
+                inner = html("{}", value)
+            return html('<div class="cell sel" data-cell="{}:{}">{}</div>', r, k, inner)
         if (r, k) in peers:
-            return (f'<div class="cell peer" style="--peer: {peers[(r, k)]}" data-cell="{r}:{k}">'
-                    f"{html.escape(value)}</div>")
-        return f'<div class="cell" data-cell="{r}:{k}">{html.escape(value)}</div>'
+            return html('<div class="cell peer" style="--peer: {}" data-cell="{}:{}">{}</div>',
+                        peers[(r, k)], r, k, value)
+        return html('<div class="cell" data-cell="{}:{}">{}</div>', r, k, value)
 
-    def view() -> str:
+    def view() -> Markup:
         first = window_start(scroll_top.as_int())
         values = load_window(first, WINDOW)
         peers = {(x["row"], x["col"]): x["color"] for x in cursors.value if x["tab"] != me}
-        rows = "".join(
-            f'<div class="row"><div class="rh">{r + 1}</div>'
-            + "".join(render_cell(r, k, values.get((r, k), ""), peers) for k in range(COLS))
-            + "</div>"
+        rows = (
+            html('<div class="row"><div class="rh">{}</div>{}</div>', r + 1,
+                 (render_cell(r, k, values.get((r, k), ""), peers) for k in range(COLS)))
             for r in range(first, min(first + WINDOW, ROWS))
         )
-        people = "".join(f'<span class="dot" style="background: {x["color"]}"></span>' for x in cursors.value)
-        address = f"{COLUMNS[col.value]}{row.value + 1}"
-        return f"""
-<main id="sheet" data-on:keydown__window="{html.escape(keys)}">
+        people = (html('<span class="dot" style="background: {}"></span>', x["color"]) for x in cursors.value)
+        return html("""
+<main id="sheet" data-on:keydown__window="{keys}">
   <h1>Spreadsheet</h1>
   <div class="bar">
-    <span id="address"><b>{address}</b> {html.escape(read_cell(row.value, col.value))}</span>
-    <span id="clipboard">Clipboard: <code data-text="{clipboard.ref()}">{html.escape(clipboard.value)}</code></span>
-    <span id="people">{people} {len(cursors.value)} here</span>
+    <span id="address"><b>{address}</b> {current}</span>
+    <span id="clipboard">Clipboard: <code data-text="{clipboard_ref}">{clipboard}</code></span>
+    <span id="people">{people} {here} here</span>
   </div>
-  <div class="head"><div></div>{"".join(f"<div>{name}</div>" for name in COLUMNS)}</div>
+  <div class="head"><div></div>{columns}</div>
   <div id="viewport"
-       data-on:scroll__throttle.60ms.trailing="{scroll_top.ref()} = Math.round(el.scrollTop); {post(scroll)}"
-       data-effect="el.scrollTop = {scroll_top.ref()}">
-    <div id="rows" data-on:click="{html.escape(click)}" data-on:dblclick="{html.escape(double_click)}">
-      <div id="window" style="top: {first * ROW_H}px">{rows}</div>
+       data-on:scroll__throttle.60ms.trailing="{scroll_top} = Math.round(el.scrollTop); {scroll}"
+       data-effect="el.scrollTop = {scroll_top}">
+    <div id="rows" data-on:click="{click}" data-on:dblclick="{double_click}">
+      <div id="window" style="top: {top}px">{rows}</div>
     </div>
   </div>
   <p><small>Click a cell, type, Enter to commit, Escape to cancel; arrows move; Ctrl+C / Ctrl+V copy and paste.
   Open a second browser to see its cursor.</small></p>
-</main>"""
+</main>""", keys=keys, address=f"{COLUMNS[col.value]}{row.value + 1}", current=read_cell(row.value, col.value),
+                    clipboard_ref=clipboard.ref(), clipboard=clipboard.value, people=people, here=len(cursors.value),
+                    columns=(html("<div>{}</div>", name) for name in COLUMNS), scroll_top=scroll_top.ref(),
+                    scroll=scroll, click=click, double_click=double_click, top=first * ROW_H, rows=rows)
 
     c.view(view)
 

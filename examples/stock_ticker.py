@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 
-from pyvia import App, Context, Scope
+from pyvia import App, Context, Markup, Scope, html
 
 app = App(title="Stock ticker", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; }
@@ -88,11 +88,11 @@ def tick() -> None:
     quotes.value = market.quotes()  # marks the page's scope: every tab gets it at the next flush
 
 
-app.set_interval(tick, TICK_MS)
+app.set_interval(tick, TICK_MS / 1000)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def presence_changed(c: Context) -> None:
     app.broadcast(PAGE)  # the "watching" line changes
 
@@ -102,9 +102,9 @@ def ticker(c: Context) -> None:
     c.scope(Scope.ROUTE)
     shared = c.signal({}, "quotes", scope=Scope.ROUTE)  # the same signal as ``quotes`` above
 
-    def row(symbol: str) -> str:
+    def row(symbol: str) -> Markup:
         q = f"{shared.ref()}.{symbol}"  # $_route__quotes.ACME
-        return f"""
+        return html("""
   <tr id="row-{symbol}">
     <td>{symbol}</td>
     <td id="price-{symbol}" data-text="{q}.price"
@@ -115,19 +115,20 @@ def ticker(c: Context) -> None:
       <svg viewBox="0 0 120 24" preserveAspectRatio="none">
         <polyline id="spark-{symbol}" data-attr:points="{q}.points"/></svg>
     </td>
-  </tr>"""
+  </tr>""", symbol=symbol, q=q)
 
     # The markup holds no price: Datastar fills it in from the signal, so the render that each
     # flush sends is the same every time, apart from the "watching" line, and the morph is a no-op.
-    c.view(lambda: f"""
+    c.view(lambda: html("""
 <main>
   <h1>Stock ticker</h1>
   <table>
-    <thead><tr><th>Symbol</th><th>Price</th><th>Since open</th><th>Last {HISTORY} ticks</th></tr></thead>
-    <tbody>{''.join(row(s) for s in SYMBOLS)}</tbody>
+    <thead><tr><th>Symbol</th><th>Price</th><th>Since open</th><th>Last {history} ticks</th></tr></thead>
+    <tbody>{rows}</tbody>
   </table>
-  <p id="watching">{app.count_clients(PAGE)} watching. Prices move every {TICK_MS} ms while someone does.</p>
-</main>""", share_render=True)
+  <p id="watching">{watching} watching. Prices move every {tick_ms} ms while someone does.</p>
+</main>""", history=HISTORY, rows=(row(s) for s in SYMBOLS), watching=app.count_clients(PAGE), tick_ms=TICK_MS),
+           share_render=True)
 
 
 if __name__ == "__main__":

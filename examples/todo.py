@@ -8,17 +8,14 @@ the route), so two tabs stay in sync. The filter (all / active / done) belongs t
 
 from __future__ import annotations
 
-import html
 import os
-import re
 import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from urllib.parse import urlencode
 
-from pyvia import Action, App, Context, Scope, UserError
+from pyvia import App, Context, Markup, Scope, html, raw
 
 app = App(title="Todo", head=["""<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 32rem; }
@@ -32,8 +29,6 @@ app = App(title="Todo", head=["""<style>
 
 FILTERS = ("all", "active", "done")
 MAX_TITLE = 200
-#: A row id as this page writes it: ASCII digits that fit SQLite's 64-bit INTEGER.
-ROW_ID = re.compile(r"[0-9]{1,18}\Z")
 
 
 def db_path() -> Path:
@@ -63,12 +58,6 @@ def load(show: str) -> tuple[list[tuple[int, str, bool]], int, int]:
     return [(i, t, bool(d)) for i, t, d in rows], total - done, done
 
 
-def post(action: Action, **query: object) -> str:
-    """The Datastar expression posting ``action`` with a query string (read with ``c.input``): the
-    action's own expression, so it keeps its options, on the longer URL."""
-    return str(action).replace(f"'{action.url}'", f"'{action.url}?{urlencode(query)}'", 1)
-
-
 @app.page("/")
 def todo(c: Context) -> None:
     c.scope(Scope.ROUTE)  # c.broadcast() re-renders every tab on this page
@@ -80,14 +69,6 @@ def todo(c: Context) -> None:
             conn.execute(sql, params)
         c.broadcast()  # every tab on the page renders again at the next flush
 
-    def row_id() -> int:
-        """The ``id`` the button posted; anything this page never writes (a 23-digit number
-        SQLite cannot store, ``abc``, ``²``) is a 400 with the reason, not a crash."""
-        value = str(c.input("id", ""))
-        if ROW_ID.match(value) is None:
-            raise UserError(f"todo id {value[:40]!r} is not a whole number of up to 18 digits")
-        return int(value)
-
     @c.action
     def add() -> None:
         title = draft.as_str().strip()[:MAX_TITLE]
@@ -95,52 +76,56 @@ def todo(c: Context) -> None:
             draft.value = ""
             write("INSERT INTO todos (title) VALUES (?)", title)
 
+    # ``item_id: int``: the view binds it (``toggle(item_id=3)``); anything else the browser posts
+    # (``abc``, ``1e3``, a number past 2**53) is a 400 naming the argument, and the action does not
+    # run. An id of no row (deleted by another tab meanwhile) changes nothing.
     @c.action
-    def toggle() -> None:
-        write("UPDATE todos SET done = 1 - done WHERE id = ?", row_id())
+    def toggle(item_id: int) -> None:
+        write("UPDATE todos SET done = 1 - done WHERE id = ?", item_id)
 
     @c.action
-    def delete() -> None:
-        write("DELETE FROM todos WHERE id = ?", row_id())
+    def delete(item_id: int) -> None:
+        write("DELETE FROM todos WHERE id = ?", item_id)
 
     @c.action
     def clear_done() -> None:
         write("DELETE FROM todos WHERE done = 1")
 
     @c.action
-    def set_filter() -> None:
-        wanted = c.input("show", "all")
+    def set_filter(wanted: str) -> None:
         show.value = wanted if wanted in FILTERS else "all"
         c.sync()  # only this tab
 
-    def view() -> str:
+    def item(i: int, title: str, is_done: bool) -> Markup:
+        return html('''
+    <li id="todo-{i}"{done_class}>
+      <input type="checkbox" id="toggle-{i}"{checked} data-on:change="{toggle}">
+      <span>{title}</span>
+      <button id="delete-{i}" title="Delete" data-on:click="{delete}">&times;</button>
+    </li>''', i=i, title=title, toggle=toggle(item_id=i), delete=delete(item_id=i),
+                    done_class=raw(' class="done"') if is_done else "", checked=raw(" checked") if is_done else "")
+
+    def view() -> Markup:
         current = show.value if show.value in FILTERS else "all"
         rows, left, done = load(current)
-        items = "".join(f"""
-    <li id="todo-{i}"{' class="done"' if is_done else ''}>
-      <input type="checkbox" id="toggle-{i}"{' checked' if is_done else ''} data-on:change="{post(toggle, id=i)}">
-      <span>{html.escape(title)}</span>
-      <button id="delete-{i}" title="Delete" data-on:click="{post(delete, id=i)}">&times;</button>
-    </li>""" for i, title, is_done in rows)
-        buttons = "".join(
-            f'<button id="show-{f}" aria-pressed="{str(f == current).lower()}"'
-            f' data-on:click="{post(set_filter, show=f)}">{f}</button>'
-            for f in FILTERS
-        )
-        return f"""
+        buttons = (html('<button id="show-{f}" aria-pressed="{pressed}" data-on:click="{act}">{f}</button>',
+                        f=f, pressed=str(f == current).lower(), act=set_filter(wanted=f))
+                   for f in FILTERS)
+        return html('''
 <main>
   <h1>Todo</h1>
   <form id="add-form" data-on:submit__prevent="{add}">
-    <input id="draft" placeholder="What needs doing?" autocomplete="off" maxlength="{MAX_TITLE}" {draft.bind()}>
+    <input id="draft" placeholder="What needs doing?" autocomplete="off" maxlength="{max_title}" {bind}>
     <button>Add</button>
   </form>
   <ul id="todos">{items}</ul>
   <footer>
     <span id="left">{left} left</span>
     <span class="filters">{buttons}</span>
-    <button id="clear-done" data-on:click="{clear_done}"{'' if done else ' disabled'}>Clear done ({done})</button>
+    <button id="clear-done" data-on:click="{clear_done}"{disabled}>Clear done ({done})</button>
   </footer>
-</main>"""
+</main>''', add=add, max_title=MAX_TITLE, bind=draft.bind(), items=(item(*row) for row in rows), left=left,
+                    buttons=buttons, clear_done=clear_done, disabled="" if done else raw(" disabled"), done=done)
 
     c.view(view)
 

@@ -14,12 +14,11 @@ may start the next race.
 from __future__ import annotations
 
 import hashlib
-import html
 import math
 import random
 import re
 
-from pyvia import App, Context, Scope, SharedSignal
+from pyvia import App, Context, Markup, Scope, SharedSignal, html, raw
 
 COUNTDOWN = 3  # seconds
 RACE_LIMIT = 120  # seconds: a race ends then, finished or not
@@ -51,7 +50,9 @@ app = App(title="Type race", head=["""<style>
 
 
 def room_scope(room: str) -> str:
-    return f"race:{room}"
+    """The room's custom scope; ``Scope.custom`` escapes what a name may hold (the rooms here are
+    letters and digits, so ``race:lobby`` is the name as it is, and the list reads it back)."""
+    return Scope.custom("race", room)
 
 
 def player_key(session_id: str) -> str:
@@ -92,11 +93,11 @@ def tick() -> None:
             phase.value = "finished"
 
 
-app.set_interval(tick, 100)
+app.set_interval(tick, 0.1)
 
 
-@app.on_client_connect
-@app.on_client_disconnect
+@app.on_connect
+@app.on_disconnect
 def rooms_changed(c: Context) -> None:
     app.broadcast(Scope.route("/"))  # the room list shows who is where
 
@@ -115,23 +116,23 @@ def rooms(c: Context) -> None:
             return
         c.redirect(app.url(f"/room/{name}"))
 
-    def view() -> str:
+    def view() -> Markup:
         open_rooms = {s.name.split(":", 1)[1] for s in app.scopes.matching("race:*")}
-        items = "".join(
-            f'<li><a href="{app.url(f"/room/{name}")}">{name}</a> '
-            f'<span class="count">{app.count_clients(room_scope(name))} here</span></li>'
+        items = (
+            html('<li><a href="{}">{}</a> <span class="count">{} here</span></li>',
+                 app.url(f"/room/{name}"), name, app.count_clients(room_scope(name)))
             for name in sorted(set(ROOMS) | open_rooms)
         )
-        return f"""
+        return html("""
 <main>
   <h1>Type race</h1>
   <ul id="rooms">{items}</ul>
   <form id="go-form" data-on:submit__prevent="{go}">
-    <input id="wanted" {wanted.bind()} maxlength="{MAX_NAME}" placeholder="another room" autocomplete="off">
+    <input id="wanted" {wanted} maxlength="{max_name}" placeholder="another room" autocomplete="off">
     <button>Go</button>
   </form>
-  <p id="problem" data-text="{problem.ref()}"></p>
-</main>"""
+  <p id="problem" data-text="{problem}"></p>
+</main>""", items=items, go=go, wanted=wanted.bind(), max_name=MAX_NAME, problem=problem.ref())
 
     c.view(view, share_render=True)  # nothing in it is one tab's: render once for all
 
@@ -139,7 +140,7 @@ def rooms(c: Context) -> None:
 @app.page("/room/{name}", title="Type race")
 def race(c: Context, name: str) -> None:
     if not re.fullmatch(rf"[a-z0-9]{{1,{MAX_NAME}}}", name):
-        c.view(lambda: f'<p>No room here. <a href="{app.url("/")}">All rooms</a></p>')
+        c.view(lambda: html('<p>No room here. <a href="{}">All rooms</a></p>', app.url("/")))
         return
     scope = room_scope(name)
     c.scope(scope)  # c.broadcast() and the shared signals below reach everyone in the room
@@ -193,64 +194,70 @@ def race(c: Context, name: str) -> None:
         if finished and race_over(scope, room):
             phase.value = "finished"
 
-    def player_rows() -> str:
+    def player_rows() -> Markup:
         length = len(sentence.value)
         rows = []
         for p in players.value:
             pct = 100 * p["done"] // length if length else 0
             took = f"{p['time']:.2f} s" if p["time"] is not None else f"{pct}%"
-            rows.append(f"""<div class="player{' me' if p['key'] == me else ''}">
-              <span class="who">{html.escape(p['name'])}</span>
-              <div class="bar"><div style="width: {pct}%"></div></div><span class="took">{took}</span></div>""")
-        return "".join(rows) or "<p>No players yet: press Start.</p>"
+            rows.append(html("""<div class="player{me}">
+              <span class="who">{name}</span>
+              <div class="bar"><div style="width: {pct}%"></div></div><span class="took">{took}</span></div>""",
+                             me=" me" if p["key"] == me else "", name=p["name"], pct=pct, took=took))
+        return html("{}", rows) if rows else html("<p>No players yet: press Start.</p>")
 
-    def results() -> str:
+    def results() -> Markup:
         ranked = sorted((p for p in players.value if p["time"] is not None), key=lambda p: p["time"])
         words = len(sentence.value) / 5
-        items = "".join(f"<li>{html.escape(p['name'])}: {p['time']:.2f} s, {words / p['time'] * 60:.0f} wpm</li>"
-                        for p in ranked)
-        unfinished = [html.escape(p["name"]) for p in players.value if p["time"] is None]
-        return (f'<ol id="results">{items}</ol>'
-                + (f"<p>Did not finish: {', '.join(unfinished)}</p>" if unfinished else ""))
+        items = (html("<li>{}: {:.2f} s, {:.0f} wpm</li>", p["name"], p["time"], words / p["time"] * 60)
+                 for p in ranked)
+        unfinished = [p["name"] for p in players.value if p["time"] is None]
+        return (html('<ol id="results">{}</ol>', items)
+                + (html("<p>Did not finish: {}</p>", ", ".join(unfinished)) if unfinished else ""))
 
-    def view() -> str:
+    def view() -> Markup:
         mine = my_entry()
         done = mine["done"] if mine else 0
         racing_me = phase.value == "racing" and mine is not None and mine["time"] is None
         label = {"waiting": "Start", "countdown": "Join", "finished": "Start a new race"}.get(phase.value)
+        button: Markup | str
         if not username.value:
-            button = "<p>Set your name to race.</p>"
+            button = html("<p>Set your name to race.</p>")
         elif label and not (phase.value == "countdown" and mine):
-            button = f'<button id="start" data-on:click="{start}">{label}</button>'
+            button = html('<button id="start" data-on:click="{}">{}</button>', start, label)
         else:
             button = ""
         banner = {
             "waiting": "Waiting for someone to press Start.",
-            "countdown": f'<div id="countdown">{countdown.value}</div>',
+            "countdown": html('<div id="countdown">{}</div>', countdown.value),
             "racing": "Go!" if mine else "A race is under way; you can join the next one.",
-            "finished": "Race over." + results(),
+            "finished": html("Race over.{}", results()),
         }[phase.value]
         # While racing, the input is enabled and focused; the browser clears it for a new race.
-        attrs = 'data-init="el.focus()"' if racing_me else "disabled"
-        return f"""
+        attrs = raw('data-init="el.focus()"') if racing_me else raw("disabled")
+        return html("""
 <main id="race">
-  <p><a href="{app.url("/")}">All rooms</a></p>
-  <h1>Room {html.escape(name)}</h1>
+  <p><a href="{home}">All rooms</a></p>
+  <h1>Room {name}</h1>
   <form id="name-form" data-on:submit__prevent="{set_name}">
-    <input id="name" {name_field.bind()} maxlength="{MAX_NAME}" placeholder="Your name" autocomplete="off">
+    <input id="name" {name_field} maxlength="{max_name}" placeholder="Your name" autocomplete="off">
     <button>Set name</button>
-    <span id="me" data-text="{username.ref()}">{html.escape(username.value)}</span>
+    <span id="me" data-text="{username_ref}">{username}</span>
   </form>
-  <div id="phase" class="{phase.value}">{banner}</div>
+  <div id="phase" class="{phase}">{banner}</div>
   {button}
-  <p id="sentence"><span class="done">{html.escape(sentence.value[:done])}</span>{html.escape(sentence.value[done:])}
+  <p id="sentence"><span class="done">{done}</span>{rest}
   </p>
-  <input id="typed" {typed.bind()} {attrs} autocomplete="off" spellcheck="false"
+  <input id="typed" {typed} {attrs} autocomplete="off" spellcheck="false"
          data-on:input__throttle.100ms.trailing="{progress}" data-on:paste="evt.preventDefault()"
-         data-class:typo="!{sentence.ref()}.startsWith({typed.ref()})"
-         data-effect="{phase.ref()} === 'countdown' && ({typed.ref()} = '')">
-  <div id="players">{player_rows()}</div>
-</main>"""
+         data-class:typo="!{sentence}.startsWith({typed_ref})"
+         data-effect="{phase_ref} === 'countdown' && ({typed_ref} = '')">
+  <div id="players">{players}</div>
+</main>""", home=app.url("/"), name=name, set_name=set_name, name_field=name_field.bind(), max_name=MAX_NAME,
+                    username_ref=username.ref(), username=username.value, phase=phase.value, banner=banner,
+                    button=button, done=sentence.value[:done], rest=sentence.value[done:], typed=typed.bind(),
+                    attrs=attrs, progress=progress, sentence=sentence.ref(), typed_ref=typed.ref(),
+                    phase_ref=phase.ref(), players=player_rows())
 
     c.view(view)
 

@@ -7,7 +7,6 @@ own tabs, scopes and settings, exactly as when it runs alone.
 
 from __future__ import annotations
 
-import html
 import importlib.util
 import re
 import sys
@@ -21,7 +20,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from pyvia import App, Context, Request, Response
+from pyvia import App, Context, Markup, Request, Response, html, raw
 from website.api import render_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,20 +125,27 @@ def _doc_pages() -> list[tuple[str, str]]:
     return pages
 
 
-def _layout(body: str, *, wide: bool = False) -> str:
-    header = (
-        '<header class="site"><a class="brand" href="/">pyvia</a>'
-        '<a href="/docs/index">Docs</a><a href="/examples">Examples</a>'
-        '<a href="/docs/getting-started">Get started</a></header>'
-    )
-    return f'{header}<main class="page{" wide" if wide else ""}">{body}</main>'
+_HEADER = raw(
+    '<header class="site"><a class="brand" href="/">pyvia</a>'
+    '<a href="/docs/index">Docs</a><a href="/examples">Examples</a>'
+    '<a href="/docs/getting-started">Get started</a></header>'
+)
+
+
+def _layout(body: Markup, *, wide: bool = False) -> Markup:
+    return html('{}<main class="page{}">{}</main>', _HEADER, " wide" if wide else "", body)
+
+
+def _docs_nav() -> Markup:
+    return html('<nav class="docs">{}<a href="/docs/api">API reference</a></nav>',
+                (html('<a href="/docs/{}">{}</a>', s, t) for s, t in _doc_pages()))
 
 
 _LINK = re.compile(r'href="(?!https?:|#|/)([\w-]+)\.md(#[^"]*)?"')
 _IMAGE = re.compile(r'src="\.\./website/static/')
 
 
-def render_markdown(text: str) -> str:
+def render_markdown(text: str) -> Markup:
     """Markdown to HTML, with links between the guides pointing at their site pages.
 
     Images under ``website/static`` are linked relative to ``docs/`` (so the Markdown shows them in
@@ -147,16 +153,17 @@ def render_markdown(text: str) -> str:
     """
     rendered = _markdown.render(text)
     rendered = _IMAGE.sub('src="/', rendered)
-    return _LINK.sub(lambda m: f'href="/docs/{m.group(1)}{m.group(2) or ""}"', rendered)
+    # markdown-it escapes the text and drops raw HTML blocks (``html=False``): the guides' own markup
+    return raw(_LINK.sub(lambda m: f'href="/docs/{m.group(1)}{m.group(2) or ""}"', rendered))
 
 
 @app.page("/")
 def home(c: Context) -> None:
-    cards = "".join(
-        f'<div class="card"><h3><a href="/gallery/{e.name}">{html.escape(e.title)}</a></h3>'
-        f"<p>{html.escape(e.blurb)}</p></div>" for e in SHOWN
-    )
-    body = f"""
+    cards = [
+        html('<div class="card"><h3><a href="/gallery/{}">{}</a></h3><p>{}</p></div>', e.name, e.title, e.blurb)
+        for e in SHOWN
+    ]
+    body = html("""
 <h1>pyvia</h1>
 <p>Real-time, server-rendered web apps in Python, without writing JavaScript. Every open tab gets a
 context on the server; one Server-Sent-Events stream per tab carries HTML and signal patches that
@@ -165,36 +172,30 @@ value unless it is an input the user edits, so a click sends the tab's id and wh
 <p><a href="/docs/getting-started">Get started</a> · <a href="/docs/index">Read the guides</a> ·
 <a href="/examples">See the examples</a> (open any of them in two tabs).</p>
 <h2>Examples</h2>
-<div class="cards" id="gallery">{cards}</div>"""
+<div class="cards" id="gallery">{}</div>""", cards)
     c.view(lambda: _layout(body))
 
 
 @app.page("/docs/api")
 def api_reference(c: Context) -> None:
-    nav = "".join(f'<a href="/docs/{s}">{html.escape(t)}</a>' for s, t in _doc_pages())
-    reference = render_reference()
-    c.view(lambda: _layout(f'<nav class="docs">{nav}<a href="/docs/api">API reference</a></nav>'
-                           f'<article id="doc">{reference}</article>'))
+    nav, reference = _docs_nav(), render_reference()
+    c.view(lambda: _layout(html('{}<article id="doc">{}</article>', nav, reference)))
 
 
 @app.page("/docs/{slug}")
 def doc(c: Context, slug: str) -> None:
     path = DOCS / f"{slug}.md"
     if not re.fullmatch(r"[\w-]+", slug) or not path.is_file():
-        c.view(lambda: _layout(f"<h1>No guide named {html.escape(slug)}</h1>"))
+        c.view(lambda: _layout(html("<h1>No guide named {}</h1>", slug)))
         return
-    nav = "".join(f'<a href="/docs/{s}">{html.escape(t)}</a>' for s, t in _doc_pages())
-    nav += '<a href="/docs/api">API reference</a>'
-    article = render_markdown(path.read_text())
-    c.view(lambda: _layout(f'<nav class="docs">{nav}</nav><article id="doc">{article}</article>'))
+    nav, article = _docs_nav(), render_markdown(path.read_text())
+    c.view(lambda: _layout(html('{}<article id="doc">{}</article>', nav, article)))
 
 
 @app.page("/examples")
 def gallery(c: Context) -> None:
-    items = "".join(
-        f'<li><a href="/gallery/{e.name}">{html.escape(e.title)}</a> — {html.escape(e.blurb)}</li>' for e in SHOWN
-    )
-    c.view(lambda: _layout(f'<h1>Examples</h1><ul id="examples">{items}</ul>'))
+    items = [html('<li><a href="/gallery/{}">{}</a> — {}</li>', e.name, e.title, e.blurb) for e in SHOWN]
+    c.view(lambda: _layout(html('<h1>Examples</h1><ul id="examples">{}</ul>', items)))
 
 
 @app.route("GET", "/gallery/{name}")
@@ -204,12 +205,13 @@ def example(request: Request, name: str) -> Response:
     if entry is None:
         return _not_found_page(request)
     source = (EXAMPLES / f"{name}.py").read_text()
-    code = highlight(source, PythonLexer(), HtmlFormatter())
-    body = f"""
-<h1>{html.escape(entry.title)}</h1><p>{html.escape(entry.blurb)}
+    code = raw(highlight(source, PythonLexer(), HtmlFormatter()))  # Pygments escapes the source
+    body = html("""
+<h1>{title}</h1><p>{blurb}
  <a href="/examples/{name}/" target="_blank">Open it alone</a> (try two tabs).</p>
 <div class="example"><div class="source">{code}</div>
-<iframe id="live" src="/examples/{name}/" title="{html.escape(entry.title)}"></iframe></div>"""
+<iframe id="live" src="/examples/{name}/" title="{title}"></iframe></div>""", title=entry.title, blurb=entry.blurb,
+                name=name, code=code)
     return Response.html(_document(f"{entry.title} · pyvia", _layout(body, wide=True)))
 
 
@@ -222,14 +224,13 @@ def plot(request: Request, name: str) -> Response:
     return Response(200, [("content-type", "image/svg+xml"), ("cache-control", "no-cache")], path.read_bytes())
 
 
-def _document(title: str, body: str) -> str:
+def _document(title: str, body: Markup) -> str:
     """A plain page (no live tab) with the site's look."""
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
-            f"<title>{html.escape(title)}</title>"
-            f"{''.join(app.config.head)}</head><body>{body}</body></html>")
+    return html('<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+                "<title>{}</title>{}</head><body>{}</body></html>", title, raw("".join(app.config.head)), body)
 
 
 @app.not_found
 def _not_found_page(request: Request) -> Response:
-    return Response.html(_document("Not found · pyvia", _layout(f"<h1>Nothing at {html.escape(request.path)}</h1>")),
+    return Response.html(_document("Not found · pyvia", _layout(html("<h1>Nothing at {}</h1>", request.path))),
                          404)

@@ -24,7 +24,7 @@ from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
 from pyvia.cluster.link import ClusterLink
 from pyvia.compress import Compression, default_budget
-from pyvia.config import Config
+from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
 from pyvia.context import Context
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DevLog
@@ -119,16 +119,39 @@ class RouteGroup:
 class App:
     """A pyvia application: ``app = App(title="Counter")``, then ``@app.page("/")``.
 
-    Options are those of :class:`pyvia.config.Config`; an unknown one is a ConfigError.
+    Options are the fields of :class:`pyvia.config.Config` (each documented there) and the ``[db]``
+    keys as ``db_url``, ``db_pool_size``, ``db_timeout``, ``db_busy_timeout``; an unknown one is a
+    TypeError naming the closest known option.
     """
 
-    def __init__(self, **options: Any) -> None:
-        # keyword arguments win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
-        settings = load_settings(**options)  # unknown keywords are refused here, with a suggestion
-        misplaced = sorted(set(options) - Config.field_names() - {"db_url", "db_pool_size", "db_timeout",
-                                                                 "db_busy_timeout"})
-        if misplaced:
-            raise ConfigError(f"{', '.join(misplaced)}: not App options (the server's go to app.run() or pyvia run)")
+    _options: dict[str, Any]  # the options given, set by keyword_options before __init__ runs
+
+    @keyword_options
+    def __init__(self, *,
+                 title: str = "pyvia", lang: str = "en", template_dir: FilePath | None = None,
+                 secret: str | bytes | None = None, dev: bool = False, connect_timeout: float = 30.0,
+                 max_waiting_contexts: int = 10_000, cleanup_delay: float = 5.0, reconnect_timeout: float = 60.0,
+                 revival_window: float = 600.0, keep_alive: float = 15.0, sweep_interval: float = 1.0,
+                 broadcast_tick: float = 0.025, broadcast_settle: float = 0.002, max_sessions: int = 10_000,
+                 max_stream_buffer: int = 1 << 20, slow_tab_timeout: float = 30.0, trusted_origins: Sequence[str] = (),
+                 action_rate: float = 1200.0, action_burst: float = 2400.0, trusted_proxies: Sequence[str] = (),
+                 max_snapshot_bytes: int = 16 << 10, action_timeout: float = 60.0, security_headers: bool = True,
+                 content_security_policy: bool = False, allow_missing_origin: bool = False,
+                 secure_cookie: bool = False, head: Sequence[str] = (), foot: Sequence[str] = (), base_path: str = "/",
+                 compression: bool = True, compression_preference: Sequence[str] = ("zstd", "br", "gzip"),
+                 encoder_budget: int | None = None, encoder_idle_release: float = 60.0,
+                 replay_tab_bytes: int = 64 << 10, replay_budget: int | None = None, replay_idle: float = 30.0,
+                 static_dir: FilePath | None = None, static_cache_control: str | Callable[[str, str], str] = "no-cache",
+                 gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100), persist_path: FilePath | None = None,
+                 persist_in_db: bool = False, engine_prefix: str = "pyvia", cluster_direct: bool = True,
+                 cluster_address: str | None = None, max_unsent_bytes: int = 256 << 20, max_form_fields: int = 1000,
+                 max_form_files: int = 100, max_form_bytes: int = 1 << 20, max_file_bytes: int | None = None,
+                 upload_spool_bytes: int = 1 << 20, upload_dir: FilePath | None = None,
+                 error_messages: Mapping[str | int, str] | None = None, error_view: Callable[..., str] | None = None,
+                 datastar_js: FilePath | None = None, extra: Mapping[str, Any] = NO_EXTRA, db_url: str | None = None,
+                 db_pool_size: int = 4, db_timeout: float = 30.0, db_busy_timeout: float = 5.0) -> None:
+        # keyword arguments given win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
+        settings = load_settings(**self._options)
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
         #: The parts that serve the tabs (pyvia.runtime): the registry, the endpoints, sessions, ...
@@ -400,12 +423,15 @@ class App:
         (mounted apps included)."""
         return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self._mounts)
 
-    def broadcast_throttle(self, scope: str, min_interval_ms: float) -> None:
-        """Render ``scope`` (a name or ``*`` pattern) at most once per interval; the last state always goes out."""
+    def broadcast_throttle(self, scope: str, seconds: float | None = None, *,
+                           min_interval_ms: float | None = None) -> None:
+        """Render ``scope`` (a name or ``*`` pattern) at most once every ``seconds``; the last state
+        always goes out. ``min_interval_ms=`` is the deprecated spelling in milliseconds."""
+        seconds = seconds_of("broadcast_throttle", seconds, min_interval_ms, "min_interval_ms")
         if scope in (TAB, ROUTE, SESSION):
             raise DeclarationError(f"broadcast_throttle needs a concrete scope or pattern, not {scope!r}")
         check_broadcast_target(scope)
-        self.broadcaster.throttle(scope, min_interval_ms / 1000.0)
+        self.broadcaster.throttle(scope, seconds)
 
     def signal(self, initial: Any, name: str, *, scope: str, writable: bool = False,
                max_length: int | None = None) -> SharedSignal[Any]:
@@ -453,15 +479,30 @@ class App:
 
     # --- hooks -----------------------------------------------------------------------------------
 
-    def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Run ``fn(c)`` when a tab's stream opens."""
+    # Hooks are named after their event, on the App (every tab) as on a Context (one tab):
+    # app.on_connect / c.on_connect, app.on_disconnect / c.on_disconnect, on_start, on_stop.
+
+    def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when any tab's stream opens (reconnects included); ``c.on_connect`` is one tab's."""
         self._on_connect.append(fn)
         return fn
 
-    def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Run ``fn(c)`` when a tab's last stream closes."""
+    def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Run ``fn(c)`` when any tab's last stream closes; ``c.on_disconnect`` is one tab's."""
         self._on_disconnect.append(fn)
         return fn
+
+    def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Deprecated name of :meth:`on_connect`."""
+        warnings.warn("app.on_client_connect is deprecated: use app.on_connect (the same hook)",
+                      DeprecationWarning, stacklevel=2)
+        return self.on_connect(fn)
+
+    def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Deprecated name of :meth:`on_disconnect`."""
+        warnings.warn("app.on_client_disconnect is deprecated: use app.on_disconnect (the same hook)",
+                      DeprecationWarning, stacklevel=2)
+        return self.on_disconnect(fn)
 
     def on_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn()`` (or ``async fn()``) when the server starts."""
@@ -478,17 +519,19 @@ class App:
         self._on_error.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], ms: float, *, every_worker: bool = False) -> Callable[..., Any]:
-        """Call ``fn()`` every ``ms`` milliseconds while the server runs (errors are reported, not fatal).
+    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *, every_worker: bool = False,
+                     ms: float | None = None) -> Callable[..., Any]:
+        """Call ``fn()`` every ``seconds`` while the server runs (errors are reported, not fatal).
 
         With several workers or nodes it runs on one of them (the holder of the engine's timer
-        lease) unless ``every_worker``.
+        lease) unless ``every_worker``. ``ms=`` is the deprecated spelling in milliseconds.
         """
-        if ms <= 0:
-            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
-        self._app_intervals.append((fn, ms / 1000.0, every_worker))
+        period = seconds_of("set_interval", seconds, ms, "ms")
+        if period <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {period} s")
+        self._app_intervals.append((fn, period, every_worker))
         if self.clock is not None:
-            self._arm_app_interval(fn, ms / 1000.0, every_worker)
+            self._arm_app_interval(fn, period, every_worker)
         return fn
 
     def spawn(self, awaitable: Awaitable[Any]) -> None:
@@ -555,6 +598,11 @@ class App:
     def engine(self) -> Any:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.link.engine if self.link is not None else None
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the app was started and not stopped since (its sweep is armed)."""
+        return self.runtime.registry.sweep_handle is not None
 
     def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the

@@ -32,10 +32,11 @@ import contextlib
 import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from pyvia.http import STATUS_PHRASES, Headers, Request, Response, StreamResponse
+from pyvia.overrides import override
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -75,17 +76,25 @@ def _declared_over(length: str, limit: int) -> bool:
     return len(digits) > 18 or (digits != "" and int(digits) > limit)
 
 
+def _base_of(base_path: str) -> str:
+    return base_path if base_path.endswith("/") else base_path + "/"
+
+
 class _TooLarge(Exception):
     """The request body passed ``max_body``."""
 
 
 def asgi(app: App, *, root_path: str | None = None, max_body: int = MAX_BODY,
-         shutdown_budget: float = SHUTDOWN_BUDGET) -> ASGIApp:
+         shutdown_budget: float = SHUTDOWN_BUDGET, base_path: str | None = None, db_url: str | None = None,
+         settings: Mapping[str, Any] | None = None) -> ASGIApp:
     """The ASGI application serving ``app``: ``uvicorn mod:asgi_app`` or ``Mount("/live", app=...)``.
 
-    Options are those of :class:`ASGIApp`.
+    Options are those of :class:`ASGIApp`; ``base_path``, ``db_url`` and ``settings`` (any App
+    options) replace the app's own while this adapter serves it.
     """
-    return ASGIApp(app, root_path=root_path, max_body=max_body, shutdown_budget=shutdown_budget)
+    merged = {**(settings or {}), **({"base_path": base_path} if base_path is not None else {}),
+              **({"db_url": db_url} if db_url is not None else {})}
+    return ASGIApp(app, root_path=root_path, max_body=max_body, shutdown_budget=shutdown_budget, settings=merged)
 
 
 class ASGIApp:
@@ -96,15 +105,23 @@ class ASGIApp:
     default, takes the app's ``base_path``; ``""`` strips nothing. A ``root_path`` in the ASGI
     scope (Starlette's ``Mount``, uvicorn's ``--root-path``) always wins. Wrap an App once: two
     adapters of one App on one loop would start its timers twice.
+
+    ``settings`` (App options by name, such as ``{"base_path": "/live", "db_url": ...}``) replace
+    the app's own from its start by this adapter to its stop (pyvia.overrides); they are checked
+    here, as ``App(...)`` checks them.
     """
 
-    __slots__ = ("_start_lock", "_started_on", "_warned_root", "app", "max_body", "root_path",
-                 "shutdown_budget")
+    __slots__ = ("_restore", "_start_lock", "_started_on", "_warned_root", "app", "max_body", "root_path",
+                 "settings", "shutdown_budget")
 
     def __init__(self, app: App, *, root_path: str | None = None, max_body: int = MAX_BODY,
-                 shutdown_budget: float = SHUTDOWN_BUDGET) -> None:
+                 shutdown_budget: float = SHUTDOWN_BUDGET, settings: Mapping[str, Any] | None = None) -> None:
+        self.settings = dict(settings or {})
+        self._restore: Callable[[], None] | None = None
+        if self.settings and not app.is_running:
+            override(app, self.settings)()  # refused now, not at the first request
         if root_path is None:
-            root_path = app.config.base_path
+            root_path = _base_of(self.settings["base_path"]) if "base_path" in self.settings else app.config.base_path
         if root_path and not root_path.startswith("/"):
             raise ValueError(f"root_path={root_path!r}: must be '' or start with '/', like '/live'")
         if not isinstance(max_body, int) or max_body < 0:
@@ -153,7 +170,13 @@ class ASGIApp:
             self._start_lock = (loop, asyncio.Lock())  # a lock serves the loop it was made for
         async with self._start_lock[1]:
             if self._started_on is not loop:
-                await self.app.startup()
+                if self.settings and self._restore is None:
+                    self._restore = override(self.app, self.settings)
+                try:
+                    await self.app.startup()
+                except BaseException:
+                    self._put_back()
+                    raise
                 self._started_on = loop
 
     async def shutdown(self) -> None:
@@ -165,6 +188,13 @@ class ASGIApp:
             await asyncio.wait_for(self.app.shutdown(self.shutdown_budget), self.shutdown_budget)
         except TimeoutError:
             logger.warning("app.shutdown() did not finish within %.2f s", self.shutdown_budget)
+        self._put_back()
+
+    def _put_back(self) -> None:
+        """The app's own options again, once this adapter's run with ``settings`` ended."""
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

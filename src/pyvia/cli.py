@@ -22,9 +22,12 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyvia.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyvia.ops.settings import Settings
 
 __all__ = ["AppNotFound", "load_app", "main"]
 
@@ -271,10 +274,17 @@ def _run(args: argparse.Namespace) -> int:
             raise
         logging.getLogger("pyvia").exception("the app does not import; its workers show the error until "
                                              "the next change")
+    logging.getLogger("pyvia").info("%s", profile_line(settings, args.workers, workers))  # what was derived
+    return _run_workers(args, workers, source, engine)
+
+
+def profile_line(settings: Settings, spec: str, workers: int) -> str:
+    """The autotune start-up line for ``workers`` processes started from ``--workers spec``: a
+    count given there pins the profile (``auto`` leaves the count to autotune, as it was derived)."""
     from pyvia.ops.autotune import profile_for
 
-    logging.getLogger("pyvia").info("%s", profile_for(settings).log_line())  # one line: what was derived
-    return _run_workers(args, workers, source, engine)
+    given = None if str(spec).strip().lower() == "auto" else workers
+    return profile_for(settings, workers=given).log_line()
 
 
 def console_main() -> None:

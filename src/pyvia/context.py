@@ -9,6 +9,7 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections import deque
@@ -21,6 +22,7 @@ from markupsafe import Markup
 from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.arguments import encode_arguments, parameters_of
+from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
@@ -81,7 +83,7 @@ class Action:
         return _post(self.url)
 
     def __html__(self) -> Markup:
-        return Markup(str(self).replace("'", "&#39;"))
+        return _post_markup(self.url)
 
     def __repr__(self) -> str:
         return f"Action({self.name!r})"
@@ -100,7 +102,7 @@ class BoundAction:
         return _post(self.url)
 
     def __html__(self) -> Markup:
-        return Markup(str(self).replace("'", "&#39;"))
+        return _post_markup(self.url)
 
     def __repr__(self) -> str:
         return f"BoundAction({self.action.name!r}, {self.url!r})"
@@ -113,6 +115,12 @@ def _post(url: str) -> str:
     # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
     # revive it and run the action.
     return f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _post_markup(url: str) -> Markup:
+    """``_post(url)`` for an HTML attribute: the same for every view of an action, so made once."""
+    return Markup(_post(url).replace("'", "&#39;"))
 
 
 def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
@@ -402,11 +410,13 @@ class Context:
         self._on_disconnect.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], ms: float) -> TimerHandle:
-        """Call ``fn`` every ``ms`` milliseconds until the context is destroyed."""
-        if ms <= 0:
-            raise DeclarationError(f"set_interval needs a positive period, got {ms} ms")
-        return self.app._arm_interval(self, fn, ms / 1000.0)
+    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *,
+                     ms: float | None = None) -> TimerHandle:
+        """Call ``fn`` every ``seconds`` until the context is destroyed (``ms=``: deprecated, milliseconds)."""
+        period = seconds_of("set_interval", seconds, ms, "ms")
+        if period <= 0:
+            raise DeclarationError(f"set_interval needs a positive period, got {period} s")
+        return self.app._arm_interval(self, fn, period)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -778,10 +788,12 @@ class Context:
         """Send what the batch collected plus the changed signals, in one write."""
         batch, self._batch = self._batch, None
         frame = self._signal_frame()
-        if frame:
-            batch = [*(batch or []), frame]
-        if not batch:
+        if not batch:  # the action sent nothing itself: at most its signals patch
+            if frame:
+                self.deliver(frame)
             return
+        if frame:
+            batch.append(frame)
         if all(type(part) is bytes for part in batch):
             self.deliver(b"".join(batch))
             return
@@ -825,7 +837,7 @@ class Context:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
         kwargs = arguments or {}
         result = action.callback(self, **kwargs) if action.pass_context else action.callback(**kwargs)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             return result
         return None
 

@@ -69,7 +69,7 @@ class FormLimits:
     #: Files larger than this are written to an unnamed temporary file instead of memory.
     spool_bytes: int = 1 << 20
     #: Where those temporary files go (None: the system's temporary directory).
-    upload_dir: str | None = None
+    upload_dir: str | os.PathLike[str] | None = None
 
 
 DEFAULT_LIMITS = FormLimits()

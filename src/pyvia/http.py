@@ -116,6 +116,9 @@ class Request:
     transfer: Callable[[Callable[[int], Awaitable[bool] | None]], Awaitable[bool]] | None = None
     _cookies: dict[str, str] | None = None
     _query: dict[str, str] | None = None
+    _content_type: str | None = None
+    #: The app that read this request's session last and what it found (``App._session_of``).
+    _session: tuple[object, str | None] | None = None
 
     @property
     def cookies(self) -> dict[str, str]:
@@ -132,7 +135,12 @@ class Request:
 
     @property
     def content_type(self) -> str:
-        return (self.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        """The media type, lower-cased, without parameters (read once: an action asks three times)."""
+        content_type = self._content_type
+        if content_type is None:
+            raw = self.headers.get("content-type") or ""
+            content_type = self._content_type = raw.split(";", 1)[0].strip().lower()
+        return content_type
 
 
 def parse_cookies(values: list[str]) -> dict[str, str]:

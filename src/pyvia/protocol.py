@@ -315,7 +315,8 @@ def parse_signals(raw: bytes | str) -> dict[str, Any]:
     if len(value) > MAX_SIGNAL_ITEMS:
         raise MalformedRequest(f"more than {MAX_SIGNAL_ITEMS:,} signals")
     for key, item in value.items():
-        _check_shape(key, item, 1)
+        if isinstance(item, (dict, list)):  # a scalar has no shape to check
+            _check_shape(key, item, 1)
     return value
 
 

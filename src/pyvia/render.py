@@ -8,6 +8,7 @@ shell; a full document (one containing ``<html``) gets the bootstrap injected be
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Mapping
@@ -103,18 +104,26 @@ def bootstrap_head(
     with a POST whose body holds the writable signals and the signed snapshot of the server-owned
     ones, read at that moment, and the tab is revived from them.
     """
+    before, after = _boot_tags(bundle_url, integrity, sse_url, close_url)
+    nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
+    return f'{before}{signals_attr(signals)}{after}{nonce_attr}></script>'
+
+
+@functools.lru_cache(maxsize=64)
+def _boot_tags(bundle_url: str, integrity: str, sse_url: str, close_url: str) -> tuple[str, str]:
+    """What :func:`bootstrap_head` writes around the seed and the nonce: the same for every page
+    of an app, so escaped once (the seed and the nonce are a page's own)."""
     get = f"@get('{sse_url}', {{filterSignals: {{include: /^via_ctx$/}}, {_STREAM_OPTIONS}}}).catch(() => {{}})"
     post = (f"@post('{sse_url}', {{filterSignals: {{exclude: /(^|\\.)_(?!via_snap)/}}, {_STREAM_OPTIONS}}})"
             ".catch(() => {})")
-    nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
-    return (
-        f'<meta id="via-boot" data-signals="{signals_attr(signals)}" data-init="{html.escape(get)}" '
+    after = (
+        f'" data-init="{html.escape(get)}" '
         f'data-on:datastar-fetch="{html.escape(_FETCH_EVENTS)}" '
         f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
         f'<meta id="via-revive" data-effect="{html.escape("$_via_revive && " + post)}">\n'
-        f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"{nonce_attr}>'
-        "</script>"
+        f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"'
     )
+    return '<meta id="via-boot" data-signals="', after
 
 
 _SHELL = """<!doctype html>
@@ -132,6 +141,25 @@ _SHELL = """<!doctype html>
 </body>
 </html>
 """
+
+
+def document_bytes(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> bytes:
+    """:func:`build_document`, encoded as UTF-8. For a fragment view the shell around it is encoded
+    once per (lang, title, foot): a page's foot (its alert) is most of its bytes and the same for
+    every view of the route, so only the head and the view are encoded per page."""
+    if is_document(content):
+        return build_document(content, title=title, head=head, foot=foot, lang=lang).encode()
+    top, middle, bottom = _shell_bytes(lang, title, foot)
+    return b"".join((top, head.encode(), middle, content.encode(), bottom))
+
+
+@functools.lru_cache(maxsize=256)
+def _shell_bytes(lang: str, title: str, foot: str) -> tuple[bytes, bytes, bytes]:
+    """The shell before the head, between the head and the view, and after the view, encoded."""
+    top, _, rest = _SHELL.partition("{head}")
+    middle, _, bottom = rest.partition("{content}")
+    return (top.format(lang=lang, title=html.escape(title)).encode(), middle.format(view_id=VIEW_ID).encode(),
+            bottom.format(foot=foot).encode())
 
 
 def build_document(

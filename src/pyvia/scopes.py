@@ -21,6 +21,7 @@ for outside a context; it is dropped with its signals when its last member leave
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterator
@@ -69,7 +70,7 @@ class Scope:
 
     @staticmethod
     def session(session_id: str) -> str:
-        return "session:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+        return _session_scope(session_id)
 
     @staticmethod
     def custom(kind: str, *names: str) -> str:
@@ -374,3 +375,9 @@ class ScopeRegistry:
 
     def __iter__(self) -> Iterator[ScopeState]:
         return iter(list(self._scopes.values()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_scope(session_id: str) -> str:
+    """The session's scope name (a hash of its id, which is a secret): the same on every view of it."""
+    return "session:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]

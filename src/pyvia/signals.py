@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _RESERVED_PREFIX = "via_"
+#: Names that passed :func:`check_name` (the same for both kinds), at most ``_VALID_KEPT``.
+_VALID_NAMES: set[str] = set()
+_VALID_KEPT = 4096
 #: The largest integer a browser holds exactly (JavaScript numbers are doubles).
 MAX_SAFE_INTEGER = (1 << 53) - 1
 #: What a writable signal accepts unless declared with ``max_length``: characters of a string,
@@ -38,6 +41,8 @@ __all__ = ["DEFAULT_MAX_LENGTH", "MAX_SAFE_INTEGER", "Signal", "check_name", "wi
 
 def check_name(kind: str, name: str, where: str) -> str:
     """Validate a signal or action name, or raise a DeclarationError that says how to fix it."""
+    if type(name) is str and name in _VALID_NAMES:  # a page declares the same names on every view
+        return name
     if not isinstance(name, str) or not _NAME.match(name):
         raise DeclarationError(
             f"{kind} name {name!r} in {where} must match [A-Za-z][A-Za-z0-9_]* "
@@ -45,6 +50,9 @@ def check_name(kind: str, name: str, where: str) -> str:
         )
     if name.startswith(_RESERVED_PREFIX):
         raise DeclarationError(f"{kind} name {name!r} in {where}: the prefix 'via_' is reserved for pyvia")
+    if len(_VALID_NAMES) >= _VALID_KEPT:
+        _VALID_NAMES.clear()
+    _VALID_NAMES.add(name)
     return name
 
 

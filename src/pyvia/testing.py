@@ -20,7 +20,7 @@ import inspect
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -34,7 +34,9 @@ from pyvia import protocol
 from pyvia.app import App
 from pyvia.clock import ManualClock
 from pyvia.context import Context
+from pyvia.errors import UsageError
 from pyvia.http import Headers, Request, Response, StreamResponse
+from pyvia.overrides import override
 from pyvia.render import VIEW_ID
 
 __all__ = ["Event", "Tab", "TestClient"]
@@ -268,8 +270,11 @@ class TestClient:
     __test__ = False  # not a pytest test class
 
     def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN,
-                 accept_encoding: str | None = None) -> None:
+                 accept_encoding: str | None = None, settings: Mapping[str, Any] | None = None) -> None:
+        """``settings`` replaces some of the app's options (``{"db_url": ...}``) for this client's
+        run only: the app gets its own back at :meth:`close` (pyvia.overrides)."""
         self.app = app
+        self._restore: Callable[[], None] | None = None
         #: Sent with every request, as a browser sends it (None: no header, so identity).
         self.accept_encoding = accept_encoding
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -278,13 +283,18 @@ class TestClient:
         app.raise_server_exceptions = raise_server_exceptions
         # A second client on a running app is another browser: same clock, own cookies.
         self._owner = not isinstance(app.clock, ManualClock)
+        if settings and not self._owner:
+            raise UsageError("settings= on a second TestClient of a running app: give them to the first one")
         if self._owner:
             self.clock = ManualClock()
+            if settings:
+                self._restore = override(app, settings)
             try:
                 app.start(self.clock, self.loop)
             except BaseException:
                 self.loop.close()  # a refused start (a database that cannot open) leaves nothing open
                 self._loop = None
+                self._put_back()
                 raise
             if app.persists_in_db:
                 self.loop.run_until_complete(app.restore_from_db())
@@ -310,9 +320,16 @@ class TestClient:
             self.loop.run_until_complete(self.app.shutdown())
             _forget_tabs(self.app)  # as a process exit would: the next client starts clean
             self.app.clock = None
+            self._put_back()
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+    def _put_back(self) -> None:
+        """The app's own options again, after a run with ``settings``."""
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore()
 
     def settle(self, timeout: float = 5.0) -> None:
         """Run the app's background work (async views rendering, spawned tasks) until none is left,

@@ -38,7 +38,7 @@ def hooked_app() -> tuple[App, list[str]]:
     seen: list[str] = []
     app.on_start(lambda: seen.append("start"))
     app.on_stop(lambda: seen.append("stop"))
-    app.on_client_disconnect(lambda c: seen.append("disconnect"))
+    app.on_disconnect(lambda c: seen.append("disconnect"))
 
     @app.page("/")
     def page(c: Context) -> None:

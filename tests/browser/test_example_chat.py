@@ -20,6 +20,7 @@ HOSTILE_TEXTS = [
     "</script><script>document.title = 'owned'</script>",
     "quotes \" and ' and `back`",
     "line\u2028separator\u2029paragraph",
+    "</p><script>alert(1)</script>@post('/x') $x",
 ]
 HOSTILE_NAME = "@post('/x') $x </script>"
 
@@ -121,6 +122,11 @@ def test_hostile_messages_show_as_text_and_the_page_keeps_working(browser: Brows
     with chat_server(tmp_path) as server:
         context, other = browser.new_context(), browser.new_context()
         errors: list[str] = []
+        dialogs: list[str] = []
+        elsewhere: list[str] = []
+        for ctx in (context, other):  # no alert() and no request to /x from any page of either browser
+            ctx.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            ctx.on("request", lambda r: elsewhere.append(r.url) if r.url.split("?")[0].endswith("/x") else None)
         try:
             ann = open_room(context, server, errors, HOSTILE_NAME)
             bob = open_room(other, server, errors, "Bob")
@@ -141,7 +147,9 @@ def test_hostile_messages_show_as_text_and_the_page_keeps_working(browser: Brows
             send(reloaded, "still works")
             expect(newcomer.locator("#messages li").last).to_have_text(f"{HOSTILE_NAME}: still works")
             assert newcomer.title() != "owned" and reloaded.title() != "owned"
-            assert errors == []
+            for page in (bob, newcomer, reloaded):
+                assert page.locator("#messages script").count() == 0
+            assert errors == [] and dialogs == [] and elsewhere == []
         finally:
             context.close()
             other.close()

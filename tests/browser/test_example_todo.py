@@ -59,3 +59,38 @@ def test_two_browsers_share_the_list(browser: Browser, tmp_path: Path) -> None:
         context_a.close()
         context_b.close()
         server.stop()
+
+
+SCRIPT_AND_EXPRESSION = "</p><script>alert(1)</script>@post('/x') $x"
+
+
+def test_an_item_of_markup_and_expressions_renders_as_text(browser: Browser, tmp_path: Path) -> None:
+    server = ServerProcess("examples.todo:app", free_port(), env={"PYVIA_TODO_DB": str(tmp_path / "todo.sqlite3")})
+    server.start()
+    context = browser.new_context()
+    errors: list[str] = []
+    dialogs: list[str] = []
+    elsewhere: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.on("request", lambda r: elsewhere.append(r.url) if r.url.split("?")[0].endswith("/x") else None)
+        page.goto(f"http://127.0.0.1:{server.port}/")
+        page.fill("#draft", SCRIPT_AND_EXPRESSION)
+        page.press("#draft", "Enter")
+        expect(page.locator("#todo-1 span")).to_have_text(SCRIPT_AND_EXPRESSION)
+        page.check("#toggle-1")  # the page keeps working: the item's own actions still post
+        expect(page.locator("#todo-1")).to_have_class("done")
+        newcomer = context.new_page()  # the first render of a page holds it too
+        newcomer.on("pageerror", lambda exc: errors.append(str(exc)))
+        newcomer.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        newcomer.goto(f"http://127.0.0.1:{server.port}/")
+        expect(newcomer.locator("#todo-1 span")).to_have_text(SCRIPT_AND_EXPRESSION)
+        for shown in (page, newcomer):
+            assert shown.locator("#todos script").count() == 0
+            assert shown.locator("#todos li").count() == 1
+        assert dialogs == [] and elsewhere == [] and errors == []
+    finally:
+        context.close()
+        server.stop()

@@ -35,7 +35,7 @@ def flowing(c: Context) -> None:
 
     @c.action
     def start() -> None:
-        c.set_interval(add, 20)
+        c.set_interval(add, 0.02)
 
     c.view(lambda: '<button id="start" data-on:click="@post(\'/_action/start\')">start</button>'
                    f'<span id="count" data-text="$_count">{count.value}</span>'

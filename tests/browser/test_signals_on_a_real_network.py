@@ -82,7 +82,7 @@ def chat_app(said: list[str]) -> App:
             ticks.value += 1
             c.sync_signals()
 
-        c.set_interval(tick, 30)
+        c.set_interval(tick, 0.03)
         c.view(lambda: f"""
 <form id="f" data-on:submit__prevent="{send}">
   <input id="draft" autocomplete="off" {draft.bind()}><button id="send">Send</button>

@@ -26,7 +26,7 @@ def tick() -> None:
     app.global_state.mutate("tick_log", lambda log: [*log[-499:], [os.getpid(), time.time()]], [])
 
 
-app.set_interval(tick, PERIOD_MS)
+app.set_interval(tick, PERIOD_MS / 1000)
 
 
 @app.page("/")

@@ -19,7 +19,7 @@ def tick() -> None:
     app.global_state.mutate("tickers", lambda pids: sorted({*pids, os.getpid()}), [])
 
 
-app.set_interval(tick, 100)
+app.set_interval(tick, 0.1)
 
 
 @app.page("/")

@@ -157,7 +157,7 @@ def test_settle_zero_keeps_the_plain_tick_policy() -> None:
 def test_a_throttled_scope_is_never_cut_short() -> None:
     app = make_app()
     slices_of_16(app)
-    app.broadcast_throttle(ROOM, 100)
+    app.broadcast_throttle(ROOM, 0.1)
     with TestClient(app) as client:
         tabs = open_room(client, 40)
         count = app.signal(0, "count", scope=ROOM)

@@ -263,8 +263,12 @@ def test_a_tab_opened_before_its_stream_gets_what_was_said_meanwhile(database: P
 def test_room_names_are_checked_and_rooms_leave_memory_with_their_last_tab(database: Path) -> None:
     chat = load_chat()
     with TestClient(chat.app) as client:
-        bad = client.get("/chat/Not%20A%20Room")
+        bad = client.get("/chat/" + "x" * 31)
         assert bad.status == 200 and "A room name is" in bad.body.decode()
+        assert "A room name is" in client.get("/chat/%01").body.decode()  # a control character
+        for name, shown in (("Not%20A%20Room", "Not A Room"), ("caf%C3%A9", "café"), ("a%3Ab", "a:b")):
+            room = client.open(f"/chat/{name}")  # any other name is a room of its own (Scope.custom)
+            assert f"<h1>#{shown}</h1>" in room.html and shown in chat.rooms
         tab = join(client, "lobby", "Ann")
         assert "lobby" in chat.rooms
         tab.expire()

@@ -21,7 +21,7 @@ def test_components_namespace_their_signals_and_actions() -> None:
         tab = client.open("/")
         for sid in ("_apples__n", "_pears__n", "_notes__items", "notes__draft"):  # only the draft is writable
             assert sid in tab.signals
-        assert 'data-on:click="@post(\'/_action/apples__inc\'' in tab.html
+        assert 'data-on:click="@post(&#39;/_action/apples__inc&#39;' in tab.html
         assert '<div id="c-apples">' in tab.html and '<div id="c-notes">' in tab.html
         assert 'data-text="$_apples__n + $_pears__n"' in tab.html
 
@@ -74,8 +74,8 @@ def test_notes_add_escape_and_remove() -> None:
         tab.click("#note-0-remove")
         assert tab.signals["_notes__items"] == ["eggs"]
         assert "milk" not in tab.html and '<li id="note-0">eggs' in tab.html
-        tab.post("/_action/notes__remove?i=7")  # out of range: nothing happens
-        tab.post("/_action/notes__remove?i=-1")
+        tab.post("/_action/notes__remove?index=7")  # out of range: nothing happens
+        tab.post("/_action/notes__remove?index=-1")
         assert tab.signals["_notes__items"] == ["eggs"]
         (draft,) = tab.find("#notes-draft")
         assert draft.attrs["maxlength"] == "80"

@@ -79,7 +79,7 @@ def test_several_files_in_one_post_are_listed_with_size_and_type() -> None:
         assert names(tab) == ["notes.txt", "&lt;data&gt;.bin"]  # escaped
         assert "2.0 KiB" in tab.html and "text/plain" in tab.html
 
-        tab.post(tab.context.actions["download"].url + f"?id={listed[1]['id']}")
+        tab.post(tab.context.actions["download"].url + f"?file_id=%22{listed[1]['id']}%22")
         url = tab.scripts[-1].split('"')[1]  # window.location.href = "/_download/…"
         got = client.get(url)
         assert got.body == binary
@@ -115,14 +115,14 @@ def test_the_list_belongs_to_the_session_and_downloads_to_it_too() -> None:
         assert names(b) == [] and b.signals["_session__files"] == []
         key = a1.signals["_session__files"][0]["id"]
 
-        b.post(b.context.actions["download"].url + f"?id={key}")  # another session's id: nothing
+        b.post(b.context.actions["download"].url + f"?file_id=%22{key}%22")  # another session's id: nothing
         assert b.scripts == []
-        a2.post(a2.context.actions["download"].url + f"?id={key}")
+        a2.post(a2.context.actions["download"].url + f"?file_id=%22{key}%22")
         url = a2.scripts[-1].split('"')[1]
         assert bob.get(url).status == 404  # the URL is bound to ann's session
         assert ann.get(url).body == b"ann's"
 
-        a2.post(a2.context.actions["remove"].url + f"?id={key}")
+        a2.post(a2.context.actions["remove"].url + f"?file_id=%22{key}%22")
         app.flush_broadcasts()
         assert names(a1) == [] and "No files yet." in a1.html
         assert ann.open("/").signals["_session__files"] == []
@@ -159,7 +159,7 @@ def test_mounted_below_a_prefix_every_url_carries_it() -> None:
         assert client.post(posted.group(1), body=body, headers={"content-type": ctype}).status == 200
         assert tab.signals["_status"] == "Uploaded 1 file (7 B)."
         (button,) = tab.find("button.download")
-        assert "'/examples/file_upload/_action/download?id=" in button.attrs["data-on:click"]
+        assert "'/examples/file_upload/_action/download?file_id=" in button.attrs["data-on:click"]
         tab.click("button.download")
         url = tab.scripts[-1].split('"')[1]
         assert url.startswith("/examples/file_upload/_download/")

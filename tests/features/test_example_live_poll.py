@@ -68,8 +68,10 @@ def test_the_vote_is_remembered_by_the_session_not_the_tab() -> None:
 def test_unknown_options_are_ignored() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
-        for url in ("/_action/vote", "/_action/vote?option=nope", "/_action/vote?option=__class__"):
+        for url in ("/_action/vote?key=%22nope%22", "/_action/vote?key=%22__class__%22"):
             assert tab.post(url).status == 200
+        for url in ("/_action/vote", "/_action/vote?key=nope", "/_action/vote?key=1"):  # no key, or not a str
+            assert tab.post(url).status == 400
         tab.action("vote", session__choice="", route__votes_dark=1000,  # what a tampered browser sends
                    _session__choice="", _route__votes_dark=1000)
         assert all(sig.value == 0 for sig in votes.values())

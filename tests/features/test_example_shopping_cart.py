@@ -75,13 +75,15 @@ def test_quantities_remove_and_empty() -> None:
 def test_the_browser_names_products_never_prices() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
-        for url in ("/_action/add?product=unicorn", "/_action/add", "/_action/remove?product=<x>"):
+        for url in ("/_action/add?product=%22unicorn%22", "/_action/remove?product=%22%3Cx%3E%22"):
             assert tab.post(url).status == 200
-        tab.post("/_action/add?product=mug", price=1)  # an extra signal: ignored
+        for url in ("/_action/add", "/_action/add?product=mug", "/_action/add?product=%5B%22mug%22%5D"):
+            assert tab.post(url).status == 400  # no product, or not a JSON str
+        tab.post("/_action/add?product=%22mug%22", price=1)  # an extra signal: ignored
         app.flush_broadcasts()
         assert cart(tab) == {"mug": 1} and total(tab) == money(CATALOG["mug"][1])
         for _ in range(MAX_QUANTITY + 5):
-            tab.post("/_action/add?product=stickers")
+            tab.post("/_action/add?product=%22stickers%22")
         app.flush_broadcasts()
         assert cart(tab)["stickers"] == MAX_QUANTITY
 

@@ -79,7 +79,7 @@ def test_clear_done_removes_only_done_rows(database: Path) -> None:
         for title in ("one", "two", "three"):
             a.submit("#add-form", draft=title)
         app.flush_broadcasts()
-        assert 'id="clear-done" data-on:click="@post(\'/_action/clear_done\'' in a.html
+        assert 'id="clear-done" data-on:click="@post(&#39;/_action/clear_done&#39;' in a.html
         assert "disabled>Clear done (0)" in a.html
         a.click("#toggle-1", event="change")
         a.click("#toggle-3", event="change")
@@ -112,7 +112,7 @@ def test_the_filter_belongs_to_each_tab() -> None:
         assert titles(a) == ["one", "two"]
         assert titles(b) == ["one", "two", "three"]
 
-        a.post("/_action/set_filter?show=bogus")
+        a.post("/_action/set_filter?wanted=%22bogus%22")
         assert a.signals["_show"] == "all"
         assert titles(a) == ["one", "two", "three"]
 
@@ -121,11 +121,13 @@ def test_bad_ids_change_nothing(database: Path) -> None:
     with TestClient(app, raise_server_exceptions=False) as client:
         tab = client.open("/")
         tab.submit("#add-form", draft="keep")
-        assert tab.post("/_action/delete?id=99").status == 200  # gone already (another tab): nothing to do
-        for url in ("/_action/toggle?id=abc", "/_action/delete", "/_action/toggle?id=-1",
-                    "/_action/toggle?id=" + "9" * 23, "/_action/delete?id=%C2%B2"):
+        assert tab.post("/_action/delete?item_id=99").status == 200  # gone already (another tab): nothing to do
+        assert tab.post("/_action/toggle?item_id=-1").status == 200  # no such row: nothing to do
+        for url in ("/_action/toggle?item_id=abc", "/_action/delete", "/_action/toggle?item_id=1.5",
+                    "/_action/toggle?item_id=" + "9" * 23, "/_action/delete?item_id=%C2%B2",
+                    "/_action/toggle?id=1"):
             response = tab.post(url)
-            assert response.status == 400 and "is not a whole number" in response.body.decode(), url
+            assert response.status == 400 and "'item_id'" in response.body.decode(), url
         assert rows(database) == [(1, "keep", 0)]
 
 

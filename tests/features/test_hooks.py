@@ -11,8 +11,8 @@ from pyvia.testing import TestClient
 def test_presence_and_connect_hooks() -> None:
     app = App()
     log: list[str] = []
-    app.on_client_connect(lambda c: log.append(f"+{c.route.pattern}"))
-    app.on_client_disconnect(lambda c: log.append(f"-{c.route.pattern}"))
+    app.on_connect(lambda c: log.append(f"+{c.route.pattern}"))
+    app.on_disconnect(lambda c: log.append(f"-{c.route.pattern}"))
 
     @app.page("/room/{name}")
     def room(c: Context, name: str) -> None:
@@ -50,9 +50,9 @@ def test_hooks_may_be_bound_methods_with_or_without_the_context() -> None:
             self.lines.append(note)
 
     log = Log()
-    app.on_client_connect(log.joined)
-    app.on_client_connect(log.noted)
-    app.on_client_disconnect(log.left)
+    app.on_connect(log.joined)
+    app.on_connect(log.noted)
+    app.on_disconnect(log.left)
 
     @app.page("/")
     def page(c: Context) -> None:
@@ -77,7 +77,7 @@ def test_app_interval_drives_shared_state_and_survives_errors() -> None:
             raise RuntimeError("flaky")
         ticks.increment()
 
-    app.set_interval(tick, 200)
+    app.set_interval(tick, 0.2)
 
     @app.page("/")
     def page(c: Context) -> None:
@@ -214,7 +214,7 @@ def test_an_error_that_keeps_coming_is_logged_once_a_minute(caplog) -> None:
     def tick() -> None:
         raise RuntimeError("the feed is down")
 
-    app.set_interval(tick, 200)
+    app.set_interval(tick, 0.2)
 
     @app.page("/")
     def page(c: Context) -> None:

@@ -23,7 +23,7 @@ def make_app(log: list[str]) -> App:
         def start() -> None:
             def tick() -> None:
                 ticks.value += 1
-            c.set_interval(tick, 1000)
+            c.set_interval(tick, 1.0)
 
         @c.action
         def bump() -> None:

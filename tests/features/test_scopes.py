@@ -148,7 +148,7 @@ def test_flush_broadcasts_forces_a_flush() -> None:
 
 def test_throttle_delivers_the_last_state() -> None:
     app = make_app()
-    app.broadcast_throttle("room:*", 500)
+    app.broadcast_throttle("room:*", 0.5)
     with TestClient(app) as client:
         a, b = client.open("/room/a"), client.open("/room/a")
         client.clock.advance(1)

@@ -42,4 +42,4 @@ def post_message() -> None:
     app.broadcast(ROOM)
 
 
-app.set_interval(post_message, 50)
+app.set_interval(post_message, 0.05)

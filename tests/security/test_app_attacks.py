@@ -253,7 +253,7 @@ def faulty_app() -> App:
         def tick() -> None:
             raise RuntimeError("timer broke")
 
-        c.set_interval(tick, 50)
+        c.set_interval(tick, 0.05)
 
         @c.action
         def fail() -> None:

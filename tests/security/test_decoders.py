@@ -51,7 +51,7 @@ def post_todo(port: int, cookie: str, ctx: str, query: str) -> RawResponse:
     )
 
 
-@pytest.mark.parametrize("bad_id", ["9" * 23, "9" * 5000, "%C2%B2", "-1", "1e3", "", "0x10"])
+@pytest.mark.parametrize("bad_id", ["9" * 23, "9" * 5000, "%C2%B2", "%221%22", "1e3", "", "0x10"])
 def test_a_todo_id_the_page_never_wrote_is_a_400_with_its_reason(todo: tuple[int, Path], bad_id: str) -> None:
     port, database = todo
     _, seed, cookie = open_page("127.0.0.1", port)
@@ -59,13 +59,13 @@ def test_a_todo_id_the_page_never_wrote_is_a_400_with_its_reason(todo: tuple[int
     with closing(sqlite3.connect(database)) as conn, conn:  # a row, as the page writes it
         conn.execute("INSERT INTO todos (title) VALUES ('keep')")
     for action in ("toggle", "delete"):
-        response = post_todo(port, cookie, ctx, f"{action}?id={bad_id}")
+        response = post_todo(port, cookie, ctx, f"{action}?item_id={bad_id}")
         assert response.status == 400, response.body[:200]
-        assert b"is not a whole number of up to 18 digits" in response.body
+        assert b"argument 'item_id'" in response.body
         assert b"Traceback" not in response.body
     with closing(sqlite3.connect(database)) as conn, conn:
         assert conn.execute("SELECT id, title, done FROM todos").fetchall() == [(1, "keep", 0)]
-    assert post_todo(port, cookie, ctx, "toggle?id=1").status == 200  # the control
+    assert post_todo(port, cookie, ctx, "toggle?item_id=1").status == 200  # the control
     with closing(sqlite3.connect(database)) as conn, conn:
         assert conn.execute("SELECT done FROM todos").fetchall() == [(1,)]
 

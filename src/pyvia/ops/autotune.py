@@ -379,9 +379,17 @@ def derive_profile(limits: Limits, *, workers: int | None = None, memory_budget:
                    pinned=frozenset(pinned), sources=sources)
 
 
-def profile_for(settings: Settings, limits: Limits | None = None) -> Profile:
-    """The profile for ``settings`` (its pins applied) on ``limits`` (read now when None)."""
-    return derive_profile(limits if limits is not None else read_limits(), **settings.autotune_pins())
+def profile_for(settings: Settings, limits: Limits | None = None, *, workers: int | None = None) -> Profile:
+    """The profile for ``settings`` (its pins applied) on ``limits`` (read now when None).
+
+    ``workers`` is the count the server really starts when it was chosen elsewhere than the
+    settings (``pyvia run --workers 2``): it pins the profile, so the start-up line says what runs.
+    """
+    pins = settings.autotune_pins()
+    if workers is not None and workers != pins.get("workers"):
+        pins["workers"] = workers
+        pins["defaulted"] = frozenset(pins["defaulted"]) - {"workers"}
+    return derive_profile(limits if limits is not None else read_limits(), **pins)
 
 
 def apply_gc_policy(profile: Profile) -> bool:

@@ -29,22 +29,21 @@ Sections and keys (every key name is unique across sections, so keywords need no
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
+import functools
 import json
 import os
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyvia.config import Config
+from pyvia.config import Config, Limits
 from pyvia.errors import ConfigError
-from pyvia.security import HostPolicy, PeerExemption
+from pyvia.schema import Rule, Spec, WrongType, accepts, describe_type, fits, named_problem, specs, validate
 
 __all__ = [
     "DEFAULT_FILE",
@@ -62,14 +61,6 @@ DEFAULT_FILE = "pyvia.toml"
 ENV_PREFIX = "PYVIA_"
 REDACTED = "<redacted>"
 
-#: Variables the core reads itself when the option is not given (shown by ``describe``).
-_CORE_ENV = {"secret": "PYVIA_SECRET", "datastar_js": "PYVIA_DATASTAR_JS", "cluster_address": "PYVIA_CLUSTER_ADDRESS"}
-#: Keys whose relative paths in the file are taken relative to the file's folder.
-_PATH_KEYS = frozenset({"template_dir", "static_dir", "datastar_js", "cert", "key", "pid_file", "upload_dir"})
-#: Keys whose values are byte counts: an integer, or a string such as "512MiB".
-_SIZE_KEYS = frozenset({"encoder_budget", "max_stream_buffer", "memory_budget", "max_request_line",
-                        "max_header_bytes", "max_body", "max_unsent_bytes", "max_snapshot_bytes", "max_form_bytes",
-                        "max_file_bytes", "upload_spool_bytes", "replay_tab_bytes", "replay_budget"})
 _SECRET_WORDS = ("secret", "password", "token")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -105,78 +96,7 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * (1024**power))
 
 
-def _describe_type(tp: Any) -> str:
-    if tp is Any:
-        return "any value"
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe_type(a) for a in typing.get_args(tp))
-    if origin is not None and origin in (Sequence, list, tuple):
-        args = typing.get_args(tp)
-        item = _describe_type(args[0] if args else Any).removeprefix("a ").removeprefix("an ")
-        if origin is tuple and args and Ellipsis not in args:
-            return f"a list of {len(args)} {item}s"
-        return f"a list of {item}s"
-    if origin is dict or tp is dict:
-        return "a table (dict)"
-    return {
-        str: "a string", bytes: "bytes", bool: "true or false", int: "an integer", float: "a number",
-        type(None): "nothing (null)",
-    }.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def _fits(value: Any, tp: Any) -> bool:
-    """Whether ``value`` has the shape ``tp`` asks for (ints pass as floats, paths as strings)."""
-    if tp is Any:
-        return True
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in typing.get_args(tp))
-    if origin is not None and origin in (Sequence, list, tuple):
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            return False
-        if origin is tuple and args and Ellipsis not in args:  # tuple[int, int, int]: that many
-            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args, strict=True))
-        return all(_fits(v, args[0] if args else Any) for v in value)
-    if origin is dict or tp is dict:
-        return isinstance(value, dict)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, (str, os.PathLike))
-    return isinstance(value, tp) if isinstance(tp, type) else True
-
-
-def _accepts(tp: Any, simple: type) -> bool:
-    """Whether ``tp`` is ``simple``, ``Any``, or a union with ``simple`` in it."""
-    if tp is simple or tp is Any:
-        return True
-    origin = typing.get_origin(tp)
-    return origin in (typing.Union, types.UnionType) and any(_accepts(a, simple) for a in typing.get_args(tp))
-
-
 # --- the schema ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class _Key:
-    section: str
-    name: str
-    type: Any
-    default: Any
-    check: Callable[[Any], Any] | None = None  # returns the normalised value or raises ValueError
-    prefix: str = ""  # the keyword argument is prefix + name ("db_url" for [db] url)
-
-    @property
-    def keyword(self) -> str:
-        return self.prefix + self.name
-
 
 def _port(value: int) -> int:
     if not 0 <= value <= 65535:
@@ -206,117 +126,53 @@ def _format(value: str) -> str:
     return value.lower()
 
 
-def _positive(value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise ValueError(f"{value}: must be >= 1")
+def _db_url(value: str) -> str:
+    from pyvia.db.url import parse_url
+
+    parse_url(value)  # ValueError names what is wrong
     return value
 
 
-def _db_url(value: str | None) -> str | None:
-    if value is not None:
-        from pyvia.db.url import parse_url
-
-        parse_url(value)  # ValueError names what is wrong
-    return value
-
-
-def _seconds(value: float) -> float:
-    if value <= 0:
-        raise ValueError(f"{value}: must be a number of seconds > 0")
-    return float(value)
-
-
-def _pool(value: int) -> int:
-    if not 1 <= value <= 1000:
-        raise ValueError(f"{value}: must be a number of connections, 1..1000")
-    return value
-
-
-def _positive_number(value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{value}: must be > 0")
-    return value
-
-
-def _networks(value: tuple[str, ...]) -> tuple[str, ...]:
-    PeerExemption(value)  # raises ValueError naming the entry
-    return value
-
-
-def _hosts(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    if value is not None:
-        HostPolicy(value)  # raises ValueError naming the pattern
-    return value
-
-
-def _paths(value: tuple[str, ...]) -> tuple[str, ...]:
-    bad = [p for p in value if not p.startswith("/")]
-    if bad:
-        raise ValueError(f"{bad[0]!r}: a request path, starting with '/'")
-    return value
-
-
-_KIB = 1024
-#: The ``[server]`` keys of the native server's limits: (type, default, check). They are the
-#: fields of :class:`pyvia.server.http.ServerLimits` (a test keeps the two equal), declared here
-#: so that reading the configuration never imports the server (the core reads it too).
-#: ``sweep_interval`` is left out: it is the precision of the timeouts, not a limit, and its
-#: name is the App's.
+#: The ``[server]`` keys of the native server's limits: (type, default, check), from the fields of
+#: :class:`pyvia.config.Limits` (``ServerLimits`` without the sweep's period), where each is
+#: declared once with its rule; ``check`` is :func:`pyvia.schema.validate` for that field.
 SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
-    "max_request_line": (int, 8 * _KIB, _positive),
-    "max_header_count": (int, 100, _positive),
-    "max_header_bytes": (int, 64 * _KIB, _positive),
-    "max_body": (int, 16 * _KIB * _KIB, _positive),
-    "header_timeout": (float, 10.0, _positive_number),
-    "body_timeout": (float, 30.0, _positive_number),
-    "min_body_rate": (float, 500.0, _positive_number),
-    "keep_alive_timeout": (float, 75.0, _positive_number),
-    "max_pipelined": (int, 32, _positive),
-    "max_connections": (int | None, None, _positive),
-    "max_connections_per_ip": (int | None, None, _positive),
-    "max_streams": (int | None, None, _positive),
-    "max_streams_per_ip": (int | None, None, _positive),
-    "per_ip_exempt": (tuple[str, ...], ("127.0.0.0/8", "::1"), _networks),
-    "max_in_flight": (int, 1024, _positive),
-    "shed_after": (float | None, 0.25, _positive_number),
-    "shed_exempt": (tuple[str, ...], ("/_health", "/_ready", "/metrics"), _paths),
-    "allowed_hosts": (tuple[str, ...] | None, None, _hosts),
-    "retry_after": (int, 1, _positive),
-    "stream_send_buffer": (int | None, 128 * _KIB, _positive),
+    name: (spec.type, spec.default, functools.partial(validate, spec)) for name, spec in specs(Limits).items()
 }
 
+#: Keys of the server's sections, which App refuses (they go to ``app.run()`` or ``pyvia run``).
+SERVER_KEYS = frozenset({"host", "port", "cert", "key", "workers", "pid_file", *SERVER_LIMITS, "level", "format",
+                         "memory_budget", "max_tabs"})
 
-def _schema() -> dict[str, dict[str, _Key]]:
-    hints = typing.get_type_hints(Config)
-    defaults = Config()
-    app = {
-        f.name: _Key("app", f.name, hints[f.name], getattr(defaults, f.name))
-        for f in dataclasses.fields(Config)
-    }
+
+def _schema() -> dict[str, dict[str, Spec]]:
+    def key(section: str, name: str, tp: Any, default: Any, prefix: str = "", **rule: Any) -> Spec:
+        return Spec(section, name, tp, default, Rule(section=section, **rule), prefix)
+
     server = {
-        "host": _Key("server", "host", str, "127.0.0.1"),
-        "port": _Key("server", "port", int, 3000, _port),
-        "cert": _Key("server", "cert", str | None, None),
-        "key": _Key("server", "key", str | None, None),
-        "workers": _Key("server", "workers", int | str, 1, _workers),
-        "pid_file": _Key("server", "pid_file", str | None, None),
-        **{name: _Key("server", name, tp, default, check) for name, (tp, default, check) in SERVER_LIMITS.items()},
+        "host": key("server", "host", str, "127.0.0.1"),
+        "port": key("server", "port", int, 3000, check=_port),
+        "cert": key("server", "cert", str | None, None, unit="path"),
+        "key": key("server", "key", str | None, None, unit="path"),
+        "workers": key("server", "workers", int | str, 1, check=_workers),
+        "pid_file": key("server", "pid_file", str | None, None, unit="path"),
+        **specs(Limits),
     }
     log = {
-        "level": _Key("log", "level", str, "INFO", _level),
-        "format": _Key("log", "format", str, "text", _format),
+        "level": key("log", "level", str, "INFO", check=_level),
+        "format": key("log", "format", str, "text", check=_format),
     }
     autotune = {
-        "memory_budget": _Key("autotune", "memory_budget", int | None, None, _positive),
-        "max_tabs": _Key("autotune", "max_tabs", int | None, None, _positive),
+        "memory_budget": key("autotune", "memory_budget", int | None, None, unit="bytes", low=1),
+        "max_tabs": key("autotune", "max_tabs", int | None, None, low=1),
     }
     db = {
-        "url": _Key("db", "url", str | None, None, _db_url, "db_"),
-        "pool_size": _Key("db", "pool_size", int, 4, _pool, "db_"),
-        "timeout": _Key("db", "timeout", float, 30.0, _seconds, "db_"),
-        "busy_timeout": _Key("db", "busy_timeout", float, 5.0, _seconds, "db_"),
+        "url": key("db", "url", str | None, None, "db_", check=_db_url),
+        "pool_size": key("db", "pool_size", int, 4, "db_", low=1, high=1000, what="a number of connections"),
+        "timeout": key("db", "timeout", float, 30.0, "db_", unit="s", low=0, above=True),
+        "busy_timeout": key("db", "busy_timeout", float, 5.0, "db_", unit="s", low=0, above=True),
     }
-    schema = {"app": app, "server": server, "log": log, "autotune": autotune, "db": db}
+    schema = {"app": specs(Config), "server": server, "log": log, "autotune": autotune, "db": db}
     names = [key.keyword for section in schema.values() for key in section.values()]
     clashes = {n for n in names if names.count(n) > 1}
     if clashes:  # keywords are unsectioned: a clash would make one of them unreachable
@@ -451,7 +307,7 @@ class Settings:
         rows = []
         for s in self._values.values():
             value, where = s.value, s.where
-            core_var = _CORE_ENV.get(s.key) if s.section == "app" else None
+            core_var = specs(Config)[s.key].rule.env if s.section == "app" else ""
             if not s.is_set and core_var and self._env.get(core_var):
                 value, where = self._env[core_var], f"{core_var} (read by the App)"
             if _is_secret(s.key) and value is not None:
@@ -521,7 +377,7 @@ def _hint(name: str, known: typing.Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _from_file(file: Path, schema: dict[str, dict[str, _Key]]) -> list[Setting]:
+def _from_file(file: Path, schema: dict[str, dict[str, Spec]]) -> list[Setting]:
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -556,13 +412,13 @@ def _from_file(file: Path, schema: dict[str, dict[str, _Key]]) -> list[Setting]:
     return out
 
 
-def _resolve_path(key: _Key, value: Any, file: Path) -> Any:
-    if key.name in _PATH_KEYS and isinstance(value, str) and value and not os.path.isabs(value):
+def _resolve_path(key: Spec, value: Any, file: Path) -> Any:
+    if key.unit == "path" and isinstance(value, str) and value and not os.path.isabs(value):
         return str(file.resolve().parent / value)
     return value
 
 
-def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, _Key]]) -> list[Setting]:
+def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Spec]]) -> list[Setting]:
     out: list[Setting] = []
     for var in sorted(env):
         if not var.startswith(ENV_PREFIX):
@@ -589,8 +445,8 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, _Key]]) -> lis
     return out
 
 
-def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, _Key]],
-                       by_name: dict[str, _Key]) -> list[Setting]:
+def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, Spec]],
+                       by_name: dict[str, Spec]) -> list[Setting]:
     """``KEY=VALUE`` texts: ``KEY`` is a keyword name (``max_body``, ``level``) or ``section.key``."""
     out: list[Setting] = []
     for pair in pairs:
@@ -614,48 +470,40 @@ def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, _Key]],
     return out
 
 
-def _env_value(key: _Key, var: str, raw: str) -> Any:
+def _env_value(key: Spec, var: str, raw: str) -> Any:
     """JSON for lists, tables, booleans, numbers and null; the plain text for a string key."""
     text = raw.strip()
-    if _accepts(key.type, bool) and key.type is not Any and text.lower() in ("true", "false"):
+    if accepts(key.type, bool) and key.type is not Any and text.lower() in ("true", "false"):
         return text.lower() == "true"
     try:
         parsed = json.loads(text)
     except ValueError:
-        if _accepts(key.type, str) or key.name in _SIZE_KEYS:
+        if accepts(key.type, str) or key.unit == "bytes":
             return raw
         raise SettingsError(var, f"{key.section}.{key.name}",
-                            f"{raw!r} is not valid JSON; expected {_describe_type(key.type)}") from None
-    if _fits(parsed, key.type) or not _accepts(key.type, str):
+                            f"{raw!r} is not valid JSON; expected {describe_type(key.type)}") from None
+    if fits(parsed, key.type) or not accepts(key.type, str):
         return parsed
     return raw  # a string key given something that parses as JSON ("123", "[x]"): keep the text
 
 
-def _accept(key: _Key, raw: Any, origin: str, where: str) -> Setting:
+def _accept(key: Spec, raw: Any, origin: str, where: str) -> Setting:
     """Check ``raw`` against the key's type and rule; normalise it; remember its source."""
     name = f"{key.section}.{key.name}"
     value = raw
-    if key.name in _SIZE_KEYS and isinstance(value, str):
+    if key.unit == "bytes" and isinstance(value, str):
         try:
             value = parse_size(value)
         except ValueError as exc:
             raise SettingsError(where, name, str(exc)) from None
-    if not _fits(value, key.type):
-        raise SettingsError(where, name, f"expected {_describe_type(key.type)}, got {raw!r} ({type(raw).__name__})")
-    if isinstance(value, list):
-        value = tuple(value)
     if isinstance(value, os.PathLike) and key.section != "app":
         value = os.fspath(value)
-    if key.check is not None:
-        try:
-            value = key.check(value)
-        except ValueError as exc:
-            raise SettingsError(where, name, str(exc)) from None
-    if key.section == "app":
-        try:  # Config's own rules, checked for this key alone so the error names it
-            Config(**{key.name: value})
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise SettingsError(where, name, str(exc)) from None
+    try:
+        checked = validate(key, value)  # the one validator: type, range and rule, as Config's own
+    except ValueError as exc:
+        problem = named_problem(key, value, exc) if key.section == "app" and not isinstance(exc, WrongType) else exc
+        raise SettingsError(where, name, str(problem)) from None
+    value = checked
     return Setting(key.section, key.name, value, origin, where)
 
 

@@ -42,9 +42,14 @@ class RequestKind(enum.StrEnum):
     OPS = "ops"  #: health, readiness, metrics and the dev tools: never behind middleware
 
 
+#: What handlers return most, never awaitable: checked by type before ``inspect.isawaitable``
+#: (whose ABC check costs more than the rest of ``then``).
+_PLAIN_RESULTS = frozenset({type(None), str, bytes, dict, list, Response})
+
+
 def then(result: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
-    if inspect.isawaitable(result):
+    if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
 
         async def later() -> Any:
             value = fn(await result)
@@ -56,7 +61,7 @@ def then(result: Any, fn: Callable[[Any], Any]) -> Any:
 
 def settle(answer: asyncio.Future[Any], result: Any) -> None:
     """Give ``answer`` the value of ``result``, now or once it is done."""
-    if not inspect.isawaitable(result):
+    if type(result) in _PLAIN_RESULTS or not inspect.isawaitable(result):
         answer.set_result(result)
         return
 

@@ -35,13 +35,19 @@ class Sessions:
         self.awaiting_rotation: OrderedDict[str, str] = OrderedDict()
 
     def of(self, request: Request) -> str | None:
+        if not self.rotated:  # no session being rotated: what this app found before holds
+            known = request._session
+            if known is not None and known[0] is self.app:
+                return known[1]
         value = request.cookies.get(self.app._session_cookie)
         if value is None or not self.app._session_ids.is_issued(value):
-            return None  # none, or one this app never issued (planted): never adopted
-        if self.rotated:
+            value = None  # none, or one this app never issued (planted): never adopted
+        elif self.rotated:
             rotated = self.rotated.get(value)
             if rotated is not None and rotated[1] >= self.app.now():
                 return rotated[0]  # a request already in flight when the session was rotated
+            return value
+        request._session = (self.app, value)
         return value
 
     def regenerate(self, ctx: Context) -> str:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from urllib.parse import unquote
 
+from pyvia.config import LOOPBACK, PROBE_PATHS, Limits
 from pyvia.http import STATUS_PHRASES
+from pyvia.schema import setting
 from pyvia.security import HostPolicy, PeerExemption, normalize_host
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "CONTINUE",
     "ERRORS",
     "LAST_CHUNK",
+    "LOOPBACK",
+    "PROBE_PATHS",
     "ChunkedBody",
     "HostPolicy",
     "PeerExemption",
@@ -52,17 +56,11 @@ __all__ = [
 ]
 
 _KIB = 1024
-_MIB = 1024 * _KIB
 
-
-#: Peers the per-address caps do not apply to by default: loopback (see ``ServerLimits.per_ip_exempt``).
-LOOPBACK = ("127.0.0.0/8", "::1")
-#: Paths never shed under overload: the core's probes and metrics (``ServerLimits.shed_exempt``).
-PROBE_PATHS = ("/_health", "/_ready", "/metrics")
 
 
 @dataclass(frozen=True, slots=True)
-class ServerLimits:
+class ServerLimits(Limits):
     """What one connection, one address and the whole process may ask of the server.
 
     Over a limit a request is refused, never queued: the sizes and timeouts answer 4xx and close;
@@ -123,77 +121,9 @@ class ServerLimits:
       overloaded replica at once would empty the service (ephpm-lessons §0.7).
     """
 
-    #: Longest request target (URL) in bytes → 414. nginx, Node and h11 all stop near 8 KiB.
-    max_request_line: int = 8 * _KIB
-    #: Most header fields in one request (trailers included) → 431. Browsers send 10-25.
-    max_header_count: int = 100
-    #: Most bytes of header fields in one request (names, values, ": " and CRLF) → 431.
-    max_header_bytes: int = 64 * _KIB
-    #: Largest request body, declared or streamed → 413. Actions post signals, not files.
-    max_body: int = 16 * _MIB
-    #: Seconds from the first byte of a request to the end of its head → 408 (slowloris guard:
-    #: trickling bytes does not extend it).
-    header_timeout: float = 10.0
-    #: Longest silence while a request body is arriving → 408; also the grace before
-    #: ``min_body_rate`` applies.
-    body_timeout: float = 30.0
-    #: Bytes a second a body must average after its first ``body_timeout`` seconds → 408 (the
-    #: slow-POST guard: a body trickled a byte at a time cannot hold a connection for ever).
-    #: 500 B/s is Apache mod_reqtimeout's ``MinRate``; 16 MiB at that rate still gets 9 hours.
-    min_body_rate: float = 500.0
-    #: Seconds an idle keep-alive connection is kept; longer than browsers' and proxies' reuse
-    #: windows (Chromium drops idle sockets after 60 s), so the client closes first. Also how long
-    #: a peer that stopped reading may hold a response (or a closing connection) unflushed.
-    keep_alive_timeout: float = 75.0
-    #: Requests parsed ahead of the one being answered; at this depth the server stops reading.
-    max_pipelined: int = 32
-    #: Period of the timeout sweep, in seconds (one timer per server, none per connection).
-    sweep_interval: float = 1.0
-    #: Open connections in this process → 503 and close at accept. None: derived from the fd limit.
-    max_connections: int | None = None
-    #: Open connections from one peer address → 503 and close at accept. None: max_connections / 4.
-    max_connections_per_ip: int | None = None
-    #: Open streams (SSE responses) in this process → 503. None: 9/10 of ``max_connections``.
-    max_streams: int | None = None
-    #: Open streams from one peer address → 503. None: max_streams / 4.
-    max_streams_per_ip: int | None = None
-    #: Addresses or networks the two per-address caps do not apply to (proxies, loopback).
-    per_ip_exempt: tuple[str, ...] = LOOPBACK
-    #: Requests the app is still answering asynchronously → 503 for new ones past it.
-    max_in_flight: int = 1024
-    #: Under overload, the longest a request waits for its answer (503 or not); see above. None: never shed.
-    shed_after: float | None = 0.25
-    #: Exact request paths answered even while shedding.
-    shed_exempt: tuple[str, ...] = PROBE_PATHS
-    #: Host names this server answers (``"example.com"``, ``"*.example.com"`` for any
-    #: subdomain, ``"*"``); another ``Host`` → 400, before the app sees it. None: any host.
-    allowed_hosts: tuple[str, ...] | None = None
-    #: Seconds in the ``Retry-After`` of every 503.
-    retry_after: int = 1
-    #: The kernel send buffer (``SO_SNDBUF``) of a connection once it carries a stream, in bytes
-    #: (Linux doubles it for its own bookkeeping). Autotuned, a socket whose peer stopped reading
-    #: takes up to ``tcp_wmem``'s 4 MiB of kernel memory; capped, the rest waits in the process,
-    #: where the slow-client policy sees it and ends the stream. 128 KiB keeps ~1 MB/s at 100 ms
-    #: of round trip, far above what a tab's events need. None: leave it to the kernel.
-    stream_send_buffer: int | None = 128 * _KIB
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, list):
-                value = tuple(value)
-                object.__setattr__(self, f.name, value)
-            if value is None and f.name in _OPTIONAL:
-                continue
-            if f.name in _TUPLES:
-                if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"ServerLimits.{f.name} must be a tuple of strings, got {value!r}")
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"ServerLimits.{f.name} must be positive, got {value!r}")
-        PeerExemption(self.per_ip_exempt)  # raises ValueError for a bad address
-        if self.allowed_hosts is not None:
-            HostPolicy(self.allowed_hosts)  # raises ValueError for a bad pattern
+    #: Period of the timeout sweep, in seconds (one timer per server, none per connection); not a
+    #: ``[server]`` key: it is the precision of the timeouts, and its name is the App's.
+    sweep_interval: float = setting(1.0, unit="s", low=0, above=True, section="")
 
     def exempting(self, addresses: Iterable[str]) -> ServerLimits:
         """These limits with ``addresses`` (a trusted proxy's) added to ``per_ip_exempt``."""
@@ -206,9 +136,6 @@ class ServerLimits:
         return self.max_request_line + self.max_header_bytes + 1024
 
 
-_OPTIONAL = frozenset({"max_connections", "max_connections_per_ip", "max_streams", "max_streams_per_ip",
-                       "shed_after", "allowed_hosts", "stream_send_buffer"})
-_TUPLES = frozenset({"per_ip_exempt", "shed_exempt", "allowed_hosts"})
 
 
 def derive_max_connections(fd_soft_limit: int) -> int:

@@ -13,7 +13,7 @@ from pyvia.context import Context
 from pyvia.devtools import panel as devtools_panel
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
-from pyvia.render import bootstrap_head, build_document
+from pyvia.render import bootstrap_head, document_bytes
 from pyvia.routing import Route
 from pyvia.runtime.binding import bind
 from pyvia.runtime.common import STREAM_DOWN, then
@@ -102,7 +102,7 @@ class Pages:
         foot = [ctx.route.alert, *self.app.config.foot, *ctx._foot]
         if self.app.config.dev:
             foot.append(devtools_panel(self.app))
-        doc = build_document(
+        doc = document_bytes(
             content,
             title=ctx.route.title or self.app.config.title,
             head=head,
@@ -110,7 +110,7 @@ class Pages:
             lang=self.app.config.lang,
         )
         self.rt.registry.register(ctx)
-        response = Response.html(doc)
+        response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
         self.app.compression.encode_page(ctx.request, response)
         response.headers.append(("set-cookie", self.rt.sessions.cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
