@@ -22,7 +22,7 @@ def test_a_failing_tab_timer_is_reported_and_runs_again() -> None:
                 raise RuntimeError("flaky")
             ticks.value += 1
 
-        c.set_interval(tick, 1000)
+        c.set_interval(tick, 1.0)
         c.view(lambda: "<p></p>")
 
     with TestClient(app, raise_server_exceptions=False) as client:
