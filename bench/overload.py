@@ -124,32 +124,32 @@ class Load:
         self.tabs = [(b, browsers[b].action_request(action, ctx)) for b, ctx in tabs]
         self.cookies = [b.cookie_headers() for b in browsers]
         self.idle: list[list[Connection]] = [[] for _ in browsers]
-        self.results: list[tuple[float, str, str, float]] = []
+        self.results: list[tuple[float, str, str, float, float]] = []
         self.statuses: Counter[int] = Counter()
         self.in_flight = 0
         self.next_tab = 0
         self._drained: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def record(self, due: float, kind: str, result: Response | BaseException) -> None:
+    def record(self, due: float, sent: float, kind: str, result: Response | BaseException) -> None:
         outcome = classify(result)
         done = result.done if isinstance(result, Response) else _perf()
         if outcome == "other" and isinstance(result, Response):
             self.statuses[result.status] += 1
-        self.results.append((due, kind, outcome, done - due))
+        self.results.append((due, kind, outcome, done - due, done - sent))
 
     def _finish(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0 and self._drained is not None:
             self._drained.set()
 
-    def arrive(self, due: float, kind: str) -> None:
+    def arrive(self, due: float, kind: str, sent: float) -> None:
         if self.in_flight >= self.max_in_flight:
-            self.results.append((due, kind, "client_cap", 0.0))
+            self.results.append((due, kind, "client_cap", 0.0, 0.0))
             return
         self.in_flight += 1
         if kind == NEW:
-            self._spawn(self._visit(due))
+            self._spawn(self._visit(due, sent))
             return
         index = self.next_tab
         self.next_tab = (index + 1) % len(self.tabs)
@@ -159,25 +159,25 @@ class Load:
             conn = pool.pop()
             if not conn.closed:
                 fut = conn.request(raw, self.timeout)
-                fut.add_done_callback(functools.partial(self._answered, due, conn, browser))
+                fut.add_done_callback(functools.partial(self._answered, due, sent, conn, browser))
                 return
-        self._spawn(self._act_fresh(due, browser, raw))
+        self._spawn(self._act_fresh(due, sent, browser, raw))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _answered(self, due: float, conn: Connection, browser: int, fut: asyncio.Future[Response]) -> None:
+    def _answered(self, due: float, sent: float, conn: Connection, browser: int, fut: asyncio.Future[Response]) -> None:
         result: Response | BaseException = fut.exception() or fut.result()
-        self.record(due, ACTION, result)
+        self.record(due, sent, ACTION, result)
         if isinstance(result, Response) and not conn.closed:
             self.idle[browser].append(conn)
         else:
             conn.close()
         self._finish()
 
-    async def _act_fresh(self, due: float, browser: int, raw: bytes) -> None:
+    async def _act_fresh(self, due: float, sent: float, browser: int, raw: bytes) -> None:
         conn: Connection | None = None
         try:
             conn = await Connection.open("127.0.0.1", self.port, self.timeout)
@@ -185,7 +185,7 @@ class Load:
             result: Response | BaseException = await conn.request(raw, left)
         except (OSError, TimeoutError, ProtocolError) as exc:
             result = exc
-        self.record(due, ACTION, result)
+        self.record(due, sent, ACTION, result)
         if conn is not None:
             if isinstance(result, Response) and not conn.closed:
                 self.idle[browser].append(conn)
@@ -193,7 +193,7 @@ class Load:
                 conn.close()
         self._finish()
 
-    async def _visit(self, due: float) -> None:
+    async def _visit(self, due: float, sent: float) -> None:
         conn: Connection | None = None
         try:
             conn = await Connection.open("127.0.0.1", self.port, self.timeout)
@@ -204,7 +204,7 @@ class Load:
         finally:
             if conn is not None:
                 conn.close()
-        self.record(due, NEW, result)
+        self.record(due, sent, NEW, result)
         self._finish()
 
     async def drain(self, limit: float) -> bool:
@@ -240,7 +240,7 @@ async def open_loop(
             due = t0 + sent * interval
             second = int(sent * interval)
             lag[second] = max(lag[second], now - due)
-            load.arrive(due, NEW if rng.random() < new_share else ACTION)
+            load.arrive(due, NEW if rng.random() < new_share else ACTION, now)
             sent += 1
         await asyncio.sleep(0.001)
     return t0, sent, lag
@@ -373,14 +373,14 @@ async def capacity(server: Server, args: argparse.Namespace, load: Load) -> dict
 
 
 def per_second(
-    results: list[tuple[float, str, str, float]],
+    results: list[tuple[float, str, str, float, float]],
     t0: float,
     seconds: int,
     rss: list[tuple[float, int]],
     lag: list[float],
 ) -> list[dict[str, Any]]:
     rows = []
-    buckets: list[list[tuple[float, str, str, float]]] = [[] for _ in range(seconds)]
+    buckets: list[list[tuple[float, str, str, float, float]]] = [[] for _ in range(seconds)]
     for r in results:
         buckets[min(seconds - 1, max(0, int(r[0] - t0)))].append(r)
     for s, bucket in enumerate(buckets):
@@ -401,24 +401,44 @@ def per_second(
     return rows
 
 
-def _summary_of(results: list[tuple[float, str, str, float]]) -> dict[str, Any]:
+def _summary_of(results: list[tuple[float, str, str, float, float]]) -> dict[str, Any]:
     counts = Counter(r[2] for r in results)
     out: dict[str, Any] = {o: counts.get(o, 0) for o in OUTCOMES}
     for kind in (None, NEW, ACTION):
         ok = sorted(r[3] for r in results if r[2] == "2xx" and (kind is None or r[1] == kind))
         name = "" if kind is None else kind + "_"
         out[f"{name}p50_s"], out[f"{name}p99_s"] = percentile(ok, 50), percentile(ok, 99)
+    sent = sorted(r[4] for r in results if r[2] == "2xx")
+    out["p50_from_send_s"], out["p99_from_send_s"] = percentile(sent, 50), percentile(sent, 99)
     refused = sorted(r[3] for r in results if r[2] in ("503", "429"))
     out["refused_p50_s"], out["refused_p99_s"] = percentile(refused, 50), percentile(refused, 99)
     return out
 
 
+async def _ready(
+    session: Any, args: argparse.Namespace
+) -> tuple[Server, list[Browser], list[TabStream], list[tuple[int, str]]]:
+    """A fresh server with its tabs open; on a starved machine a start may time out: three tries."""
+    for attempt in range(3):
+        server = None
+        try:
+            server = await session.start()
+            browsers, tabs, pairs = await _setup(server, args)
+        except (RuntimeError, OSError, TimeoutError, ProtocolError) as exc:
+            print(f"# start {attempt + 1} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            if server is not None:
+                await session.stop(server)
+            if attempt == 2:
+                raise RuntimeError(f"no server ready after 3 tries: {exc}") from exc
+            continue
+        return server, browsers, tabs, pairs
+    raise AssertionError("unreachable")
+
+
 async def level(args: argparse.Namespace, session: Any, multiple: float, rate: float) -> dict[str, Any]:
-    server = await session.start()
     load: Load | None = None
-    tabs: list[TabStream] = []
+    server, browsers, tabs, pairs = await _ready(session, args)
     try:
-        browsers, tabs, pairs = await _setup(server, args)
         load = Load(server, browsers, pairs, args.action, args.timeout, args.max_in_flight)
         before = await probes(load, 0.5)
         normal = max(0.025, 2 * max(p["latency_s"] for p in before))
@@ -489,7 +509,8 @@ def _print_level(r: dict[str, Any]) -> None:
     )
     print(
         f"  accepted p50/p99 {_ms(r['p50_s'])}/{_ms(r['p99_s'])} ms (new visitors {_ms(r['new_p50_s'])}/"
-        f"{_ms(r['new_p99_s'])}, actions {_ms(r['action_p50_s'])}/{_ms(r['action_p99_s'])}); refusals "
+        f"{_ms(r['new_p99_s'])}, actions {_ms(r['action_p50_s'])}/{_ms(r['action_p99_s'])}; from the send "
+        f"{_ms(r['p50_from_send_s'])}/{_ms(r['p99_from_send_s'])}); refusals "
         f"p50/p99 {_ms(r['refused_p50_s'])}/{_ms(r['refused_p99_s'])} ms; RSS {r['rss_mb_before']:.0f} → max "
         f"{r['rss_mb_max']:.0f} MB; recovery {rec}"
         f" (normal ≤ {_ms(r['normal_latency_s'])} ms); send lag max {_ms(r['send_lag_max_s'])} ms; server busy "
@@ -535,10 +556,8 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     base = args.rate
     cap: dict[str, Any] | None = None
     if not base:
-        server = await session.start()
-        tabs: list[TabStream] = []
+        server, browsers, tabs, pairs = await _ready(session, args)
         try:
-            browsers, tabs, pairs = await _setup(server, args)
             load = Load(server, browsers, pairs, args.action, args.timeout, args.max_in_flight)
             cap = await capacity(server, args, load)
         finally:
