@@ -290,6 +290,29 @@ def recovery_s(after: list[dict[str, Any]], normal: float) -> float | None:
     return good_from
 
 
+_METRICS = (
+    "pyvia_server_unavailable_total",
+    "pyvia_server_shedding",
+    "pyvia_event_loop_lag_seconds",
+    "pyvia_tabs_waiting",
+    "pyvia_tabs ",
+    "pyvia_server_timeouts_total",
+)
+
+
+async def server_metrics(server: Server) -> list[str]:
+    """The shedding lines of the server's ``/metrics`` (exempt from shedding): why it refused."""
+    try:
+        conn = await Connection.open("127.0.0.1", server.port)
+        try:
+            response = await conn.request(build_request("GET", "/metrics", server.host), 10.0)
+        finally:
+            conn.close()
+    except (OSError, TimeoutError, ProtocolError) as exc:
+        return [f"# /metrics failed: {exc}"]
+    return [line for line in response.body.decode(errors="replace").splitlines() if line.startswith(_METRICS)]
+
+
 async def rss_sampler(server: Server, samples: list[tuple[float, int]], stop: asyncio.Event) -> None:
     while not stop.is_set():
         samples.append((_perf(), server.rss_kb()))
@@ -451,6 +474,7 @@ async def level(args: argparse.Namespace, session: Any, multiple: float, rate: f
         load_end = _perf()
         after = await probes(load, args.recovery)
         drained = await load.drain(args.timeout + 2.0)
+        metrics = await server_metrics(server)
         window.stop()
         stop.set()
         await sampler
@@ -480,6 +504,7 @@ async def level(args: argparse.Namespace, session: Any, multiple: float, rate: f
             "normal_latency_s": normal,
             "recovery_s": rec,
             "server_alive": alive,
+            "server_metrics": metrics,
             "per_second": rows,
             **window.as_dict(),
         }
@@ -518,6 +543,9 @@ def _print_level(r: dict[str, Any]) -> None:
         f"{r['others_on_server_core']:.0%}{' NOISY' if r['noisy'] else ''}",
         flush=True,
     )
+    shown = [line for line in r.get("server_metrics", []) if "_bucket" not in line]
+    if shown:
+        print("  server /metrics after the load: " + "; ".join(shown))
     print("  s  arrivals    2xx    429    503  other  reset timeout  cap   p50 ms   p99 ms  RSS MB  lag ms")
     for row in r["per_second"]:
         print(
@@ -579,7 +607,8 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         "capacity_rate": base,
         "measured_capacity": cap is not None,
         "levels": [
-            {k: v for k, v in r.items() if k not in ("per_second", "probes_before", "probes_after")} for r in levels
+            {k: v for k, v in r.items() if k not in ("per_second", "probes_before", "probes_after", "server_metrics")}
+            for r in levels
         ],
         "targets": TARGETS,
         "verdict": verdict,
