@@ -20,7 +20,9 @@ already waiting). Per second of arrivals: the outcomes, p50/p99 of the accepted 
 the server's RSS and how late the generator sent. After the load, ``--recovery`` seconds of probes
 (a new visitor and an action every 50 ms, compared with the same probes before the load) say
 when latency was normal again. Bounded in time (duration, timeouts) and count (``--max-arrivals``,
-``--max-in-flight``); loopback only.
+``--max-in-flight``); loopback only. A level where the generator itself fell behind (it sent more
+than 0.1 s late, or hit its in-flight cap) is flagged: its latencies include the generator's own
+queue, an upper bound on the server's.
 
 Default server settings except the per-address action rate, turned off as for ``actions``: every
 arrival comes from 127.0.0.1, and the measurement is of the server's own shedding under CPU
