@@ -1,4 +1,4 @@
-"""``python -m bench pages|actions|tabs|hammer|storm|reconnect|calibrate|peers [options]``: pyvia's benchmark harness.
+"""``python -m bench pages|actions|tabs|hammer|storm|reconnect|calibrate|peers|overload [options]``: the harness.
 
 Each command pins itself to CPU 0, prints the provenance, starts a fresh server on CPU 1 (gated
 on its startup log, its affinity and a real page), warms up, measures, stops the server (SIGTERM,
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import actions, calibrate, hammer, pages, peers, reconnect, storm, tabs
+from bench import actions, calibrate, hammer, overload, pages, peers, reconnect, storm, tabs
 from bench.client import run as run_loop
 from bench.fanout import wait_quiet
 from bench.profile import start_py_spy, summarise
@@ -27,7 +27,7 @@ from bench.report import RESULTS, Recorder
 from bench.server import CLIENT_CPU, Server, server_command, start_server
 
 COMMANDS = {"pages": pages, "actions": actions, "tabs": tabs, "hammer": hammer, "storm": storm, "reconnect": reconnect,
-            "calibrate": calibrate, "peers": peers}
+            "calibrate": calibrate, "peers": peers, "overload": overload}
 #: Commands that start no server through the session (``peers`` starts its own, one per contender).
 NO_SERVER = {"calibrate", "peers"}
 

@@ -205,8 +205,8 @@ def _convert(annotation: Any, value: Any) -> Any:  # one branch per kind of anno
     if origin is dict and isinstance(value, dict):
         args = typing.get_args(annotation)
         item_type = args[1] if len(args) == 2 else Any
-        items = {k: _convert(item_type, v) for k, v in value.items()}
-        return _MISSING if any(i is _MISSING for i in items.values()) else items
+        entries = {k: _convert(item_type, v) for k, v in value.items()}
+        return _MISSING if any(i is _MISSING for i in entries.values()) else entries
     if origin is not None:
         return _MISSING
     if annotation is bool:

@@ -27,6 +27,7 @@ Rules (php-via 0.13/0.14 semantics, DESIGN.md flow 4, plus the settle rule below
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 import time
@@ -82,7 +83,7 @@ class _Slices:
         self.last_flush = last_flush  # each state's previous flush time, for its throttle
         self.targets = targets
         self.index = 0
-        self.shared: dict[tuple[str, str], bytes | None] = {}
+        self.shared: dict[tuple[str, str], bytes | asyncio.Future[bytes | None] | None] = {}
         self.now = now
         self.duration = 0.0
         self.budget = 0.0  # the time the next slice may take
@@ -324,7 +325,7 @@ class Broadcaster:
             i += 1
             if ctx.state is DESTROYED:  # between two slices of a flush
                 continue
-            view: bytes | None
+            view: bytes | asyncio.Future[bytes | None] | None
             try:
                 if ctx._share_render:
                     key = (ctx.primary_scope, ctx.route.pattern)

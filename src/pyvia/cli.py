@@ -150,7 +150,7 @@ def _bench(argv: list[str]) -> int:
     """``python -m bench ARGV`` of the repository in the working directory (bench/ is not installed)."""
     sys.path.insert(0, os.getcwd())
     try:
-        from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
+        from bench.__main__ import main as bench_main
     except ImportError:
         print("pyvia bench: run it in a checkout of the pyvia repository (the harness is its bench/ folder)",
               file=sys.stderr)

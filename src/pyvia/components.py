@@ -71,9 +71,9 @@ class Component:
     def action(self, fn: ActionCallback | str | None = None, name: str | None = None) -> Any:
         """Register an action of this component; same forms as ``Context.action``."""
         if fn is None or isinstance(fn, str):
-            given = fn if isinstance(fn, str) else name
+            given: str | None = fn if isinstance(fn, str) else name
             return lambda f: self.action(f, given)
-        local = name or getattr(fn, "__name__", "")
+        local = name if name else str(getattr(fn, "__name__", ""))
         act = self.ctx.action(fn, self._id(local))
         self._actions[local] = act
         return act

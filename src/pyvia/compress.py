@@ -772,6 +772,7 @@ class StreamEncoder:
         if c is None:
             c = self._start(len(data))
         coding = self.coding
+        out: bytes
         if coding == ZSTD:
             out = c.compress(data) + c.flush(_ZSTD_FLUSH_BLOCK)
         elif coding == BR:

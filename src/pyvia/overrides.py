@@ -25,8 +25,22 @@ __all__ = ["override"]
 #: Options read when a page is registered: a run cannot replace them (give them to App(...)).
 _READ_AT_REGISTRATION = frozenset({"error_messages", "error_view"})
 #: What App(...) makes from its options, replaced for the run and put back after it.
-_MADE_FROM_OPTIONS = ("_options", "config", "_messages", "templates", "_secret", "_session_ids", "_session_cookie",
-                      "_limiter", "_form_limits", "compression", "_proxies", "sessions", "_replays", "db")
+_MADE_FROM_OPTIONS = (
+    "_options",
+    "config",
+    "_messages",
+    "templates",
+    "_secret",
+    "_session_ids",
+    "_session_cookie",
+    "_limiter",
+    "_form_limits",
+    "compression",
+    "_proxies",
+    "sessions",
+    "_replays",
+    "db",
+)
 
 
 def override(app: App, settings: Mapping[str, Any]) -> Callable[[], None]:
@@ -34,8 +48,10 @@ def override(app: App, settings: Mapping[str, Any]) -> Callable[[], None]:
     options back. Raises TypeError for an unknown option, ConfigError for a bad value or for an
     option read when pages are registered, UsageError when the app is running."""
     if app.is_running:
-        raise UsageError("an app's options can be replaced only while it is stopped (before the test client "
-                         "or the ASGI server starts it)")
+        raise UsageError(
+            "an app's options can be replaced only while it is stopped (before the test client "
+            "or the ASGI server starts it)"
+        )
     fixed = sorted(set(settings) & _READ_AT_REGISTRATION)
     if fixed:
         raise ConfigError(f"{', '.join(fixed)}: read when pages are registered, so give it to App(...)")
@@ -45,8 +61,11 @@ def override(app: App, settings: Mapping[str, Any]) -> Callable[[], None]:
     for name in _MADE_FROM_OPTIONS:
         setattr(app, name, getattr(made, name))
     # the database the app opens at start, counting into this app's metrics
-    app.db = NoDatabase(metrics=app.metrics) if isinstance(made.db, NoDatabase) else connect(
-        made.db.config, metrics=app.metrics)
+    app.db = (
+        NoDatabase(metrics=app.metrics)
+        if isinstance(made.db, NoDatabase)
+        else connect(made.db.config, metrics=app.metrics)
+    )
     app.broadcaster.tick, app.broadcaster.settle = app.config.broadcast_tick, app.config.broadcast_settle
     app._set_base(app.config.base_path)
 

@@ -123,7 +123,7 @@ class Replays:
         """Add frame ``seq`` (the one after the buffer's last, or the first of a new buffer)."""
         size = len(frame)
         replay = owner.replay
-        if size > self.tab_limit or not self.is_enabled:
+        if size > self.tab_limit or self.tab_limit <= 0 or self.limit <= 0:  # too big, or not is_enabled
             if replay is not None:
                 self.forget(owner)  # a gap would make the buffer lie: start after this frame
             return

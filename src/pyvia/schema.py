@@ -21,8 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["OutOfRange", "Rule", "Spec", "WrongType", "describe_type", "fits", "named_problem", "setting", "specs",
-           "validate"]
+__all__ = [
+    "OutOfRange",
+    "Rule",
+    "Spec",
+    "WrongType",
+    "describe_type",
+    "fits",
+    "named_problem",
+    "setting",
+    "specs",
+    "validate",
+]
 
 _T = TypeVar("_T")
 
@@ -66,9 +76,18 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def setting(default: _T, *, unit: str = "", low: float | None = None, high: float | None = None,
-            above: bool = False, what: str = "", section: str = "app", env: str = "",
-            check: Callable[[Any], Any] | None = None) -> _T:
+def setting(
+    default: _T,
+    *,
+    unit: str = "",
+    low: float | None = None,
+    high: float | None = None,
+    above: bool = False,
+    what: str = "",
+    section: str = "app",
+    env: str = "",
+    check: Callable[[Any], Any] | None = None,
+) -> _T:
     """A dataclass field with ``default`` and its :class:`Rule` (for type checkers: the default)."""
     rule = Rule(unit, low, high, above, what, section, env, check)
     return dataclasses.field(default=default, metadata={"pyvia": rule})
@@ -123,8 +142,11 @@ def _read_specs(cls: type) -> dict[str, Spec]:
     out: dict[str, Spec] = {}
     for f in dataclasses.fields(cls):
         rule = f.metadata.get("pyvia", Rule())
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         out[f.name] = Spec(rule.section, f.name, hints[f.name], default, rule)
     return out
 
@@ -159,6 +181,7 @@ def named_problem(spec: Spec, value: Any, exc: ValueError) -> str:
 
 # --- value shapes ---------------------------------------------------------------------------------
 
+
 def describe_type(tp: Any) -> str:
     """Words for a type: ``int | None`` is ``"an integer or nothing (null)"``."""
     if tp is Any:
@@ -177,7 +200,11 @@ def describe_type(tp: Any) -> str:
     if origin is os.PathLike:
         return "a path"
     return {
-        str: "a string", bytes: "bytes", bool: "true or false", int: "an integer", float: "a number",
+        str: "a string",
+        bytes: "bytes",
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
         type(None): "nothing (null)",
     }.get(tp, getattr(tp, "__name__", str(tp)))
 

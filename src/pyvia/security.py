@@ -77,6 +77,23 @@ def same_origin(origin: str, scheme: str, host: str) -> bool:
     """Whether ``origin`` (an ``Origin`` header) is ``scheme://host``, the site the request was
     sent to: same scheme, host and port (a default port written or not), compared without case.
     ``null``, an opaque or foreign scheme, or another host or port is not."""
+    key = (origin, scheme, host)
+    known = _SAME_ORIGIN.get(key)
+    if known is None:  # a site's browsers send the same pair with every post: worked out once
+        known = _same_origin(origin, scheme, host)
+        if len(origin) + len(host) <= 256:
+            if len(_SAME_ORIGIN) >= _SAME_ORIGIN_KEPT:
+                _SAME_ORIGIN.clear()
+            _SAME_ORIGIN[key] = known
+    return known
+
+
+#: Answers of :func:`same_origin` for short pairs, at most ``_SAME_ORIGIN_KEPT`` (cleared when full).
+_SAME_ORIGIN: dict[tuple[str, str, str], bool] = {}
+_SAME_ORIGIN_KEPT = 1024
+
+
+def _same_origin(origin: str, scheme: str, host: str) -> bool:
     their_scheme, sep, their_host = origin.partition("://")
     scheme = scheme.lower()
     if not sep or their_scheme.lower() != scheme or not host:

@@ -113,13 +113,13 @@ class Signal(Generic[T]):
         self._changed = False
         self._sent = value
         if type(value) is dict and type(sent) is dict and value is not sent:
-            return merge_patch(sent, value)
+            return merge_patch(sent, value)  # type: ignore[arg-type]  # type() is dict, as mypy cannot see
         return value
 
     # typed reads ------------------------------------------------------------------------------
     def as_int(self, default: int = 0) -> int:
         try:
-            return int(self._value)  # type: ignore[call-overload]  # any value may come from the client
+            return int(self._value)  # type: ignore[call-overload, no-any-return]  # any value may come from the client
         except (TypeError, ValueError, OverflowError):
             return default
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import email.utils
+import functools
 import hashlib
 import logging
 import mimetypes
@@ -224,7 +225,8 @@ class _Precompressor:
                 continue
             with self._lock:
                 self._futures.add(future)
-            future.add_done_callback(lambda f, c=coding: self._done(f, entry, c, cache_control, pending))
+            future.add_done_callback(functools.partial(self._done, entry=entry, coding=coding,
+                                                       cache_control=cache_control, pending=pending))
 
     def _done(self, future: concurrent.futures.Future[bytes], entry: _Entry, coding: str, cache_control: str,
               pending: set[str]) -> None:

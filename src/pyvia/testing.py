@@ -117,7 +117,8 @@ class _Decoder:
         if self._obj is None:
             return data
         if self.coding == "br":
-            return self._obj.process(data)
+            decoded: bytes = self._obj.process(data)
+            return decoded
         out = b""
         while data:
             out += self._obj.decompress(data)

@@ -37,9 +37,13 @@ def test_every_config_field_has_a_docstring_comment() -> None:
     source = Path(pyvia.config.__file__).read_text(encoding="utf-8")
     lines = source.splitlines()
     config = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Config")
-    undocumented = [n.target.id for n in config.body
-                    if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-                    and not lines[n.lineno - 2].strip().startswith("#:")]
+    undocumented = [
+        n.target.id
+        for n in config.body
+        if isinstance(n, ast.AnnAssign)
+        and isinstance(n.target, ast.Name)
+        and not lines[n.lineno - 2].strip().startswith("#:")
+    ]
     assert undocumented == []
 
 
@@ -57,8 +61,7 @@ def test_options_are_keyword_only() -> None:
         App("Shop")  # type: ignore[misc]
 
 
-def test_a_keyword_given_wins_even_when_it_equals_the_default(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_keyword_given_wins_even_when_it_equals_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyvia.toml").write_text('[app]\ntitle = "From file"\ncompression = false\n')
     app = App(title="pyvia")

@@ -141,7 +141,8 @@ def test_a_buffer_that_overflowed_gives_one_full_render() -> None:
         tab.reconnect()
         views = [e for e in tab.events[before:] if e.selector == "#via-view"]
         assert len(views) == 1, "one full render"
-        assert views[0].elements == '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(BURST)) + "</ul>"
+        items = "".join(f'<li id="i{n}">{n}</li>' for n in range(BURST))
+        assert views[0].elements == '<ul id="list">' + items + "</ul>"
         assert not any(e.selector == "#list" for e in tab.events[before:]), "nothing replayed besides"
         assert app._replays.full_renders == 1 and app._replays.resumes == 0
 

@@ -6,8 +6,7 @@ from pyvia.cli import profile_line
 from pyvia.ops.autotune import Limits, profile_for
 from pyvia.ops.settings import load_settings
 
-LIMITS = Limits(cpus=4.0, cpu_source="host", memory=8 << 30, memory_source="host", host_cpus=4,
-                host_memory=8 << 30)
+LIMITS = Limits(cpus=4.0, cpu_source="host", memory=8 << 30, memory_source="host", host_cpus=4, host_memory=8 << 30)
 
 
 def test_workers_given_on_the_command_line_are_in_the_line() -> None:

@@ -64,6 +64,8 @@ def test_the_server_limits_are_declared_once() -> None:
 def test_range_words() -> None:
     assert Rule(low=0).range_text() == "must be >= 0"
     assert Rule(low=0, above=True).range_text("a number") == "must be a number > 0"
-    assert Rule(low=1, high=1000, what="a number of connections").range_text() == \
-        "must be a number of connections, 1..1000"
+    assert (
+        Rule(low=1, high=1000, what="a number of connections").range_text()
+        == "must be a number of connections, 1..1000"
+    )
     assert Rule(low=1, high=9).range_text() == "must be in 1..9"

@@ -71,7 +71,7 @@ from pyvia.cluster.direct import DirectClient, DirectServer, Unreachable, channe
 from pyvia.cluster.passing import ConnectionPost, inbox_path, request_bytes
 from pyvia.cluster.replica import Replica
 from pyvia.config import cluster_host_port
-from pyvia.http import Headers, Request, Response
+from pyvia.http import Headers, Request, Response, StreamResponse
 from pyvia.lifecycle import State
 from pyvia.scopes import Scope
 from pyvia.session import SESSION_MAX_AGE
@@ -113,7 +113,7 @@ _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its o
 
 def _forwarded(ctx_id: str, request: Request) -> bytes:
     """A request for the owner of tab ``ctx_id`` (see :meth:`ClusterLink._serve_direct`)."""
-    message = {
+    message: dict[str, object] = {
         "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
         "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client, "s": request.scheme,
     }
@@ -159,6 +159,7 @@ class ClusterLink:
         "_busy",
         "_claims",
         "_direct",
+        "_failed_upto",
         "_key",
         "_lease_holder",
         "_lease_rev",
@@ -170,7 +171,6 @@ class ClusterLink:
         "_owners",
         "_peers",
         "_pending",
-        "_failed_upto",
         "_post",
         "_presence_dirty",
         "_publish_scheduled",
@@ -1111,13 +1111,15 @@ class ClusterLink:
         ``balanced``: only if that worker is not busier than this one (a stream, which may as
         well take the tab over). A connection passed here once has no ``transfer``: it moves once."""
         post, direct = self._post, self._peers.get(owner)
-        if post is None or direct is None or not self._movable(direct, request):
+        transfer = request.transfer
+        if post is None or direct is None or transfer is None or not self._movable(direct, request):
             return False
+        assert isinstance(direct.address, str)  # _movable: a worker of this machine
         preface = request_bytes(request)
         if preface is None:
             return False
         path = inbox_path(direct.address)
-        return await request.transfer(lambda fd: post.send(path, fd, preface, balanced=balanced))
+        return await transfer(lambda fd: post.send(path, fd, preface, balanced=balanced))
 
     def _movable(self, direct: DirectClient, request: Request) -> bool:
         """Whether the request's connection can move to that worker: not if it is another
@@ -1257,7 +1259,7 @@ class ClusterLink:
         if "g" in message:
             request.state["_signals"] = message["g"]
         result = self.app.handle_forwarded(request, message["x"])
-        if isinstance(result, Response):
+        if isinstance(result, Response | StreamResponse):  # a stream: never for an action
             return _reply(result)
         return self._reply_later(result)
 

@@ -81,7 +81,7 @@ UNSET: Any = object()
 def _default_gc_thresholds() -> tuple[int, int, int] | None:
     from pyvia.config import Config
 
-    return getattr(Config(), "gc_thresholds", None)  # type: ignore[no-any-return]  # a Config field
+    return Config().gc_thresholds
 
 
 # --- parsing ---------------------------------------------------------------------------------------
