@@ -73,7 +73,8 @@ class Component:
         if fn is None or isinstance(fn, str):
             given: str | None = fn if isinstance(fn, str) else name
             return lambda f: self.action(f, given)
-        local = name if name else str(getattr(fn, "__name__", ""))
+        fn_name: str = getattr(fn, "__name__", "")
+        local = name or fn_name
         act = self.ctx.action(fn, self._id(local))
         self._actions[local] = act
         return act

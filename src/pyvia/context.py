@@ -339,7 +339,8 @@ class Context:
         if fn is None or isinstance(fn, str):
             given = fn if isinstance(fn, str) else name
             return lambda f: self.action(f, given)
-        action_name = name or getattr(fn, "__name__", "")
+        fn_name: str = getattr(fn, "__name__", "")
+        action_name = name or fn_name
         check_name("action", action_name, f"page {self.route.pattern!r}")
         if action_name in self._signals:
             raise DeclarationError(f"action {action_name!r} in page {self.route.pattern!r} has a signal's name")
@@ -743,7 +744,7 @@ class Context:
         queue = self._pending
         if queue is None:
             if view is None or type(view) is bytes:
-                self.stream.send(data, view, self.app.clock.now())  # type: ignore[arg-type]  # bytes, checked
+                self.stream.send(data, view, self.app.now())
                 return
             queue = self._pending = deque()
             self.app._spawn(self._deliver_in_order(queue), self, "render")
@@ -760,7 +761,7 @@ class Context:
                     view = None
             queue.popleft()
             if self.state is not State.DESTROYED:
-                self.stream.send(data, view, self.app.clock.now())
+                self.stream.send(data, view, self.app.now())
         self._pending = None
 
     def cancel_timers(self) -> None:
