@@ -26,8 +26,17 @@ from bench.provenance import print_provenance, provenance
 from bench.report import RESULTS, Recorder
 from bench.server import CLIENT_CPU, Server, server_command, start_server
 
-COMMANDS = {"pages": pages, "actions": actions, "tabs": tabs, "hammer": hammer, "storm": storm, "reconnect": reconnect,
-            "calibrate": calibrate, "peers": peers, "overload": overload}
+COMMANDS = {
+    "pages": pages,
+    "actions": actions,
+    "tabs": tabs,
+    "hammer": hammer,
+    "storm": storm,
+    "reconnect": reconnect,
+    "calibrate": calibrate,
+    "peers": peers,
+    "overload": overload,
+}
 #: Commands that start no server through the session (``peers`` starts its own, one per contender).
 NO_SERVER = {"calibrate", "peers"}
 
@@ -44,11 +53,21 @@ class Session:
         self._shown_startup = False
 
     async def start(self) -> Server:
-        server = await start_server(self.args.app, self.args.runner, self.args.gc_stats, self.env,
-                                    pyvia_src=self.args.pyvia_src)
-        self.recorder.write({"type": "server", "pid": server.pid, "port": server.port, "command": server.command,
-                             "env": self.env, "log": str(server.log_path), "startup_log": server.log_tail(10),
-                             "rss_kb_at_start": server.rss_kb()})
+        server = await start_server(
+            self.args.app, self.args.runner, self.args.gc_stats, self.env, pyvia_src=self.args.pyvia_src
+        )
+        self.recorder.write(
+            {
+                "type": "server",
+                "pid": server.pid,
+                "port": server.port,
+                "command": server.command,
+                "env": self.env,
+                "log": str(server.log_path),
+                "startup_log": server.log_tail(10),
+                "rss_kb_at_start": server.rss_kb(),
+            }
+        )
         if not self._shown_startup:  # the effective profile, as the server logged it (§6.3 B)
             self._shown_startup = True
             for line in server.log_tail(10).splitlines():
@@ -76,10 +95,20 @@ class Session:
                 print(f"# py-spy exited with {spy.returncode}: {err.decode(errors='replace')[-600:]}")
         rss = server.rss_kb()
         code = await server.stop()
-        self.recorder.write({"type": "stop", "pid": server.pid, "exit": code, "seconds": server.stop_seconds,
-                             "killed": server.killed, "rss_kb_at_stop": rss})
-        print(f"# server stopped in {server.stop_seconds:.2f} s (exit {code}"
-              f"{', SIGKILL after the 5 s grace' if server.killed else ''}; RSS then {rss / 1024:.0f} MB)")
+        self.recorder.write(
+            {
+                "type": "stop",
+                "pid": server.pid,
+                "exit": code,
+                "seconds": server.stop_seconds,
+                "killed": server.killed,
+                "rss_kb_at_stop": rss,
+            }
+        )
+        print(
+            f"# server stopped in {server.stop_seconds:.2f} s (exit {code}"
+            f"{', SIGKILL after the 5 s grace' if server.killed else ''}; RSS then {rss / 1024:.0f} MB)"
+        )
         if code not in (0, -15) and not server.killed:
             print(f"# server exited with {code}; log {server.log_path}:\n{server.log_tail()}")
 
@@ -90,20 +119,38 @@ def _parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.__doc__.split("\n")[0] if module.__doc__ else name)
         module.add_arguments(p)
-        p.add_argument("--quiet", type=float, default=0.0, metavar="SECONDS", help="first wait up to this long "
-                       "for both cores to be nearly idle (other processes under 5%%; default 0: start at once)")
+        p.add_argument(
+            "--quiet",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="first wait up to this long "
+            "for both cores to be nearly idle (other processes under 5%%; default 0: start at once)",
+        )
         if name in NO_SERVER:
             continue
         default_app = getattr(module, "DEFAULT_APP", "examples.counter:app")
         p.add_argument("--app", default=default_app, help=f"MODULE:ATTR of the app to serve (default {default_app})")
-        p.add_argument("--runner", choices=("auto", "cli", "python"), default="auto",
-                       help="'pyvia run' (cli), app.run() (python), or cli when it exists (auto)")
-        p.add_argument("--profile", action="store_true", help="record the server with py-spy (CPU figures then "
-                       "carry the sampler's perturbation: use them for shares, not for the record)")
+        p.add_argument(
+            "--runner",
+            choices=("auto", "cli", "python"),
+            default="auto",
+            help="'pyvia run' (cli), app.run() (python), or cli when it exists (auto)",
+        )
+        p.add_argument(
+            "--profile",
+            action="store_true",
+            help="record the server with py-spy (CPU figures then "
+            "carry the sampler's perturbation: use them for shares, not for the record)",
+        )
         p.add_argument("--native", action="store_true", help="with --profile: include C frames (pauses the server)")
         p.add_argument("--gc-stats", action="store_true", help="time the server's garbage collections per window")
-        p.add_argument("--pyvia-src", metavar="DIR", help="serve pyvia from this checkout's src/ (an A/B against "
-                       "another version; the app still comes from this repository)")
+        p.add_argument(
+            "--pyvia-src",
+            metavar="DIR",
+            help="serve pyvia from this checkout's src/ (an A/B against "
+            "another version; the app still comes from this repository)",
+        )
     prof = sub.add_parser("profile", help="summarise a py-spy collapsed-stack file")
     prof.add_argument("file", type=Path)
     prof.add_argument("--top", type=int, default=25)
@@ -123,8 +170,11 @@ async def _main(args: argparse.Namespace) -> int:
     if args.quiet:
         quiet = await wait_quiet(max_wait=args.quiet)
         record["quiet_wait"] = quiet
-        print(f"# waited {quiet['waited_s']:.1f} s for quiet cores: server core {quiet['server_core_busy']:.0%} busy, "
-              f"others on the client core {quiet['client_core_others']:.0%}", flush=True)
+        print(
+            f"# waited {quiet['waited_s']:.1f} s for quiet cores: server core {quiet['server_core_busy']:.0%} busy, "
+            f"others on the client core {quiet['client_core_others']:.0%}",
+            flush=True,
+        )
     session = Session(args)
     session.recorder.write(record)
     print(f"# raw results: {session.recorder.path}", flush=True)

@@ -127,15 +127,23 @@ def _rep_record(rep: int, phase: Phase, window: Window, rss_kb: int) -> dict[str
     lat = sorted(phase.latencies)
     post = sorted(phase.post_latencies)
     return {
-        "type": "rep", "rep": rep, "ok": phase.ok, "non2xx": dict(phase.non2xx),
-        "first_non2xx": phase.first_non2xx, "mismatches": phase.mismatches,
-        "errors": dict(phase.errors), "dirty": phase.failures > 0,
+        "type": "rep",
+        "rep": rep,
+        "ok": phase.ok,
+        "non2xx": dict(phase.non2xx),
+        "first_non2xx": phase.first_non2xx,
+        "mismatches": phase.mismatches,
+        "errors": dict(phase.errors),
+        "dirty": phase.failures > 0,
         "actions_per_s": phase.ok / window.wall,
-        "p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6,
-        "post_p50_us": percentile(post, 50) * 1e6, "post_p99_us": percentile(post, 99) * 1e6,
+        "p50_us": percentile(lat, 50) * 1e6,
+        "p99_us": percentile(lat, 99) * 1e6,
+        "post_p50_us": percentile(post, 50) * 1e6,
+        "post_p99_us": percentile(post, 99) * 1e6,
         "server_cpu_us_per_action": window.server_cpu / phase.ok * 1e6 if phase.ok else float("nan"),
         "server_cpu_us_per_action_clock": window.server_cpu_precise / phase.ok * 1e6 if phase.ok else float("nan"),
-        "server_rss_kb": rss_kb, **window.as_dict(),
+        "server_rss_kb": rss_kb,
+        **window.as_dict(),
     }
 
 
@@ -159,12 +167,15 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         await session.stop(server)
 
 
-async def measure(args: argparse.Namespace, server: Server, recorder: Recorder, browsers: list[Browser],
-                  owned: list[list[Tab]]) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace, server: Server, recorder: Recorder, browsers: list[Browser], owned: list[list[Tab]]
+) -> dict[str, Any]:
     load = Load()
     rss_tabs = server.rss_kb()
-    workers = [asyncio.ensure_future(_worker(load, b, t, args.timeout, server.port))
-               for b, t in zip(browsers, owned, strict=True)]
+    workers = [
+        asyncio.ensure_future(_worker(load, b, t, args.timeout, server.port))
+        for b, t in zip(browsers, owned, strict=True)
+    ]
     await asyncio.sleep(args.warmup)
     warm = load.phase
     reps = []
@@ -179,11 +190,24 @@ async def measure(args: argparse.Namespace, server: Server, recorder: Recorder, 
         _print_rep(record)
     load.running = False
     await asyncio.gather(*workers, return_exceptions=True)
-    summary: dict[str, Any] = {"type": "summary", "tabs": args.tabs, "rss_with_tabs_kb": rss_tabs,
-                               "rss_after_kb": server.rss_kb(), "warmup_ok": warm.ok,
-                               "warmup_failures": warm.failures}
-    for key in ("actions_per_s", "p50_us", "p99_us", "post_p50_us", "post_p99_us", "server_cpu_us_per_action",
-                "server_busy", "client_busy"):
+    summary: dict[str, Any] = {
+        "type": "summary",
+        "tabs": args.tabs,
+        "rss_with_tabs_kb": rss_tabs,
+        "rss_after_kb": server.rss_kb(),
+        "warmup_ok": warm.ok,
+        "warmup_failures": warm.failures,
+    }
+    for key in (
+        "actions_per_s",
+        "p50_us",
+        "p99_us",
+        "post_p50_us",
+        "post_p99_us",
+        "server_cpu_us_per_action",
+        "server_busy",
+        "client_busy",
+    ):
         summary[key] = spread([r[key] for r in reps])
     if all(r["gc_share"] is not None for r in reps):
         summary["gc_share"] = spread([r["gc_share"] for r in reps])
@@ -196,16 +220,18 @@ async def measure(args: argparse.Namespace, server: Server, recorder: Recorder, 
 
 
 def _print_rep(r: dict[str, Any]) -> None:
-    print(f"rep {r['rep']}: {r['ok']:,} actions in {r['wall_s']:.2f} s = {r['actions_per_s']:,.0f}/s, "
-          f"patch p50 {r['p50_us']:,.0f} µs p99 {r['p99_us']:,.0f} µs (POST p50 {r['post_p50_us']:,.0f}), "
-          f"server CPU {r['server_cpu_us_per_action']:.1f} µs/action ({_kernel(r):.0%} in the kernel), "
-          f"server core {r['server_busy']:.0%}, "
-          f"client core {r['client_busy']:.0%}, "
-          f"others on server/client core {r['others_on_server_core']:.0%}/{r['others_on_client_core']:.0%}, "
-          f"non-2xx {sum(r['non2xx'].values())}, "
-          f"wrong count {r['mismatches']}, errors {sum(r['errors'].values())}{_gc_text(r)}"
-          f"{' DIRTY' if r['dirty'] else ''}{_refusal(r)}",
-          flush=True)
+    print(
+        f"rep {r['rep']}: {r['ok']:,} actions in {r['wall_s']:.2f} s = {r['actions_per_s']:,.0f}/s, "
+        f"patch p50 {r['p50_us']:,.0f} µs p99 {r['p99_us']:,.0f} µs (POST p50 {r['post_p50_us']:,.0f}), "
+        f"server CPU {r['server_cpu_us_per_action']:.1f} µs/action ({_kernel(r):.0%} in the kernel), "
+        f"server core {r['server_busy']:.0%}, "
+        f"client core {r['client_busy']:.0%}, "
+        f"others on server/client core {r['others_on_server_core']:.0%}/{r['others_on_client_core']:.0%}, "
+        f"non-2xx {sum(r['non2xx'].values())}, "
+        f"wrong count {r['mismatches']}, errors {sum(r['errors'].values())}{_gc_text(r)}"
+        f"{' DIRTY' if r['dirty'] else ''}{_refusal(r)}",
+        flush=True,
+    )
 
 
 def _refusal(r: dict[str, Any]) -> str:
@@ -222,8 +248,10 @@ def _gc_text(r: dict[str, Any]) -> str:
     if r.get("gc_share") is None:
         return ""
     gc = r["gc"]
-    return (f", GC {r['gc_share']:.0%} of server CPU ({gc['collections'][2]} full collections, longest pause so far "
-            f"{max(gc['longest_pause_so_far_s']) * 1000:.0f} ms)")
+    return (
+        f", GC {r['gc_share']:.0%} of server CPU ({gc['collections'][2]} full collections, longest pause so far "
+        f"{max(gc['longest_pause_so_far_s']) * 1000:.0f} ms)"
+    )
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -237,7 +265,11 @@ def _print_summary(s: dict[str, Any]) -> None:
         print(f"  GC share of server CPU  {fmt(s['gc_share'], 2)}")
     q = s["quiet"]
     if s["noisy_reps"] and q["n"]:
-        print(f"  quiet repetitions only (n={q['n']}): {fmt(q['actions_per_s'], 0)}/s, p50 {fmt(q['p50_us'], 0)} µs, "
-              f"p99 {fmt(q['p99_us'], 0)} µs, server CPU {fmt(q['server_cpu_us_per_action'])} µs/action")
-    print(f"  dirty repetitions: {s['dirty_reps'] or 'none'} (warm-up failures {s['warmup_failures']}); "
-          f"noisy (others took > 5% of a core): {s['noisy_reps'] or 'none'}")
+        print(
+            f"  quiet repetitions only (n={q['n']}): {fmt(q['actions_per_s'], 0)}/s, p50 {fmt(q['p50_us'], 0)} µs, "
+            f"p99 {fmt(q['p99_us'], 0)} µs, server CPU {fmt(q['server_cpu_us_per_action'])} µs/action"
+        )
+    print(
+        f"  dirty repetitions: {s['dirty_reps'] or 'none'} (warm-up failures {s['warmup_failures']}); "
+        f"noisy (others took > 5% of a core): {s['noisy_reps'] or 'none'}"
+    )

@@ -47,9 +47,21 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 _libc.mallinfo2.restype = _MallInfo2
@@ -98,18 +110,31 @@ def _add_probes(target: App) -> None:
     def stats(request: Request) -> dict[str, Any]:
         b = target.broadcaster
         since = float(request.query.get("since", "0"))
-        return {"flushes": b.flushes, "tab_frames": b.frames_sent, "cut_short": b.cut_short,
-                "last_flush_start": b._last_start, "last_flush_s": b._last_duration, "cpu_s": time.process_time(),
-                "t_ns": time.perf_counter_ns(),
-                "flush_log": [f for f in _FLUSH_LOG if f[0] >= since],
-                "contexts": len(target.contexts), "connected": len(target._connected),
-                "encoders": target.compression.budget.stats()}
+        return {
+            "flushes": b.flushes,
+            "tab_frames": b.frames_sent,
+            "cut_short": b.cut_short,
+            "last_flush_start": b._last_start,
+            "last_flush_s": b._last_duration,
+            "cpu_s": time.process_time(),
+            "t_ns": time.perf_counter_ns(),
+            "flush_log": [f for f in _FLUSH_LOG if f[0] >= since],
+            "contexts": len(target.contexts),
+            "connected": len(target._connected),
+            "encoders": target.compression.budget.stats(),
+        }
 
     @target.route("GET", "/mem")
     def mem(request: Request) -> dict[str, Any]:
         info = _libc.mallinfo2()
-        return {"heap_in_use": info.uordblks + info.hblkhd, "mmapped": info.hblkhd, "arena": info.arena,
-                "free_in_arena": info.fordblks, "rss_kb": _rss_kb(), "encoders": target.compression.budget.stats()}
+        return {
+            "heap_in_use": info.uordblks + info.hblkhd,
+            "mmapped": info.hblkhd,
+            "arena": info.arena,
+            "free_in_arena": info.fordblks,
+            "rss_kb": _rss_kb(),
+            "encoders": target.compression.budget.stats(),
+        }
 
     @target.route("POST", "/trim")
     def trim(request: Request) -> dict[str, Any]:
@@ -121,9 +146,12 @@ def _add_probes(target: App) -> None:
 
 VIEW_BYTES = int(os.environ.get("BENCH_VIEW_BYTES", "300"))
 
-app = App(title="broadcast bench", action_rate=0,
-          broadcast_tick=float(os.environ.get("BENCH_BROADCAST_TICK", "0.025")),
-          broadcast_settle=float(os.environ.get("BENCH_BROADCAST_SETTLE", "0.002")))
+app = App(
+    title="broadcast bench",
+    action_rate=0,
+    broadcast_tick=float(os.environ.get("BENCH_BROADCAST_TICK", "0.025")),
+    broadcast_settle=float(os.environ.get("BENCH_BROADCAST_SETTLE", "0.002")),
+)
 _n = app.signal(0, "n", scope=Scope.route("/"))
 
 
@@ -151,8 +179,12 @@ def broadcast_page(c: Context) -> None:
 def bump_route(request: Request) -> dict[str, Any]:
     t_ns = time.perf_counter_ns()
     value = _n.increment()
-    out: dict[str, Any] = {"t_ns": t_ns, "n": value, "flushes": app.broadcaster.flushes,
-                           "last_flush_s": app.broadcaster._last_duration}
+    out: dict[str, Any] = {
+        "t_ns": t_ns,
+        "n": value,
+        "flushes": app.broadcaster.flushes,
+        "last_flush_s": app.broadcaster._last_duration,
+    }
     if request.query.get("flush"):
         cpu0, wall0 = time.process_time(), time.perf_counter()
         out["written"] = app.flush_broadcasts()
@@ -173,8 +205,12 @@ _STYLE = """<style>
   #board div.on { background: #222; }
 </style>"""
 
-gol = App(title="Game of Life", head=[_STYLE], action_rate=0,
-          encoder_idle_release=float(os.environ.get("BENCH_IDLE_RELEASE", "60")))
+gol = App(
+    title="Game of Life",
+    head=[_STYLE],
+    action_rate=0,
+    encoder_idle_release=float(os.environ.get("BENCH_IDLE_RELEASE", "60")),
+)
 if os.environ.get("BENCH_ZSTD_SEARCH") == "level":  # A/B against pyvia's default search
     gol.compression.stream_zstd_search = None
 gol.global_state["board"] = new_board(seed=1)
@@ -219,7 +255,8 @@ def _gol_tick() -> None:
         # bytes to a scope" yet, so this reaches the tab's outbound stream directly.
         _generation._value += 1
         event = protocol.patch_elements("".join(_cell(i, new[i]) for i in changed)) + protocol.patch_signals(
-            {_generation.id: _generation._value})
+            {_generation.id: _generation._value}
+        )
         now = gol.now()
         for ctx in gol.local_clients(Scope.route("/")):
             ctx.stream.send(event, None, now)
@@ -247,13 +284,15 @@ def life(c: Context) -> None:
             c.broadcast()
 
     c.view(
-        lambda: f"""
+        lambda: (
+            f"""
 <main id="life">
   <h1>Game of Life</h1>
   <p>Generation <strong id="gen" data-text="{gen.ref()}">{gen.value}</strong>,
      {gol.count_clients(c.primary_scope)} watching.</p>
   {_render_board(toggle.url)}
-</main>""",
+</main>"""
+        ),
         share_render=True,
     )
 
@@ -266,8 +305,13 @@ def pause(request: Request) -> dict[str, Any]:
 
 @gol.route("GET", "/gol")
 def gol_stats(request: Request) -> dict[str, Any]:
-    return {"mode": GOL_MODE, "reseed": GOL_RESEED, "generation": _generation._value, **_changed,
-            "cpu_s": time.process_time()}
+    return {
+        "mode": GOL_MODE,
+        "reseed": GOL_RESEED,
+        "generation": _generation._value,
+        **_changed,
+        "cpu_s": time.process_time(),
+    }
 
 
 _add_probes(gol)

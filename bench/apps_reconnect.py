@@ -26,8 +26,9 @@ def start_ticking() -> None:
 
 def rows(tick: int) -> str:
     """The board as of ``tick``: rendered for every full render, as a real view would be."""
-    return "".join(f'<tr id="r{n}"><td>row {n}</td><td>{(n * 37 + tick) % 101}</td><td>{n * n % 97}</td></tr>'
-                   for n in range(100))
+    return "".join(
+        f'<tr id="r{n}"><td>row {n}</td><td>{(n * 37 + tick) % 101}</td><td>{n * n % 97}</td></tr>' for n in range(100)
+    )
 
 
 @app.page("/")

@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # --- page views -----------------------------------------------------------------------------------
 
+
 class PageLoad:
     def __init__(self) -> None:
         self.running = True
@@ -124,30 +125,50 @@ async def pages(args: argparse.Namespace, kind: str, recorder: Recorder) -> dict
             await asyncio.sleep(args.duration)
             meter.stop()
             ok, bad, lat = load.ok, dict(load.bad), sorted(load.latencies)
-            rec = {"type": "rep", "part": "pages", "server": kind, "rep": rep, "ok": ok, "bad": bad,
-                   "dirty": bool(bad), "req_per_s": ok / meter.wall,
-                   "us_per_page": meter.cpu_clock / ok * 1e6 if ok else float("nan"),
-                   "us_per_page_ticks": meter.cpu / ok * 1e6 if ok else float("nan"),
-                   "p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6, **meter.as_dict()}
+            rec = {
+                "type": "rep",
+                "part": "pages",
+                "server": kind,
+                "rep": rep,
+                "ok": ok,
+                "bad": bad,
+                "dirty": bool(bad),
+                "req_per_s": ok / meter.wall,
+                "us_per_page": meter.cpu_clock / ok * 1e6 if ok else float("nan"),
+                "us_per_page_ticks": meter.cpu / ok * 1e6 if ok else float("nan"),
+                "p50_us": percentile(lat, 50) * 1e6,
+                "p99_us": percentile(lat, 99) * 1e6,
+                **meter.as_dict(),
+            }
             recorder.write(rec)
             reps.append(rec)
-            print(f"  [{kind}] pages rep {rep}: {ok:,} = {rec['req_per_s']:,.0f}/s, {rec['us_per_page']:.1f} µs server "
-                  f"CPU/page ({rec['us_per_page_ticks']:.1f} by ticks), p50 {rec['p50_us']:.0f} µs, p99 "
-                  f"{rec['p99_us']:.0f} µs; server core {rec['server_busy']:.0%}, "
-                  f"client core {rec['client_busy']:.0%}, "
-                  f"others {rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}"
-                  f"{' DIRTY ' + str(bad) if bad else ''}", flush=True)
+            print(
+                f"  [{kind}] pages rep {rep}: {ok:,} = {rec['req_per_s']:,.0f}/s, {rec['us_per_page']:.1f} µs server "
+                f"CPU/page ({rec['us_per_page_ticks']:.1f} by ticks), p50 {rec['p50_us']:.0f} µs, p99 "
+                f"{rec['p99_us']:.0f} µs; server core {rec['server_busy']:.0%}, "
+                f"client core {rec['client_busy']:.0%}, "
+                f"others {rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}"
+                f"{' DIRTY ' + str(bad) if bad else ''}",
+                flush=True,
+            )
         load.running = False
         await asyncio.gather(*workers, return_exceptions=True)
         used = _quiet_or_all(reps)
-        summary = {"type": "summary", "part": "pages", "server": kind, "reps_used": [r["rep"] for r in used],
-                   "us_per_page": spread([r["us_per_page"] for r in used]),
-                   "req_per_s": spread([r["req_per_s"] for r in used]),
-                   "p50_us": spread([r["p50_us"] for r in used]), "p99_us": spread([r["p99_us"] for r in used]),
-                   "client_busy": spread([r["client_busy"] for r in used]),
-                   "server_busy": spread([r["server_busy"] for r in used]),
-                   "rss_start_kb": rss_start, "warmup_bad": warm_bad,
-                   "dirty": warm_bad > 0 or any(r["dirty"] for r in reps)}
+        summary = {
+            "type": "summary",
+            "part": "pages",
+            "server": kind,
+            "reps_used": [r["rep"] for r in used],
+            "us_per_page": spread([r["us_per_page"] for r in used]),
+            "req_per_s": spread([r["req_per_s"] for r in used]),
+            "p50_us": spread([r["p50_us"] for r in used]),
+            "p99_us": spread([r["p99_us"] for r in used]),
+            "client_busy": spread([r["client_busy"] for r in used]),
+            "server_busy": spread([r["server_busy"] for r in used]),
+            "rss_start_kb": rss_start,
+            "warmup_bad": warm_bad,
+            "dirty": warm_bad > 0 or any(r["dirty"] for r in reps),
+        }
         recorder.write(summary)
         return summary
     finally:
@@ -155,6 +176,7 @@ async def pages(args: argparse.Namespace, kind: str, recorder: Recorder) -> dict
 
 
 # --- broadcast ------------------------------------------------------------------------------------
+
 
 async def broadcast(args: argparse.Namespace, kind: str, recorder: Recorder) -> dict[str, Any]:
     server = await launch(kind, *BROADCAST_APP)
@@ -167,8 +189,9 @@ async def broadcast(args: argparse.Namespace, kind: str, recorder: Recorder) -> 
         await server.stop()
 
 
-async def _broadcast(args: argparse.Namespace, kind: str, recorder: Recorder, server: Server,
-                     tabs: list[TabStream]) -> dict[str, Any]:
+async def _broadcast(
+    args: argparse.Namespace, kind: str, recorder: Recorder, server: Server, tabs: list[TabStream]
+) -> dict[str, Any]:
     control = await Control.open(server)
     hub = Hub(check_view=True)
     failures: Counter[str] = Counter()
@@ -184,10 +207,13 @@ async def _broadcast(args: argparse.Namespace, kind: str, recorder: Recorder, se
     rss1 = server.rss_kb()
     kb_idle = (rss1 - rss0) / max(1, len(more))
     open_us = opening.cpu_clock / max(1, len(more)) * 1e6
-    print(f"  [{kind}] {len(more):,}/{args.tabs:,} tabs open in {opening.wall:.1f} s ({open_us:.0f}"
-          f" µs server CPU per tab: page + stream); RSS {rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = "
-          f"{kb_idle:.2f} KB/idle tab; "
-          f"open failures {sum(failures.values())}", flush=True)
+    print(
+        f"  [{kind}] {len(more):,}/{args.tabs:,} tabs open in {opening.wall:.1f} s ({open_us:.0f}"
+        f" µs server CPU per tab: page + stream); RSS {rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = "
+        f"{kb_idle:.2f} KB/idle tab; "
+        f"open failures {sum(failures.values())}",
+        flush=True,
+    )
     value = 0
     for _ in range(10):
         value += 1
@@ -203,14 +229,24 @@ async def _broadcast(args: argparse.Namespace, kind: str, recorder: Recorder, se
             value += 1
             await broadcast_round(control, hub, tabs, value)
         meter.stop()
-        rec = {"type": "rep", "part": "broadcast", "server": kind, "rep": rep, "tabs": len(tabs),
-               "us_per_tab": meter.cpu_clock / (args.rounds * len(tabs)) * 1e6,
-               "us_per_tab_ticks": meter.cpu / (args.rounds * len(tabs)) * 1e6, **meter.as_dict()}
+        rec = {
+            "type": "rep",
+            "part": "broadcast",
+            "server": kind,
+            "rep": rep,
+            "tabs": len(tabs),
+            "us_per_tab": meter.cpu_clock / (args.rounds * len(tabs)) * 1e6,
+            "us_per_tab_ticks": meter.cpu / (args.rounds * len(tabs)) * 1e6,
+            **meter.as_dict(),
+        }
         recorder.write(rec)
         reps.append(rec)
-        print(f"  [{kind}] broadcast rep {rep}: {rec['us_per_tab']:.2f} µs per receiving tab "
-              f"({rec['us_per_tab_ticks']:.1f} by ticks, {rec['server_sys_share']:.0%} kernel); others on server core "
-              f"{rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}", flush=True)
+        print(
+            f"  [{kind}] broadcast rep {rep}: {rec['us_per_tab']:.2f} µs per receiving tab "
+            f"({rec['us_per_tab_ticks']:.1f} by ticks, {rec['server_sys_share']:.0%} kernel); others on server core "
+            f"{rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}",
+            flush=True,
+        )
         if rec["noisy"] and extra < 3:
             extra += 1
     spaced = []
@@ -226,17 +262,29 @@ async def _broadcast(args: argparse.Namespace, kind: str, recorder: Recorder, se
         browser.conn.close()
     control.conn.close()
     used = _quiet_or_all(reps)
-    summary: dict[str, Any] = {"type": "summary", "part": "broadcast", "server": kind, "tabs": len(tabs),
-               "reps_used": [r["rep"] for r in used], "us_per_tab": spread([r["us_per_tab"] for r in used]),
-               "ms_to_last_tab": spread(spaced), "kb_per_idle_tab": kb_idle,
-               "kb_per_tab_after_broadcasts": (rss2 - rss0) / max(1, len(more)), "rss_kb": [rss0, rss1, rss2],
-               "open_cpu_us_per_tab": opening.cpu_clock / max(1, len(more)) * 1e6,
-               "open_failures": dict(failures), "check": check,
-               "dirty": bool(failures) or not check["clean"] or len(more) != args.tabs}
+    summary: dict[str, Any] = {
+        "type": "summary",
+        "part": "broadcast",
+        "server": kind,
+        "tabs": len(tabs),
+        "reps_used": [r["rep"] for r in used],
+        "us_per_tab": spread([r["us_per_tab"] for r in used]),
+        "ms_to_last_tab": spread(spaced),
+        "kb_per_idle_tab": kb_idle,
+        "kb_per_tab_after_broadcasts": (rss2 - rss0) / max(1, len(more)),
+        "rss_kb": [rss0, rss1, rss2],
+        "open_cpu_us_per_tab": opening.cpu_clock / max(1, len(more)) * 1e6,
+        "open_failures": dict(failures),
+        "check": check,
+        "dirty": bool(failures) or not check["clean"] or len(more) != args.tabs,
+    }
     recorder.write(summary)
-    print(f"  [{kind}] => {fmt(summary['us_per_tab'], 2)} µs per receiving tab; bump → last of {len(tabs):,} tabs "
-          f"{fmt(summary['ms_to_last_tab'])} ms; {kb_idle:.1f} KB per idle tab; checks "
-          f"{'clean' if not summary['dirty'] else 'DIRTY ' + str(check) + str(dict(failures))}", flush=True)
+    print(
+        f"  [{kind}] => {fmt(summary['us_per_tab'], 2)} µs per receiving tab; bump → last of {len(tabs):,} tabs "
+        f"{fmt(summary['ms_to_last_tab'])} ms; {kb_idle:.1f} KB per idle tab; checks "
+        f"{'clean' if not summary['dirty'] else 'DIRTY ' + str(check) + str(dict(failures))}",
+        flush=True,
+    )
     return summary
 
 
@@ -273,17 +321,21 @@ async def _main(args: argparse.Namespace) -> int:
         if p is not None:
             row["page_ratio"] = p["us_per_page"]["median"] / base_p["us_per_page"]["median"] if base_p else None
             ratio = _ratio(p["us_per_page"]["median"], base_p["us_per_page"]["median"]) if base_p else "-"
-            line += (f" page {fmt(p['us_per_page'])} µs ({ratio}),"
-                     f" {fmt(p['req_per_s'], 0)}/s, p50 {p['p50_us']['median']:.0f} µs;")
+            line += (
+                f" page {fmt(p['us_per_page'])} µs ({ratio}),"
+                f" {fmt(p['req_per_s'], 0)}/s, p50 {p['p50_us']['median']:.0f} µs;"
+            )
         b = bc_results.get(kind)
         if b is not None:
             row["tab_ratio"] = b["us_per_tab"]["median"] / base_b["us_per_tab"]["median"] if base_b else None
             row["memory_ratio"] = b["kb_per_idle_tab"] / base_b["kb_per_idle_tab"] if base_b else None
             tab_ratio = _ratio(b["us_per_tab"]["median"], base_b["us_per_tab"]["median"]) if base_b else "-"
             mem_ratio = _ratio(b["kb_per_idle_tab"], base_b["kb_per_idle_tab"]) if base_b else "-"
-            line += (f" broadcast {fmt(b['us_per_tab'], 2)} µs/tab ({tab_ratio}),"
-                     f" last tab {b['ms_to_last_tab']['median']:.1f} ms;"
-                     f" idle tab {b['kb_per_idle_tab']:.1f} KB ({mem_ratio})")
+            line += (
+                f" broadcast {fmt(b['us_per_tab'], 2)} µs/tab ({tab_ratio}),"
+                f" last tab {b['ms_to_last_tab']['median']:.1f} ms;"
+                f" idle tab {b['kb_per_idle_tab']:.1f} KB ({mem_ratio})"
+            )
         rows.append(row)
         recorder.write(row)
         print(line)

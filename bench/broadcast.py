@@ -86,15 +86,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--big-rounds", type=int, default=7, help="broadcasts for (c) (default 7)")
     p.add_argument("--server", default="native", help="native | uvicorn | granian | hypercorn")
     p.add_argument("--no-micro", action="store_true", help="skip the encoder micro-benchmark (d)")
-    p.add_argument("--settle", type=float, default=None,
-                   help="the app's broadcast_settle in seconds (default: pyvia's, 0.002; 0 = plain tick policy)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="the app's broadcast_settle in seconds (default: pyvia's, 0.002; 0 = plain tick policy)",
+    )
     p.add_argument("--micro-child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--tick", type=float, default=None,
-                   help="the app's broadcast_tick in seconds (default: pyvia's, 0.025)")
+    p.add_argument(
+        "--tick", type=float, default=None, help="the app's broadcast_tick in seconds (default: pyvia's, 0.025)"
+    )
     return p
 
 
 # --- pieces ---------------------------------------------------------------------------------------
+
 
 class Control:
     """The harness's own keep-alive connection for /bump, /stats and /mem."""
@@ -113,8 +119,9 @@ class Control:
         return await get_json(self.conn, self.server.host, method, target)
 
 
-async def broadcast_round(control: Control, hub: Hub, tabs: list[TabStream], value: int,
-                          flush: bool = False, timeout: float = 15.0) -> dict[str, Any]:
+async def broadcast_round(
+    control: Control, hub: Hub, tabs: list[TabStream], value: int, flush: bool = False, timeout: float = 15.0
+) -> dict[str, Any]:
     """One broadcast: arm, POST /bump, wait until every tab decoded ``value``."""
     done = hub.arm(value, len(tabs))
     t0 = time.perf_counter()
@@ -127,8 +134,14 @@ async def broadcast_round(control: Control, hub: Hub, tabs: list[TabStream], val
         late = len(tabs) - len(hub.times)
         raise TimeoutError(f"{late} of {len(tabs)} tabs did not get n={value} within {timeout} s") from None
     times = sorted(hub.times)
-    return {"t0": t0, "server_mark": answer["t_ns"] / 1e9, "first": times[0], "median": statistics.median(times),
-            "last": times[-1], "answer": answer}
+    return {
+        "t0": t0,
+        "server_mark": answer["t_ns"] / 1e9,
+        "first": times[0],
+        "median": statistics.median(times),
+        "last": times[-1],
+        "answer": answer,
+    }
 
 
 def flush_spans(log: list[list[float]]) -> list[tuple[float, float, float, int]]:
@@ -150,13 +163,29 @@ def check_tabs(tabs: list[TabStream], hub: Hub, value: int | None) -> dict[str, 
     unknown = sum(t.n_unknown for t in tabs)
     wrong = sum(1 for t in tabs if value is not None and t.value != value)
     bad = closed or errors or unknown or wrong or hub.mismatches or hub.regressions
-    return {"tabs": len(tabs), "closed": closed, "errors": dict(errors), "unknown_events": unknown,
-            "wrong_final_value": wrong, "view_signal_mismatches": hub.mismatches,
-            "value_regressions": hub.regressions, "clean": not bad}
+    return {
+        "tabs": len(tabs),
+        "closed": closed,
+        "errors": dict(errors),
+        "unknown_events": unknown,
+        "wrong_final_value": wrong,
+        "view_signal_mismatches": hub.mismatches,
+        "value_regressions": hub.regressions,
+        "clean": not bad,
+    }
 
 
-async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start: int, actions: int,
-                conns: int, control: Control | None, timeout: float = 15.0, action: str = "bump") -> dict[str, Any]:
+async def storm(
+    browsers: list[Browser],
+    hub: Hub,
+    tabs: list[TabStream],
+    start: int,
+    actions: int,
+    conns: int,
+    control: Control | None,
+    timeout: float = 15.0,
+    action: str = "bump",
+) -> dict[str, Any]:
     """``actions`` action POSTs over ``conns`` connections, closed loop; until every tab has the result.
 
     Without ``control`` (an app without the bench app's ``/stats`` route) the flush log is left out.
@@ -184,15 +213,25 @@ async def storm(browsers: list[Browser], hub: Hub, tabs: list[TabStream], start:
     except TimeoutError:
         raise TimeoutError(f"{len(tabs) - len(hub.times)} tabs never saw n={target}") from None
     times = sorted(hub.times)
-    result = {"t0": t0, "ms_to_last_tab": (times[-1] - t0) * 1e3, "flush_timeline_ms": [],
-              "ms_to_first_tab": (times[0] - t0) * 1e3,
-              "ms_to_median_tab": (statistics.median(times) - t0) * 1e3,
-              "ms_last_action_answered": (max(answered) - t0) * 1e3, "actions": actions, "non2xx": dict(non2xx),
-              "flushes": None, "tab_frames": None, "cut_short": None, "final": target}
+    result = {
+        "t0": t0,
+        "ms_to_last_tab": (times[-1] - t0) * 1e3,
+        "flush_timeline_ms": [],
+        "ms_to_first_tab": (times[0] - t0) * 1e3,
+        "ms_to_median_tab": (statistics.median(times) - t0) * 1e3,
+        "ms_last_action_answered": (max(answered) - t0) * 1e3,
+        "actions": actions,
+        "non2xx": dict(non2xx),
+        "flushes": None,
+        "tab_frames": None,
+        "cut_short": None,
+        "final": target,
+    }
     if control is not None and stats0 is not None:
         stats1 = await control.call("GET", f"/stats?since={t0 - 0.001}")
-        result["flush_timeline_ms"] = [((a - t0) * 1e3, (b - t0) * 1e3, n)
-                                       for a, b, _, n in flush_spans(stats1["flush_log"])]
+        result["flush_timeline_ms"] = [
+            ((a - t0) * 1e3, (b - t0) * 1e3, n) for a, b, _, n in flush_spans(stats1["flush_log"])
+        ]
         result["flushes"] = stats1["flushes"] - stats0["flushes"]
         result["tab_frames"] = stats1["tab_frames"] - stats0["tab_frames"]
         result["cut_short"] = stats1["cut_short"] - stats0["cut_short"]
@@ -214,6 +253,7 @@ def _quiet_or_all(reps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # --- (a) and (b) ----------------------------------------------------------------------------------
 
+
 def _env(args: argparse.Namespace) -> dict[str, str]:
     env = {}
     if args.settle is not None:
@@ -234,8 +274,9 @@ async def per_coding(args: argparse.Namespace, coding: str, recorder: Recorder) 
         await server.stop()
 
 
-async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder, server: Server,
-                      tabs: list[TabStream]) -> dict[str, Any]:
+async def _per_coding(
+    args: argparse.Namespace, coding: str, recorder: Recorder, server: Server, tabs: list[TabStream]
+) -> dict[str, Any]:
     control = await Control.open(server)
     hub = Hub(check_view=True)
     failures: Counter[str] = Counter()
@@ -252,10 +293,13 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
     rss1 = server.rss_kb()
     mem1 = await control.call("GET", "/mem")
     idle = await idle_rate(server)
-    print(f"[{args.server} {coding}] {len(more):,}/{args.tabs:,} tabs open (+{len(warm)} warm-up) in "
-          f"{opening.wall:.1f} s; RSS {rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = "
-          f"{(rss1 - rss0) / max(1, len(more)):.2f} KB/idle tab; idle server CPU {idle * 1e3:.1f} ms/s; "
-          f"open failures {sum(failures.values())}", flush=True)
+    print(
+        f"[{args.server} {coding}] {len(more):,}/{args.tabs:,} tabs open (+{len(warm)} warm-up) in "
+        f"{opening.wall:.1f} s; RSS {rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = "
+        f"{(rss1 - rss0) / max(1, len(more)):.2f} KB/idle tab; idle server CPU {idle * 1e3:.1f} ms/s; "
+        f"open failures {sum(failures.values())}",
+        flush=True,
+    )
     value = 0  # n starts at 0 on a fresh server
     for _ in range(args.warmup):
         value += 1
@@ -274,23 +318,35 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
             lat.append((r["last"] - r["t0"]) * 1e3)
         meter.stop()
         tab_events = args.rounds * len(tabs)
-        record = {"type": "rep", "part": "a", "server": args.server, "coding": coding, "rep": rep,
-                  "tabs": len(tabs), "rounds": args.rounds,
-                  "us_per_tab": meter.cpu_clock / tab_events * 1e6,
-                  "us_per_tab_ticks": meter.cpu / tab_events * 1e6,
-                  "us_per_tab_net_of_idle": (meter.cpu_clock - idle * meter.wall) / tab_events * 1e6,
-                  "round_ms_median": statistics.median(lat), "round_ms_max": max(lat), "quiet_wait": quiet,
-                  **meter.as_dict()}
+        record = {
+            "type": "rep",
+            "part": "a",
+            "server": args.server,
+            "coding": coding,
+            "rep": rep,
+            "tabs": len(tabs),
+            "rounds": args.rounds,
+            "us_per_tab": meter.cpu_clock / tab_events * 1e6,
+            "us_per_tab_ticks": meter.cpu / tab_events * 1e6,
+            "us_per_tab_net_of_idle": (meter.cpu_clock - idle * meter.wall) / tab_events * 1e6,
+            "round_ms_median": statistics.median(lat),
+            "round_ms_max": max(lat),
+            "quiet_wait": quiet,
+            **meter.as_dict(),
+        }
         recorder.write(record)
         reps.append(record)
         if record["noisy"] and extra < 3:
             extra += 1  # another process shared the server's core: measure once more
-        print(f"  rep {rep}: {record['us_per_tab']:.2f} µs/tab by the CPU clock ({record['us_per_tab_ticks']:.1f} by "
-              f"ticks; {record['us_per_tab_net_of_idle']:.2f} net of idle; {record['server_sys_share']:.0%} in the "
-              f"kernel); round bump→last tab median "
-              f"{record['round_ms_median']:.1f} ms; server core {record['server_busy']:.0%}, client core "
-              f"{record['client_busy']:.0%}, others on server core {record['others_on_server_core']:.0%}"
-              f"{' NOISY' if record['noisy'] else ''}", flush=True)
+        print(
+            f"  rep {rep}: {record['us_per_tab']:.2f} µs/tab by the CPU clock ({record['us_per_tab_ticks']:.1f} by "
+            f"ticks; {record['us_per_tab_net_of_idle']:.2f} net of idle; {record['server_sys_share']:.0%} in the "
+            f"kernel); round bump→last tab median "
+            f"{record['round_ms_median']:.1f} ms; server core {record['server_busy']:.0%}, client core "
+            f"{record['client_busy']:.0%}, others on server core {record['others_on_server_core']:.0%}"
+            f"{' NOISY' if record['noisy'] else ''}",
+            flush=True,
+        )
     rss2 = server.rss_kb()
     mem2 = await control.call("GET", "/mem")
     forced = []
@@ -298,9 +354,14 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         value += 1
         r = await broadcast_round(control, hub, tabs, value, flush=True)
         a = r["answer"]
-        forced.append({"cpu_us_per_tab": a["flush_cpu_s"] / a["written"] * 1e6,
-                       "wall_us_per_tab": a["flush_wall_s"] / a["written"] * 1e6, "written": a["written"],
-                       "ms_to_last_tab": (r["last"] - r["t0"]) * 1e3})
+        forced.append(
+            {
+                "cpu_us_per_tab": a["flush_cpu_s"] / a["written"] * 1e6,
+                "wall_us_per_tab": a["flush_wall_s"] / a["written"] * 1e6,
+                "written": a["written"],
+                "ms_to_last_tab": (r["last"] - r["t0"]) * 1e3,
+            }
+        )
     storms = []
     for browser in browsers:  # the server closes keep-alive connections idle for 75 s
         if browser.conn.closed:
@@ -313,19 +374,32 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         s = await storm(browsers, hub, tabs, value, args.storm_actions, args.storm_conns, control)
         meter.stop()
         value = s["final"]
-        s.update({"type": "storm", "part": "b", "server": args.server, "coding": coding, "storm": i,
-                  "tabs": len(tabs), "others_on_server_core": meter.others, "noisy": meter.noisy})
+        s.update(
+            {
+                "type": "storm",
+                "part": "b",
+                "server": args.server,
+                "coding": coding,
+                "storm": i,
+                "tabs": len(tabs),
+                "others_on_server_core": meter.others,
+                "noisy": meter.noisy,
+            }
+        )
         if meter.noisy and extra < 5:
             extra += 1
         del s["t0"]
         recorder.write(s)
         storms.append(s)
-        print(f"  storm {i}: {s['actions']} actions from {args.storm_conns} connections → last tab has the final "
-              f"value after {s['ms_to_last_tab']:.1f} ms (first tab {s['ms_to_first_tab']:.1f}, median "
-              f"{s['ms_to_median_tab']:.1f}; last action answered at {s['ms_last_action_answered']:.1f} ms); "
-              f"{s['flushes']} flushes ({s['cut_short']} cut short) at "
-              + ", ".join(f"{a:.1f}-{b:.1f}" for a, b, _ in s["flush_timeline_ms"])
-              + f" ms, non-2xx {sum(s['non2xx'].values())}{' NOISY' if s['noisy'] else ''}", flush=True)
+        print(
+            f"  storm {i}: {s['actions']} actions from {args.storm_conns} connections → last tab has the final "
+            f"value after {s['ms_to_last_tab']:.1f} ms (first tab {s['ms_to_first_tab']:.1f}, median "
+            f"{s['ms_to_median_tab']:.1f}; last action answered at {s['ms_last_action_answered']:.1f} ms); "
+            f"{s['flushes']} flushes ({s['cut_short']} cut short) at "
+            + ", ".join(f"{a:.1f}-{b:.1f}" for a, b, _ in s["flush_timeline_ms"])
+            + f" ms, non-2xx {sum(s['non2xx'].values())}{' NOISY' if s['noisy'] else ''}",
+            flush=True,
+        )
     singles = []
     i = extra = 0
     while i < args.singles + extra:
@@ -336,18 +410,31 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         s = await storm(browsers, hub, tabs, value, 1, 1, control)
         meter.stop()
         value = s["final"]
-        s.update({"type": "single", "part": "e", "server": args.server, "coding": coding, "single": i,
-                  "tabs": len(tabs), "others_on_server_core": meter.others, "noisy": meter.noisy})
+        s.update(
+            {
+                "type": "single",
+                "part": "e",
+                "server": args.server,
+                "coding": coding,
+                "single": i,
+                "tabs": len(tabs),
+                "others_on_server_core": meter.others,
+                "noisy": meter.noisy,
+            }
+        )
         if meter.noisy and extra < 5:
             extra += 1
         del s["t0"]
         recorder.write(s)
         singles.append(s)
     if singles:
-        print(f"  single action on an idle server (x{len(singles)}): first tab "
-              f"{fmt(spread([s['ms_to_first_tab'] for s in _quiet_or_all(singles)]), 2)} ms, last tab "
-              f"{fmt(spread([s['ms_to_last_tab'] for s in _quiet_or_all(singles)]), 2)} ms, answered "
-              f"{fmt(spread([s['ms_last_action_answered'] for s in _quiet_or_all(singles)]), 2)} ms", flush=True)
+        print(
+            f"  single action on an idle server (x{len(singles)}): first tab "
+            f"{fmt(spread([s['ms_to_first_tab'] for s in _quiet_or_all(singles)]), 2)} ms, last tab "
+            f"{fmt(spread([s['ms_to_last_tab'] for s in _quiet_or_all(singles)]), 2)} ms, answered "
+            f"{fmt(spread([s['ms_last_action_answered'] for s in _quiet_or_all(singles)]), 2)} ms",
+            flush=True,
+        )
     await asyncio.sleep(0.3)
     check = check_tabs(tabs, hub, value)
     wire = sum(t.wire for t in tabs)
@@ -356,9 +443,15 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         browser.conn.close()
     control.conn.close()
     summary = {
-        "type": "summary", "part": "a+b", "server": args.server, "coding": coding, "tabs": len(tabs), "tick": args.tick,
+        "type": "summary",
+        "part": "a+b",
+        "server": args.server,
+        "coding": coding,
+        "tabs": len(tabs),
+        "tick": args.tick,
         "settle": args.settle,
-        "open_failures": dict(failures), "check": check,
+        "open_failures": dict(failures),
+        "check": check,
         "dirty": bool(failures) or not check["clean"] or any(s["non2xx"] for s in storms),
         "noisy_reps": [r["rep"] for r in reps if r["noisy"]],
         "reps_used": [r["rep"] for r in _quiet_or_all(reps)],
@@ -383,23 +476,29 @@ async def _per_coding(args: argparse.Namespace, coding: str, recorder: Recorder,
         "kb_per_idle_tab": (rss1 - rss0) / max(1, len(more)),
         "kb_per_tab_after_broadcasts": (rss2 - rss0) / max(1, len(more)),
         "heap_kb_per_tab_after_broadcasts": (mem2["heap_in_use"] - mem0["heap_in_use"]) / 1024 / max(1, len(more)),
-        "encoders": mem2["encoders"], "encoders_before_any_broadcast": mem1["encoders"], "rss_kb": [rss0, rss1, rss2],
+        "encoders": mem2["encoders"],
+        "encoders_before_any_broadcast": mem1["encoders"],
+        "rss_kb": [rss0, rss1, rss2],
         "heap_kb_per_idle_tab": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / max(1, len(more)),
         "wire_bytes_per_tab_event": wire / max(1, sum(t.n_signals for t in tabs)),
         "decoded_bytes_per_tab_event": decoded / max(1, sum(t.n_signals for t in tabs)),
         "open_cpu_us_per_tab": opening.cpu_clock / max(1, len(more)) * 1e6,
     }
     recorder.write(summary)
-    print(f"  => {coding}: {fmt(summary['us_per_tab'], 2)} µs per receiving tab (server CPU per broadcast / tabs); "
-          f"flush alone {fmt(summary['flush_cpu_us_per_tab'], 2)} µs/tab; storm {fmt(summary['storm_ms_to_last_tab'])}"
-          f" ms to the last tab; RSS/tab idle {summary['kb_per_idle_tab']:.1f} KB, after broadcasts "
-          f"{summary['kb_per_tab_after_broadcasts']:.1f} KB; {summary['wire_bytes_per_tab_event']:.0f} B on the wire "
-          f"per tab-broadcast ({summary['decoded_bytes_per_tab_event']:.0f} decoded); checks "
-          f"{'clean' if not summary['dirty'] else 'DIRTY ' + str(check) + str(dict(failures))}", flush=True)
+    print(
+        f"  => {coding}: {fmt(summary['us_per_tab'], 2)} µs per receiving tab (server CPU per broadcast / tabs); "
+        f"flush alone {fmt(summary['flush_cpu_us_per_tab'], 2)} µs/tab; storm {fmt(summary['storm_ms_to_last_tab'])}"
+        f" ms to the last tab; RSS/tab idle {summary['kb_per_idle_tab']:.1f} KB, after broadcasts "
+        f"{summary['kb_per_tab_after_broadcasts']:.1f} KB; {summary['wire_bytes_per_tab_event']:.0f} B on the wire "
+        f"per tab-broadcast ({summary['decoded_bytes_per_tab_event']:.0f} decoded); checks "
+        f"{'clean' if not summary['dirty'] else 'DIRTY ' + str(check) + str(dict(failures))}",
+        flush=True,
+    )
     return summary
 
 
 # --- (c) ------------------------------------------------------------------------------------------
+
 
 async def big(args: argparse.Namespace, recorder: Recorder) -> dict[str, Any]:
     server = await launch(args.server, APP, ASGI_APP, env=_env(args))
@@ -429,10 +528,13 @@ async def _big(args: argparse.Namespace, recorder: Recorder, server: Server, tab
     rss1 = server.rss_kb()
     mem1 = await control.call("GET", "/mem")
     slab = _slab_kb()
-    print(f"[{args.server} identity] {len(more):,}/{args.big:,} tabs open (+{len(warm)}) in {opening.wall:.1f} s; RSS "
-          f"{rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = {(rss1 - rss0) / max(1, len(more)):.2f} KB/idle tab "
-          f"(heap {(mem1['heap_in_use'] - mem0['heap_in_use']) / 1024 / max(1, len(more)):.2f} KB); "
-          f"open failures {sum(failures.values())}", flush=True)
+    print(
+        f"[{args.server} identity] {len(more):,}/{args.big:,} tabs open (+{len(warm)}) in {opening.wall:.1f} s; RSS "
+        f"{rss0 / 1024:.1f} → {rss1 / 1024:.1f} MB = {(rss1 - rss0) / max(1, len(more)):.2f} KB/idle tab "
+        f"(heap {(mem1['heap_in_use'] - mem0['heap_in_use']) / 1024 / max(1, len(more)):.2f} KB); "
+        f"open failures {sum(failures.values())}",
+        flush=True,
+    )
     value = 0
     for _ in range(2):  # warm-up: the first render, the first writes
         value += 1
@@ -452,46 +554,70 @@ async def _big(args: argparse.Namespace, recorder: Recorder, server: Server, tab
             raise ProtocolError(f"expected one flush to every tab for the round, the server logged {spans}")
         flush_start, flush_end, flush_cpu, _ = spans[0]
         flush_s = flush_end - flush_start
-        rec = {"type": "round", "part": "c", "server": args.server, "round": i, "tabs": len(tabs),
-               "ms_to_last_tab": (r["last"] - t0) * 1e3, "ms_to_first_tab": (r["first"] - t0) * 1e3,
-               "ms_to_median_tab": (r["median"] - t0) * 1e3,
-               "ms_bump_to_flush_start": (flush_start - t0) * 1e3, "flush_ms": flush_s * 1e3,
-               "ms_flush_end_to_last_tab": (r["last"] - flush_start - flush_s) * 1e3,
-               "us_per_tab": meter.cpu_clock / len(tabs) * 1e6, "flush_cpu_us_per_tab": flush_cpu / len(tabs) * 1e6,
-               **meter.as_dict()}
+        rec = {
+            "type": "round",
+            "part": "c",
+            "server": args.server,
+            "round": i,
+            "tabs": len(tabs),
+            "ms_to_last_tab": (r["last"] - t0) * 1e3,
+            "ms_to_first_tab": (r["first"] - t0) * 1e3,
+            "ms_to_median_tab": (r["median"] - t0) * 1e3,
+            "ms_bump_to_flush_start": (flush_start - t0) * 1e3,
+            "flush_ms": flush_s * 1e3,
+            "ms_flush_end_to_last_tab": (r["last"] - flush_start - flush_s) * 1e3,
+            "us_per_tab": meter.cpu_clock / len(tabs) * 1e6,
+            "flush_cpu_us_per_tab": flush_cpu / len(tabs) * 1e6,
+            **meter.as_dict(),
+        }
         recorder.write(rec)
         rounds.append(rec)
-        print(f"  round {i}: bump → last of {len(tabs):,} tabs {rec['ms_to_last_tab']:.1f} ms (first "
-              f"{rec['ms_to_first_tab']:.1f}, median {rec['ms_to_median_tab']:.1f}); server flush "
-              f"{rec['flush_ms']:.1f} ms starting {rec['ms_bump_to_flush_start']:.2f} ms after the bump; last tab "
-              f"{rec['ms_flush_end_to_last_tab']:.1f} ms after the flush ended; {rec['us_per_tab']:.1f} µs CPU/tab"
-              f"{' NOISY' if rec['noisy'] else ''}", flush=True)
+        print(
+            f"  round {i}: bump → last of {len(tabs):,} tabs {rec['ms_to_last_tab']:.1f} ms (first "
+            f"{rec['ms_to_first_tab']:.1f}, median {rec['ms_to_median_tab']:.1f}); server flush "
+            f"{rec['flush_ms']:.1f} ms starting {rec['ms_bump_to_flush_start']:.2f} ms after the bump; last tab "
+            f"{rec['ms_flush_end_to_last_tab']:.1f} ms after the flush ended; {rec['us_per_tab']:.1f} µs CPU/tab"
+            f"{' NOISY' if rec['noisy'] else ''}",
+            flush=True,
+        )
         await asyncio.sleep(0.3)
     rss2 = server.rss_kb()
     check = check_tabs(tabs, hub, value)
     for browser in browsers:
         browser.conn.close()
     control.conn.close()
-    summary = {"type": "summary", "part": "c", "server": args.server, "tabs": len(tabs), "requested": args.big,
-               "open_failures": dict(failures), "check": check,
-               "dirty": bool(failures) or not check["clean"] or len(more) != args.big,
-               "rounds_used": [r["round"] for r in _quiet_or_all(rounds)],
-               "ms_to_last_tab": spread([r["ms_to_last_tab"] for r in _quiet_or_all(rounds)]),
-               "ms_to_first_tab": spread([r["ms_to_first_tab"] for r in _quiet_or_all(rounds)]),
-               "flush_ms": spread([r["flush_ms"] for r in _quiet_or_all(rounds)]),
-               "ms_flush_end_to_last_tab": spread([r["ms_flush_end_to_last_tab"] for r in _quiet_or_all(rounds)]),
-               "us_per_tab": spread([r["us_per_tab"] for r in _quiet_or_all(rounds)]),
-               "ms_to_last_tab_all": spread([r["ms_to_last_tab"] for r in rounds]),
-               "noisy_rounds": [r["round"] for r in rounds if r["noisy"]],
-               "kb_per_idle_tab": (rss1 - rss0) / max(1, len(more)),
-               "heap_kb_per_idle_tab": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / max(1, len(more)),
-               "kb_per_tab_after_broadcasts": (rss2 - rss0) / max(1, len(more)), "rss_kb": [rss0, rss1, rss2],
-               "kernel_slab_kb": slab, "open_cpu_us_per_tab": opening.cpu_clock / max(1, len(more)) * 1e6,
-               "open_wall_s": opening.wall}
+    summary = {
+        "type": "summary",
+        "part": "c",
+        "server": args.server,
+        "tabs": len(tabs),
+        "requested": args.big,
+        "open_failures": dict(failures),
+        "check": check,
+        "dirty": bool(failures) or not check["clean"] or len(more) != args.big,
+        "rounds_used": [r["round"] for r in _quiet_or_all(rounds)],
+        "ms_to_last_tab": spread([r["ms_to_last_tab"] for r in _quiet_or_all(rounds)]),
+        "ms_to_first_tab": spread([r["ms_to_first_tab"] for r in _quiet_or_all(rounds)]),
+        "flush_ms": spread([r["flush_ms"] for r in _quiet_or_all(rounds)]),
+        "ms_flush_end_to_last_tab": spread([r["ms_flush_end_to_last_tab"] for r in _quiet_or_all(rounds)]),
+        "us_per_tab": spread([r["us_per_tab"] for r in _quiet_or_all(rounds)]),
+        "ms_to_last_tab_all": spread([r["ms_to_last_tab"] for r in rounds]),
+        "noisy_rounds": [r["round"] for r in rounds if r["noisy"]],
+        "kb_per_idle_tab": (rss1 - rss0) / max(1, len(more)),
+        "heap_kb_per_idle_tab": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / max(1, len(more)),
+        "kb_per_tab_after_broadcasts": (rss2 - rss0) / max(1, len(more)),
+        "rss_kb": [rss0, rss1, rss2],
+        "kernel_slab_kb": slab,
+        "open_cpu_us_per_tab": opening.cpu_clock / max(1, len(more)) * 1e6,
+        "open_wall_s": opening.wall,
+    }
     recorder.write(summary)
-    print(f"  => {len(tabs):,} tabs: one broadcast reaches the last tab in {fmt(summary['ms_to_last_tab'])} ms "
-          f"(server flush {fmt(summary['flush_ms'])} ms); RSS {summary['kb_per_idle_tab']:.2f} KB per idle tab; "
-          f"checks {'clean' if not summary['dirty'] else 'DIRTY ' + str(check)}", flush=True)
+    print(
+        f"  => {len(tabs):,} tabs: one broadcast reaches the last tab in {fmt(summary['ms_to_last_tab'])} ms "
+        f"(server flush {fmt(summary['flush_ms'])} ms); RSS {summary['kb_per_idle_tab']:.2f} KB per idle tab; "
+        f"checks {'clean' if not summary['dirty'] else 'DIRTY ' + str(check)}",
+        flush=True,
+    )
     return summary
 
 
@@ -531,21 +657,25 @@ def encoder_micro() -> list[dict[str, Any]]:
                 for stream in streams:
                     stream.send(signals, view, 1.0)
                 per_tab.append((time.perf_counter() - t0) / count * 1e6)
-            out[f"us_per_tab_{label}"] = statistics.median(per_tab[rounds // 6:])
+            out[f"us_per_tab_{label}"] = statistics.median(per_tab[rounds // 6 :])
         rows.append(out)
     return rows
 
 
 async def _micro(recorder: Recorder) -> None:
-    proc_ = await asyncio.create_subprocess_exec("taskset", "-c", "1", sys.executable, "-m", "bench.broadcast",
-                                                 "--micro-child", stdout=asyncio.subprocess.PIPE)
+    proc_ = await asyncio.create_subprocess_exec(
+        "taskset", "-c", "1", sys.executable, "-m", "bench.broadcast", "--micro-child", stdout=asyncio.subprocess.PIPE
+    )
     out, _ = await asyncio.wait_for(proc_.communicate(), 120)
     print("(d) Stream.send per tab, same 450-byte frame, no server (pinned to CPU 1):")
     for line in out.decode().splitlines():
         row = json.loads(line)
         recorder.write(row)
-        print(f"  {row['coding']:8} warm (one stream) {row['us_per_tab_warm']:.2f} µs; 1,000 streams in turn "
-              f"{row['us_per_tab_cold']:.2f} µs per tab", flush=True)
+        print(
+            f"  {row['coding']:8} warm (one stream) {row['us_per_tab_warm']:.2f} µs; 1,000 streams in turn "
+            f"{row['us_per_tab_cold']:.2f} µs per tab",
+            flush=True,
+        )
 
 
 def _slab_kb() -> int:

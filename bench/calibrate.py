@@ -43,8 +43,16 @@ def measure(repeat: int = 5, count: int = 200) -> dict[str, Any]:
     """The best of ``repeat`` rounds (the least disturbed one), as php-via prints it."""
     rounds = [brotli_round_ms(count) for _ in range(repeat)]
     best = min(rounds)
-    return {"type": "calibrate", "brotli_ms": best, "rounds_ms": rounds, "reference_ms": REFERENCE_MS,
-            "scale": best / REFERENCE_MS, "input_bytes": len(HTML), "count": count, "cpu": SERVER_CPU}
+    return {
+        "type": "calibrate",
+        "brotli_ms": best,
+        "rounds_ms": rounds,
+        "reference_ms": REFERENCE_MS,
+        "scale": best / REFERENCE_MS,
+        "input_bytes": len(HTML),
+        "count": count,
+        "cpu": SERVER_CPU,
+    }
 
 
 async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
@@ -56,8 +64,10 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     finally:
         os.sched_setaffinity(0, before)
     session.recorder.write(record)
-    print(f"brotli {record['brotli_ms']:.1f} ms (best of {args.repeat}; rounds "
-          + ", ".join(f"{r:.1f}" for r in record["rounds_ms"])
-          + f"); php-via's reference machine prints {REFERENCE_MS:.0f} ms: scale {record['scale']:.2f} "
-          "(a php-via CPU figure x scale = the same work on this core)")
+    print(
+        f"brotli {record['brotli_ms']:.1f} ms (best of {args.repeat}; rounds "
+        + ", ".join(f"{r:.1f}" for r in record["rounds_ms"])
+        + f"); php-via's reference machine prints {REFERENCE_MS:.0f} ms: scale {record['scale']:.2f} "
+        "(a php-via CPU figure x scale = the same work on this core)"
+    )
     return record

@@ -62,12 +62,13 @@ class Response:
         for line in self.set_cookies:
             pair = line.split(";", 1)[0].strip()
             if pair.startswith(prefix):
-                return pair[len(prefix):]
+                return pair[len(prefix) :]
         return None
 
 
-def build_request(method: str, target: str, host: str, headers: list[tuple[str, str]] | None = None,
-                  body: bytes = b"") -> bytes:
+def build_request(
+    method: str, target: str, host: str, headers: list[tuple[str, str]] | None = None, body: bytes = b""
+) -> bytes:
     """One request as bytes, built once so a hot loop only writes it."""
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in headers or ()]
@@ -157,9 +158,20 @@ class Stream:
     ``(perf_counter at parse, raw event bytes)`` until :meth:`next_event` takes them.
     """
 
-    __slots__ = ("_pending", "_waiter", "bytes_seen", "closed", "comments", "conn", "decoder", "events", "headers",
-                 "last_id",
-                 "set_cookies", "status")
+    __slots__ = (
+        "_pending",
+        "_waiter",
+        "bytes_seen",
+        "closed",
+        "comments",
+        "conn",
+        "decoder",
+        "events",
+        "headers",
+        "last_id",
+        "set_cookies",
+        "status",
+    )
 
     def __init__(self, conn: Connection, status: int, headers: dict[str, str], set_cookies: list[str]) -> None:
         self.conn = conn
@@ -184,7 +196,7 @@ class Stream:
         now = 0.0
         while (end := pending.find(b"\n\n")) >= 0:
             raw = bytes(pending[:end])
-            del pending[:end + 2]
+            del pending[: end + 2]
             if all(line.startswith(b":") for line in raw.split(b"\n")):
                 self.comments += 1
                 continue
@@ -357,7 +369,7 @@ class Connection(asyncio.Protocol):
                         raise ProtocolError("response head too large")
                     return
                 status, headers, cookies = _parse_head(bytes(buf[:end]))
-                del buf[:end + 4]
+                del buf[: end + 4]
                 if 100 <= status < 200:
                     continue  # an interim response; the real head follows
                 self._status, self._headers, self._cookies = status, headers, cookies
@@ -393,7 +405,7 @@ class Connection(asyncio.Protocol):
                 if end < 0:
                     return
                 line = bytes(buf[:end]).split(b";", 1)[0].strip()
-                del buf[:end + 2]
+                del buf[: end + 2]
                 try:
                     size = int(line, 16)
                 except ValueError:
@@ -407,10 +419,10 @@ class Connection(asyncio.Protocol):
                 n = self._remaining
                 if len(buf) < n + 2:
                     return
-                if buf[n:n + 2] != b"\r\n":
+                if buf[n : n + 2] != b"\r\n":
                     raise ProtocolError("chunk not followed by CRLF")
                 payload = bytes(buf[:n])
-                del buf[:n + 2]
+                del buf[: n + 2]
                 self._state = _CHUNK_SIZE
                 if self._stream is not None:
                     self._stream._feed(payload)
@@ -421,7 +433,7 @@ class Connection(asyncio.Protocol):
                 if end < 0:
                     return
                 empty = end == 0
-                del buf[:end + 2]
+                del buf[: end + 2]
                 if empty:
                     if self._stream is not None:
                         self._state = _DONE
@@ -461,8 +473,7 @@ def event_signals(raw: bytes) -> dict[str, Any] | None:
     """The JSON of a ``datastar-patch-signals`` event, or None for any other event."""
     if not raw.startswith(b"event: datastar-patch-signals\n"):
         return None
-    data = b"".join(line[len(b"data: signals "):] for line in raw.split(b"\n")
-                    if line.startswith(b"data: signals "))
+    data = b"".join(line[len(b"data: signals ") :] for line in raw.split(b"\n") if line.startswith(b"data: signals "))
     value: dict[str, Any] = orjson.loads(data)
     return value
 

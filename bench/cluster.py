@@ -55,8 +55,9 @@ HOST = "127.0.0.1"
 class Node:
     """One ``pyvia run`` (its supervisor and workers when ``workers`` > 1) on its own port."""
 
-    def __init__(self, workers: int, env: dict[str, str], engine: str | None = None, extra: tuple[str, ...] = ()
-                 ) -> None:
+    def __init__(
+        self, workers: int, env: dict[str, str], engine: str | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.workers = workers
         self.port = free_port()
         command = [sys.executable, "-m", "pyvia", "run", APP, "--host", HOST, "--port", str(self.port), *extra]
@@ -65,8 +66,9 @@ class Node:
         if engine:
             command += ["--engine", engine]
         self.log = tempfile.NamedTemporaryFile(prefix="pyvia-bench-cluster-", suffix=".log", delete=False)  # noqa: SIM115  # lives as long as the node
-        self.proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **env}, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command, cwd=REPO, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT
+        )
         self.command = command
 
     async def ready(self, timeout: float = 20.0) -> None:
@@ -80,8 +82,9 @@ class Node:
                 conn.close()
                 # every worker accepting (the supervisor's line), not just the first: tabs opened
                 # while one is still starting all land on the others
-                if response.status == 200 and (self.workers == 1 or
-                                               f"with {self.workers} workers" in Path(self.log.name).read_text()):
+                if response.status == 200 and (
+                    self.workers == 1 or f"with {self.workers} workers" in Path(self.log.name).read_text()
+                ):
                     return
             except OSError:
                 pass
@@ -93,8 +96,11 @@ class Node:
 
     def worker_pids(self) -> list[int]:
         """The processes that serve: the workers under a supervisor (``pyvia run`` has one for one worker too)."""
-        return sorted(pid for pid in tree_pids(self.proc.pid)
-                      if b"pyvia.server.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes())
+        return sorted(
+            pid
+            for pid in tree_pids(self.proc.pid)
+            if b"pyvia.server.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
 
     def connections_by_worker(self) -> list[int]:
         """Established connections each worker holds on the node's port (/proc/net/tcp), in worker order."""
@@ -146,16 +152,26 @@ async def open_tab(port: int, *, stream: bool = True) -> Tab:
     tab = Tab(signals["via_ctx"], f"via_session_id={page.cookie('via_session_id')}")
     if stream:
         sconn = await Connection.open(HOST, port)
-        tab.stream = await sconn.open_stream(build_request("GET", stream_target({"via_ctx": tab.ctx}), HOST,
-                                                          [("Cookie", tab.cookie)]))
+        tab.stream = await sconn.open_stream(
+            build_request("GET", stream_target({"via_ctx": tab.ctx}), HOST, [("Cookie", tab.cookie)])
+        )
     return tab
 
 
 def action_request(port: int, tab: Tab, name: str, extra: list[tuple[str, str]] | None = None) -> bytes:
     body = orjson.dumps({"via_ctx": tab.ctx})
-    return build_request("POST", f"/_action/{name}", f"{HOST}:{port}",
-                         [("Origin", f"http://{HOST}:{port}"), ("Cookie", tab.cookie),
-                          ("Content-Type", "application/json"), *(extra or [])], body)
+    return build_request(
+        "POST",
+        f"/_action/{name}",
+        f"{HOST}:{port}",
+        [
+            ("Origin", f"http://{HOST}:{port}"),
+            ("Cookie", tab.cookie),
+            ("Content-Type", "application/json"),
+            *(extra or []),
+        ],
+        body,
+    )
 
 
 async def drain(tabs: list[Tab], until: float) -> None:
@@ -166,8 +182,9 @@ async def drain(tabs: list[Tab], until: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def closed_loop(port: int, tabs: list[Tab], name: str, connections: int, seconds: float
-                      ) -> tuple[int, dict[int, int]]:
+async def closed_loop(
+    port: int, tabs: list[Tab], name: str, connections: int, seconds: float
+) -> tuple[int, dict[int, int]]:
     statuses: dict[int, int] = {}
     done = 0
     stop_at = time.monotonic() + seconds
@@ -210,17 +227,24 @@ async def throughput_once(workers: int, action: str, args: argparse.Namespace) -
         cpu0, t0 = node.cpu(), time.monotonic()
         done, statuses = await closed_loop(node.port, tabs, action, args.connections, args.seconds)
         elapsed, cpu = time.monotonic() - t0, node.cpu() - cpu0
-        busy = [round((_process_cpu(pid) - before) / elapsed, 2)
-                for pid, before in zip(pids, worker_cpu0, strict=True)]
+        busy = [round((_process_cpu(pid) - before) / elapsed, 2) for pid, before in zip(pids, worker_cpu0, strict=True)]
         drainer.cancel()
         for tab in tabs:
             tab.stream.close()
-        return {"workers": workers, "action": action, "actions": done, "seconds": round(elapsed, 3),
-                "per_second": round(done / elapsed, 1), "server_cpu_s": round(cpu, 3),
-                "cpu_us_per_action": round(cpu / done * 1e6, 1), "statuses": statuses,
-                "cpu_us_per_tab_opened": round(tab_cpu / args.tabs * 1e6, 1),
-                "streams_by_worker": streams, "worker_cores": busy,
-                "clean": set(statuses) == {200}}
+        return {
+            "workers": workers,
+            "action": action,
+            "actions": done,
+            "seconds": round(elapsed, 3),
+            "per_second": round(done / elapsed, 1),
+            "server_cpu_s": round(cpu, 3),
+            "cpu_us_per_action": round(cpu / done * 1e6, 1),
+            "statuses": statuses,
+            "cpu_us_per_tab_opened": round(tab_cpu / args.tabs * 1e6, 1),
+            "streams_by_worker": streams,
+            "worker_cores": busy,
+            "clean": set(statuses) == {200},
+        }
     finally:
         node.stop()
 
@@ -232,11 +256,13 @@ async def throughput(args: argparse.Namespace, recorder: Recorder) -> None:
         ratio = many["per_second"] / one["per_second"]
         for row in rows:
             recorder.write({"rep": rep, **row})
-        print(f"rep {rep}: 1 worker {one['per_second']:.0f}/s, {args.workers} workers {many['per_second']:.0f}/s "
-              f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us; "
-              f"cpu/tab opened {one['cpu_us_per_tab_opened']} vs {many['cpu_us_per_tab_opened']} us; "
-              f"streams by worker {many['streams_by_worker']}, cores busy {many['worker_cores']})"
-              f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}")
+        print(
+            f"rep {rep}: 1 worker {one['per_second']:.0f}/s, {args.workers} workers {many['per_second']:.0f}/s "
+            f"= {ratio:.2f}x  (cpu/action {one['cpu_us_per_action']} vs {many['cpu_us_per_action']} us; "
+            f"cpu/tab opened {one['cpu_us_per_tab_opened']} vs {many['cpu_us_per_tab_opened']} us; "
+            f"streams by worker {many['streams_by_worker']}, cores busy {many['worker_cores']})"
+            f"{'' if one['clean'] and many['clean'] else '  DIRTY ' + str([one['statuses'], many['statuses']])}"
+        )
         recorder.write({"rep": rep, "ratio": round(ratio, 3)})
 
 
@@ -279,13 +305,19 @@ async def opening(args: argparse.Namespace, recorder: Recorder) -> None:
             if rep:
                 per_connection.append(cpu / args.connections * 1e6)
                 rates.append(args.connections / elapsed)
-        row = {"workers": args.workers, "cpu_us_per_tab": [round(x) for x in per_tab],
-               "cpu_us_per_connection": [round(x, 1) for x in per_connection],
-               "connections_per_second": [round(x) for x in rates], "last_split": split}
+        row = {
+            "workers": args.workers,
+            "cpu_us_per_tab": [round(x) for x in per_tab],
+            "cpu_us_per_connection": [round(x, 1) for x in per_connection],
+            "connections_per_second": [round(x) for x in rates],
+            "last_split": split,
+        }
         recorder.write(row)
-        print(f"{args.workers} worker(s): server CPU per tab median {statistics.median(per_tab):.0f} us "
-              f"(of {len(per_tab)} batches of {args.batch}; streams of the last {split}); per short connection "
-              f"median {statistics.median(per_connection):.1f} us, {statistics.median(rates):.0f} connections/s")
+        print(
+            f"{args.workers} worker(s): server CPU per tab median {statistics.median(per_tab):.0f} us "
+            f"(of {len(per_tab)} batches of {args.batch}; streams of the last {split}); per short connection "
+            f"median {statistics.median(per_connection):.1f} us, {statistics.median(rates):.0f} connections/s"
+        )
     finally:
         node.stop()
 
@@ -331,8 +363,13 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
                 conns = [None if fresh else await Connection.open(HOST, node.port) for _ in range(args.connections)]
                 statuses: dict[int, int] = {}
 
-                async def loop(conn: Connection | None, n: int, node: Node = node, request: bytes = request,
-                               statuses: dict[int, int] = statuses) -> None:
+                async def loop(
+                    conn: Connection | None,
+                    n: int,
+                    node: Node = node,
+                    request: bytes = request,
+                    statuses: dict[int, int] = statuses,
+                ) -> None:
                     for _ in range(n):
                         if conn is not None:
                             status = (await conn.request(request)).status
@@ -353,26 +390,32 @@ async def forward(args: argparse.Namespace, recorder: Recorder) -> None:
                 for conn in conns:
                     if conn is not None:
                         conn.close()
-                row[name] = {"cpu_us": round(cpu / count * 1e6, 1),
-                             "cpu_with_nats_us": round((cpu + broker) / count * 1e6, 1),
-                             "latency_us": round(elapsed / count * 1e6 * args.connections, 1),
-                             "statuses": dict(statuses)}
+                row[name] = {
+                    "cpu_us": round(cpu / count * 1e6, 1),
+                    "cpu_with_nats_us": round((cpu + broker) / count * 1e6, 1),
+                    "latency_us": round(elapsed / count * 1e6 * args.connections, 1),
+                    "statuses": dict(statuses),
+                }
             local = row["local"]["cpu_us"]
             row["ratio_forwarded"] = round(row["forwarded"]["cpu_us"] / local, 3)
             if args.channel != "unix":
                 recorder.write(row)
-                print(f"rep {rep}: local {local} us; forwarded over {args.channel} {row['forwarded']['cpu_us']} us = "
-                      f"{row['ratio_forwarded']}x (with the NATS server's CPU: local "
-                      f"{row['local']['cpu_with_nats_us']} us, forwarded {row['forwarded']['cpu_with_nats_us']} us)")
+                print(
+                    f"rep {rep}: local {local} us; forwarded over {args.channel} {row['forwarded']['cpu_us']} us = "
+                    f"{row['ratio_forwarded']}x (with the NATS server's CPU: local "
+                    f"{row['local']['cpu_with_nats_us']} us, forwarded {row['forwarded']['cpu_with_nats_us']} us)"
+                )
                 continue
             fresh = row["local, new connection"]["cpu_us"]
             row["ratio_passed"] = round(row["passed"]["cpu_us"] / local, 3)
             row["ratio_passed_new_connection"] = round(row["passed, new connection"]["cpu_us"] / fresh, 3)
             recorder.write(row)
-            print(f"rep {rep}: local {local} us; forwarded (proxy connection) {row['forwarded']['cpu_us']} us = "
-                  f"{row['ratio_forwarded']}x; passed keep-alive connection {row['passed']['cpu_us']} us = "
-                  f"{row['ratio_passed']}x; new connection each: local {fresh} us, passed "
-                  f"{row['passed, new connection']['cpu_us']} us = {row['ratio_passed_new_connection']}x")
+            print(
+                f"rep {rep}: local {local} us; forwarded (proxy connection) {row['forwarded']['cpu_us']} us = "
+                f"{row['ratio_forwarded']}x; passed keep-alive connection {row['passed']['cpu_us']} us = "
+                f"{row['ratio_passed']}x; new connection each: local {fresh} us, passed "
+                f"{row['passed, new connection']['cpu_us']} us = {row['ratio_passed_new_connection']}x"
+            )
         drainer.cancel()
     finally:
         for node in nodes:
@@ -418,8 +461,15 @@ async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
         for rep in range(args.reps):
             for op in ("increment", "mutate"):
                 prefix = f"hot{rep}{op[0]}{os.getpid()}"
-                procs = [subprocess.Popen([sys.executable, "-c", _HOTKEY_WRITER, url, prefix, op, str(args.seconds)],
-                                          cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(args.writers)]
+                procs = [
+                    subprocess.Popen(
+                        [sys.executable, "-c", _HOTKEY_WRITER, url, prefix, op, str(args.seconds)],
+                        cwd=REPO,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                    for _ in range(args.writers)
+                ]
                 for proc in procs:
                     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
                 engine = create_engine(url, prefix=prefix)
@@ -435,11 +485,20 @@ async def hotkey(args: argparse.Namespace, recorder: Recorder) -> None:
                     value, _ = await engine.get("hot", "count")
                     exact = value is not None and int(value) == total
                 await engine.close()
-                row = {"rep": rep, "engine": args.engine, "op": op, "writers": args.writers, "ops": total,
-                       "per_second": round(total / args.seconds, 1), "exact": exact}
+                row = {
+                    "rep": rep,
+                    "engine": args.engine,
+                    "op": op,
+                    "writers": args.writers,
+                    "ops": total,
+                    "per_second": round(total / args.seconds, 1),
+                    "exact": exact,
+                }
                 recorder.write(row)
-                print(f"rep {rep}: {args.engine} {op} x{args.writers} writers: {row['per_second']:.0f}/s"
-                      f"{'' if exact is None else f', final value exact: {exact}'}")
+                print(
+                    f"rep {rep}: {args.engine} {op} x{args.writers} writers: {row['per_second']:.0f}/s"
+                    f"{'' if exact is None else f', final value exact: {exact}'}"
+                )
     finally:
         server.stop()
 
@@ -468,8 +527,11 @@ async def request(args: argparse.Namespace, recorder: Recorder) -> None:
             cpu0, t0 = cpu(), time.perf_counter()
             for _ in range(args.count):
                 await asker.request("fwd.x", body, 5)
-            row = {"rep": rep, "cpu_us": round((cpu() - cpu0) / args.count * 1e6, 1),
-                   "wall_us": round((time.perf_counter() - t0) / args.count * 1e6, 1)}
+            row = {
+                "rep": rep,
+                "cpu_us": round((cpu() - cpu0) / args.count * 1e6, 1),
+                "wall_us": round((time.perf_counter() - t0) / args.count * 1e6, 1),
+            }
             recorder.write(row)
             print(f"rep {rep}: request/reply through NATS, both ends: {row['cpu_us']} us CPU, {row['wall_us']} us wall")
     finally:
@@ -495,8 +557,9 @@ def _start_redis() -> tuple[str, Any]:
     if binary is None:
         raise SystemExit("redis-server is missing (scripts/install test)")
     port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
+    )
     time.sleep(0.3)
 
     class Stopper:
@@ -514,17 +577,29 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--workers", type=int, default=2)
     t.add_argument("--action", choices=("work", "bump"), default="work")
     t.add_argument("--work", type=int, default=60_000, help="iterations of the CPU-bound action (~2 ms)")
-    t.add_argument("--tabs", type=int, default=256,
-                   help="tabs the actions pick from (64 split 32 +- 4 over two workers: up to 1.13x more work on one)")
-    t.add_argument("--connections", type=int, default=48,
-                   help="closed-loop client connections (16 leave a worker idle while it relays)")
+    t.add_argument(
+        "--tabs",
+        type=int,
+        default=256,
+        help="tabs the actions pick from (64 split 32 +- 4 over two workers: up to 1.13x more work on one)",
+    )
+    t.add_argument(
+        "--connections",
+        type=int,
+        default=48,
+        help="closed-loop client connections (16 leave a worker idle while it relays)",
+    )
     t.add_argument("--seconds", type=float, default=8.0)
     t.add_argument("--reps", type=int, default=3)
     f = sub.add_parser("forward")
     f.add_argument("--actions", type=int, default=3000)
     f.add_argument("--connections", type=int, default=1, help="concurrent connections (1: one request at a time)")
-    f.add_argument("--channel", choices=("unix", "tcp", "engine"), default="unix",
-                   help="how B reaches A: unix (one machine), tcp or engine (two machines: --cluster-address, or NATS)")
+    f.add_argument(
+        "--channel",
+        choices=("unix", "tcp", "engine"),
+        default="unix",
+        help="how B reaches A: unix (one machine), tcp or engine (two machines: --cluster-address, or NATS)",
+    )
     f.add_argument("--reps", type=int, default=3)
     r = sub.add_parser("request")
     r.add_argument("--count", type=int, default=5000)
@@ -547,8 +622,7 @@ def main(argv: list[str] | None = None) -> None:
     recorder.write({"provenance": record})
     from bench.client import run
 
-    commands = {"throughput": throughput, "forward": forward, "hotkey": hotkey, "request": request,
-                "opening": opening}
+    commands = {"throughput": throughput, "forward": forward, "hotkey": hotkey, "request": request, "opening": opening}
     run(commands[args.command](args, recorder))
     print(f"# raw results: {recorder.path}")
 

@@ -53,8 +53,17 @@ from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
 
 RESULTS = Path(__file__).parent / "results"
-ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 2), ("br", 4), ("br", 5),
-        ("gzip", 1), ("gzip", 6)]
+ROWS = [
+    ("zstd", 1),
+    ("zstd", 3),
+    ("zstd-dfast", 3),
+    ("zstd-plain", 3),
+    ("br", 2),
+    ("br", 4),
+    ("br", 5),
+    ("gzip", 1),
+    ("gzip", 6),
+]
 #: Two more small-patch shapes, to check that the zstd table sizing holds beyond the status card.
 EXTRA_ROWS = [("zstd", 1), ("zstd", 3), ("zstd-dfast", 3), ("zstd-plain", 3), ("br", 4)]
 SESSION = 300  # events: 60 s at 5 per second
@@ -64,20 +73,26 @@ MEMORY_GOL_FRAMES = 40
 
 # --- frames -------------------------------------------------------------------------------------
 
+
 def gol_frames(n: int, width: int = 50, height: int = 50, seed: int = 1) -> list[bytes]:
     """``n`` Game-of-Life generations, each a whole-board Datastar event."""
     rng = random.Random(seed)
     cells = [rng.random() < 0.3 for _ in range(width * height)]
     out = []
     for _ in range(n):
-        board = "".join(f'<div id="c{i}" class="cell {"on" if alive else "off"}"></div>'
-                        for i, alive in enumerate(cells))
+        board = "".join(
+            f'<div id="c{i}" class="cell {"on" if alive else "off"}"></div>' for i, alive in enumerate(cells)
+        )
         out.append(f'event: datastar-patch-elements\ndata: elements <div id="board">{board}</div>\n\n'.encode())
         nxt = []
         for y in range(height):
             for x in range(width):
-                around = sum(cells[((y + dy) % height) * width + (x + dx) % width]
-                             for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx)
+                around = sum(
+                    cells[((y + dy) % height) * width + (x + dx) % width]
+                    for dy in (-1, 0, 1)
+                    for dx in (-1, 0, 1)
+                    if dy or dx
+                )
                 nxt.append(around == 3 or (cells[y * width + x] and around == 2))
         for _ in range(20):
             nxt[rng.randrange(width * height)] = True
@@ -93,17 +108,24 @@ def patch_frames(n: int, seed: int = 2) -> list[bytes]:
     for t in range(n):
         for _ in range(3):
             values[rng.randrange(16)] = rng.randrange(1000, 99999)
-        rows = "".join(f'<tr><td class="name">node-{i:02d}.cluster.local</td><td class="metric">{v}</td>'
-                       f'<td class="unit">req/s</td></tr>' for i, v in enumerate(values))
-        card = (f'<div id="status" class="card"><h2>Cluster status</h2><p class="tick">tick {t} at '
-                f'2026-05-09T12:{t // 60 % 60:02d}:{t % 60:02d}Z</p><table>{rows}</table></div>')
+        rows = "".join(
+            f'<tr><td class="name">node-{i:02d}.cluster.local</td><td class="metric">{v}</td>'
+            f'<td class="unit">req/s</td></tr>'
+            for i, v in enumerate(values)
+        )
+        card = (
+            f'<div id="status" class="card"><h2>Cluster status</h2><p class="tick">tick {t} at '
+            f"2026-05-09T12:{t // 60 % 60:02d}:{t % 60:02d}Z</p><table>{rows}</table></div>"
+        )
         out.append(f"event: datastar-patch-elements\ndata: elements {card}\n\n".encode())
     return out
 
 
-_WORDS_TEXT = ("the of and to in is you that it he was for on are as with his they at be this have from or one had by "
-          "word but not what all were we when your can said there use an each which she do how their if will up "
-          "other about out many then them these so some her would make like him into time has look two more")
+_WORDS_TEXT = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more"
+)
 
 
 def chat_frames(n: int, seed: int = 5) -> list[bytes]:
@@ -114,11 +136,14 @@ def chat_frames(n: int, seed: int = 5) -> list[bytes]:
     out = []
     for t in range(n):
         text = " ".join(rng.choice(words) for _ in range(rng.randrange(5, 25)))
-        messages.append(f'<li class="msg" id="m{t}"><b class="who">user{rng.randrange(40)}</b> '
-                        f'<span class="text">{text}</span><time>12:{t % 60:02d}</time></li>')
+        messages.append(
+            f'<li class="msg" id="m{t}"><b class="who">user{rng.randrange(40)}</b> '
+            f'<span class="text">{text}</span><time>12:{t % 60:02d}</time></li>'
+        )
         messages = messages[-15:]
-        out.append(f'event: datastar-patch-elements\ndata: elements <ul id="chat">{"".join(messages)}</ul>\n\n'
-                   .encode())
+        out.append(
+            f'event: datastar-patch-elements\ndata: elements <ul id="chat">{"".join(messages)}</ul>\n\n'.encode()
+        )
     return out
 
 
@@ -158,6 +183,7 @@ def make_encoder(label: str, level: int, window: int | None = None) -> StreamEnc
 
 # --- helpers ------------------------------------------------------------------------------------
 
+
 def rss() -> int:
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
@@ -183,6 +209,7 @@ def emit(rows: list[dict[str, object]], out: Path) -> None:
 
 # --- streams: CPU and bytes ---------------------------------------------------------------------
 
+
 def stream_cpu(frames: list[bytes], coding: str, level: int, repeats: int = 3) -> dict[str, object]:
     plain_zstd_tables(coding == "zstd-plain")
     best = None
@@ -203,7 +230,7 @@ def stream_cpu(frames: list[bytes], coding: str, level: int, repeats: int = 3) -
     elapsed, outs, window = best
     size_in = sum(map(len, frames))
     size_out = sum(map(len, outs))
-    steady = outs[len(outs) // 3:]
+    steady = outs[len(outs) // 3 :]
     return {
         "window": window,
         "us_per_event": elapsed / len(frames) / 1000,
@@ -216,6 +243,7 @@ def stream_cpu(frames: list[bytes], coding: str, level: int, repeats: int = 3) -
 
 
 # --- memory probes (one fresh process per row) --------------------------------------------------
+
 
 def probe(coding: str, level: int, kind: str, frames_n: int, count: int, window: int | None) -> dict[str, object]:
     """Run inside a fresh process: RSS per encoder held, after release, after malloc_trim.
@@ -243,8 +271,13 @@ def probe(coding: str, level: int, kind: str, frames_n: int, count: int, window:
     libc.malloc_trim(0)
     trimmed = rss()
     return {
-        "coding": label, "level": level, "window": encoders[0].window, "workload": kind, "frames": frames_n,
-        "fed_bytes": sum(map(len, frames)), "encoders": count,
+        "coding": label,
+        "level": level,
+        "window": encoders[0].window,
+        "workload": kind,
+        "frames": frames_n,
+        "fed_bytes": sum(map(len, frames)),
+        "encoders": count,
         "kib_per_encoder": (held - base) / count / 1024,
         "kib_after_release": (released - base) / count / 1024,
         "kib_after_trim": (trimmed - base) / count / 1024,
@@ -252,8 +285,18 @@ def probe(coding: str, level: int, kind: str, frames_n: int, count: int, window:
 
 
 def run_probe(coding: str, level: int, kind: str, frames_n: int, count: int, window: int | None = None) -> dict:
-    cmd = [sys.executable, "-m", "bench.compression", "--probe", coding, str(level), kind, str(frames_n),
-           str(count), str(window or 0)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.compression",
+        "--probe",
+        coding,
+        str(level),
+        kind,
+        str(frames_n),
+        str(count),
+        str(window or 0),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -271,8 +314,7 @@ def memory_grid(out: Path, codings: str = "zstd,br,gzip") -> None:
         small = run_probe(coding, level, "patch", 34, 50, window if coding != "gzip" else None)
         need = (1 << (15 if coding == "gzip" else window)) * 2 + (128 << 10)
         frames_n = max(4, -(-need // 95_731))
-        big = run_probe(coding, level, "gol", frames_n, 20 if window <= 20 else 8,
-                        window if coding != "gzip" else None)
+        big = run_probe(coding, level, "gol", frames_n, 20 if window <= 20 else 8, window if coding != "gzip" else None)
         table[(coding, level, window)] = (round(small["kib_per_encoder"]), round(big["kib_per_encoder"]))
         print(f"  {coding:4s} {level:2d} w{window}: {table[(coding, level, window)]}")
         rows += [{"bench": "memory_grid", "phase": "small", **small}, {"bench": "memory_grid", "phase": "full", **big}]
@@ -285,13 +327,16 @@ def memory_grid(out: Path, codings: str = "zstd,br,gzip") -> None:
 
 # --- static -------------------------------------------------------------------------------------
 
+
 def stylesheet(size: int = 91_000) -> bytes:
     rng = random.Random(3)
     parts, total = [], 0
     i = 0
     while total < size:
-        rule = (f".c{i} > .item-{rng.randrange(400)} {{ color: #{rng.randrange(1 << 24):06x}; "
-                f"margin: {rng.randrange(20)}px {rng.randrange(20)}px; display: flex; }}\n")
+        rule = (
+            f".c{i} > .item-{rng.randrange(400)} {{ color: #{rng.randrange(1 << 24):06x}; "
+            f"margin: {rng.randrange(20)}px {rng.randrange(20)}px; display: flex; }}\n"
+        )
         parts.append(rule)
         total += len(rule)
         i += 1
@@ -313,6 +358,7 @@ def gil_check(data: bytes) -> list[dict[str, object]]:
     rows = []
     jobs = {"br 11": ("br", 11), "zstd 19": ("zstd", 19), "gzip 9": ("gzip", 9), "python (control)": ("", 0)}
     for name, (coding, level) in jobs.items():
+
         def run(coding: str = coding, level: int = level) -> None:
             if coding:
                 compress(data, coding, level)
@@ -343,9 +389,15 @@ def gil_check(data: bytes) -> list[dict[str, object]]:
                 sum(range(100))
                 alone += 1
             ratios.append(spins / alone)
-        rows.append({"bench": "precompress", "job": name, "ms": once * 1000,
-                     "bytes_out": len(compress(data, coding, level)) if coding else 0,
-                     "main_thread_progress": statistics.median(ratios)})
+        rows.append(
+            {
+                "bench": "precompress",
+                "job": name,
+                "ms": once * 1000,
+                "bytes_out": len(compress(data, coding, level)) if coding else 0,
+                "main_thread_progress": statistics.median(ratios),
+            }
+        )
     return rows
 
 
@@ -377,13 +429,23 @@ def static_bench(data: bytes) -> list[dict[str, object]]:
                 for _ in range(n):
                     static.get("/app.css", request)
                 best.append((time.perf_counter_ns() - t0) / n / 1000)
-            rows.append({"bench": "static_get", "case": name, "status": resp.status, "body_bytes": len(resp.body),
-                         "us_per_get": min(best), "us_median": statistics.median(best), "file_bytes": len(data)})
+            rows.append(
+                {
+                    "bench": "static_get",
+                    "case": name,
+                    "status": resp.status,
+                    "body_bytes": len(resp.body),
+                    "us_per_get": min(best),
+                    "us_median": statistics.median(best),
+                    "file_bytes": len(data),
+                }
+            )
         static.close()
     return rows
 
 
 # --- main ---------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -406,18 +468,30 @@ def main() -> None:
     css = stylesheet()
     gil_rows = gil_check(css)  # before pinning: the thread needs a CPU of its own
     cpu = pin()
-    meta = {"bench": "meta", "python": sys.version.split()[0], "cpu": cpu, "cpus": os.cpu_count(),
-            "session_events": SESSION, "time": stamp}
+    meta = {
+        "bench": "meta",
+        "python": sys.version.split()[0],
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "session_events": SESSION,
+        "time": stamp,
+    }
     emit([meta], out)
     sessions = {name: make(SESSION) for name, make in WORKLOADS.items()}
     for kind, frames in sessions.items():
-        print(f"\n{kind}: {len(frames)} events, {sum(map(len, frames)) / len(frames):,.0f} B/event on average, "
-              f"first-frame window {window_for(len(frames[0]))}")
+        print(
+            f"\n{kind}: {len(frames)} events, {sum(map(len, frames)) / len(frames):,.0f} B/event on average, "
+            f"first-frame window {window_for(len(frames[0]))}"
+        )
     count = 20 if args.quick else MEMORY_ENCODERS
-    print(f"\nStreams: per event (CPU = compress + flush, best of 3 sessions, pinned to CPU {cpu}); memory = RSS "
-          f"growth / {count} encoders in a fresh process")
-    head = (f"{'workload':8s} {'coding':10s} {'lvl':>3s} {'win':>3s} {'µs/event':>9s} {'B out/event':>11s} "
-            f"{'steady B':>9s} {'1st B':>7s} {'ratio':>6s} {'KiB held':>9s} {'released':>9s} {'trimmed':>8s}")
+    print(
+        f"\nStreams: per event (CPU = compress + flush, best of 3 sessions, pinned to CPU {cpu}); memory = RSS "
+        f"growth / {count} encoders in a fresh process"
+    )
+    head = (
+        f"{'workload':8s} {'coding':10s} {'lvl':>3s} {'win':>3s} {'µs/event':>9s} {'B out/event':>11s} "
+        f"{'steady B':>9s} {'1st B':>7s} {'ratio':>6s} {'KiB held':>9s} {'released':>9s} {'trimmed':>8s}"
+    )
     print(head)
     rows = []
     for kind, frames in sessions.items():
@@ -425,23 +499,37 @@ def main() -> None:
             row = stream_cpu(frames, coding, level)
             fed = MEMORY_GOL_FRAMES if kind == "gol" else SESSION
             mem = run_probe(coding, level, kind, fed, count)
-            row = {"bench": "stream", "workload": kind, "coding": coding, "level": level, **row,
-                   "kib_per_encoder": mem["kib_per_encoder"], "kib_after_release": mem["kib_after_release"],
-                   "kib_after_trim": mem["kib_after_trim"], "memory_fed_events": fed}
+            row = {
+                "bench": "stream",
+                "workload": kind,
+                "coding": coding,
+                "level": level,
+                **row,
+                "kib_per_encoder": mem["kib_per_encoder"],
+                "kib_after_release": mem["kib_after_release"],
+                "kib_after_trim": mem["kib_after_trim"],
+                "memory_fed_events": fed,
+            }
             rows.append(row)
-            print(f"{kind:8s} {coding:10s} {level:3d} {row['window']:3d} {row['us_per_event']:9.1f} "
-                  f"{row['bytes_out_per_event']:11,.0f} {row['steady_bytes_out_per_event']:9,.0f} "
-                  f"{row['first_event_bytes_out']:7,d} {row['ratio']:6.1f} {row['kib_per_encoder']:9,.0f} "
-                  f"{row['kib_after_release']:9,.0f} {row['kib_after_trim']:8,.0f}")
+            print(
+                f"{kind:8s} {coding:10s} {level:3d} {row['window']:3d} {row['us_per_event']:9.1f} "
+                f"{row['bytes_out_per_event']:11,.0f} {row['steady_bytes_out_per_event']:9,.0f} "
+                f"{row['first_event_bytes_out']:7,d} {row['ratio']:6.1f} {row['kib_per_encoder']:9,.0f} "
+                f"{row['kib_after_release']:9,.0f} {row['kib_after_trim']:8,.0f}"
+            )
     emit(rows, out)
     static_rows = gil_rows + static_bench(css)
     emit(static_rows, out)
-    print("\nStatic: precompressing a 91 KB stylesheet (main-thread progress while a thread compresses; 1.0 = "
-          "the GIL is released)")
+    print(
+        "\nStatic: precompressing a 91 KB stylesheet (main-thread progress while a thread compresses; 1.0 = "
+        "the GIL is released)"
+    )
     for row in static_rows:
         if row["bench"] == "precompress":
-            print(f"  {row['job']:8s} {row['ms']:7.1f} ms  {row['bytes_out']:7,d} B  "
-                  f"progress {row['main_thread_progress']:.2f}")
+            print(
+                f"  {row['job']:8s} {row['ms']:7.1f} ms  {row['bytes_out']:7,d} B  "
+                f"progress {row['main_thread_progress']:.2f}"
+            )
     print("Static: StaticFiles.get on the 91 KB stylesheet in memory (in-process, best of 5 x 50k calls)")
     for row in static_rows:
         if row["bench"] == "static_get":

@@ -37,9 +37,11 @@ from bench.provenance import print_provenance, provenance
 from bench.report import Recorder, fmt, spread
 from pyvia.db import connect
 
-SCHEMA = ("CREATE TABLE counter (n INTEGER NOT NULL)",
-          "CREATE TABLE log (id INTEGER PRIMARY KEY, at REAL NOT NULL)",
-          "INSERT INTO counter VALUES (0)")
+SCHEMA = (
+    "CREATE TABLE counter (n INTEGER NOT NULL)",
+    "CREATE TABLE log (id INTEGER PRIMARY KEY, at REAL NOT NULL)",
+    "INSERT INTO counter VALUES (0)",
+)
 
 
 async def pyvia_run(path: Path, concurrency: int, seconds: float, shape: str) -> dict[str, Any]:
@@ -74,10 +76,17 @@ async def pyvia_run(path: Path, concurrency: int, seconds: float, shape: str) ->
         counter = await db.fetchval("SELECT n FROM counter")
         rows = await db.fetchval("SELECT count(*) FROM log")
         wait = db.metrics.db_write_wait._unlabelled()  # the permit waits of this run
-        return {"completed": done, "errors": len(errors), "first_error": errors[0] if errors else None,
-                "elapsed": elapsed, "writes_per_s": done / elapsed, "counter": counter, "rows": rows,
-                "consistent": counter == rows == done,
-                "mean_permit_wait_ms": 1000 * wait.sum / max(1, wait.count)}
+        return {
+            "completed": done,
+            "errors": len(errors),
+            "first_error": errors[0] if errors else None,
+            "elapsed": elapsed,
+            "writes_per_s": done / elapsed,
+            "counter": counter,
+            "rows": rows,
+            "consistent": counter == rows == done,
+            "mean_permit_wait_ms": 1000 * wait.sum / max(1, wait.count),
+        }
     finally:
         await db.close()
 
@@ -121,9 +130,16 @@ def naive_run(path: Path, concurrency: int, seconds: float) -> dict[str, Any]:
         counter = check.execute("SELECT n FROM counter").fetchone()[0]
         rows = check.execute("SELECT count(*) FROM log").fetchone()[0]
     check.close()
-    return {"completed": done, "errors": len(errors), "first_error": errors[0] if errors else None,
-            "elapsed": elapsed, "writes_per_s": done / elapsed, "counter": counter, "rows": rows,
-            "consistent": counter == rows == done}
+    return {
+        "completed": done,
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "elapsed": elapsed,
+        "writes_per_s": done / elapsed,
+        "counter": counter,
+        "rows": rows,
+        "consistent": counter == rows == done,
+    }
 
 
 def main() -> None:
@@ -132,16 +148,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--mode", choices=("pyvia", "naive"), default="pyvia")
-    parser.add_argument("--shape", choices=("tx", "insert"), default="tx",
-                        help="tx: the read-then-write transaction; insert: two single-statement writes "
-                             "(INSERT, then UPDATE n = n + 1), each its own transaction (pyvia mode only)")
+    parser.add_argument(
+        "--shape",
+        choices=("tx", "insert"),
+        default="tx",
+        help="tx: the read-then-write transaction; insert: two single-statement writes "
+        "(INSERT, then UPDATE n = n + 1), each its own transaction (pyvia mode only)",
+    )
     args = parser.parse_args()
     os.sched_setaffinity(0, {1})  # the server's core: this process plays the server
     record = provenance("db_writes", vars(args), ["in-process, sched_setaffinity {1}"])
     record["server_cpu"] = "sched_setaffinity {1} (in-process)"
     print_provenance(record)
-    print(f"#   sqlite {sqlite3.sqlite_version}, mode {args.mode}, shape {args.shape}, load average "
-          f"{os.getloadavg()}")
+    print(f"#   sqlite {sqlite3.sqlite_version}, mode {args.mode}, shape {args.shape}, load average {os.getloadavg()}")
     recorder = Recorder("db_writes")
     recorder.write(record)
     for c in (int(x) for x in args.concurrency.split(",")):
@@ -153,16 +172,26 @@ def main() -> None:
                     result = uvloop.run(pyvia_run(path, c, args.seconds, args.shape))
                 else:
                     result = naive_run(path, c, args.seconds)
-            result.update({"type": "rep", "mode": args.mode, "shape": args.shape, "concurrency": c, "rep": rep,
-                           "loadavg": os.getloadavg()[0]})
+            result.update(
+                {
+                    "type": "rep",
+                    "mode": args.mode,
+                    "shape": args.shape,
+                    "concurrency": c,
+                    "rep": rep,
+                    "loadavg": os.getloadavg()[0],
+                }
+            )
             recorder.write(result)
             reps.append(result)
         rate = spread([r["writes_per_s"] for r in reps])
         errors = sum(r["errors"] for r in reps)
         clean = all(r["consistent"] for r in reps)
-        print(f"c={c:>2}  {fmt(rate, 0)} transactions/s  errors {errors}  "
-              f"consistent {clean}  load {reps[-1]['loadavg']:.2f}"
-              + (f"  first error: {next(r['first_error'] for r in reps if r['first_error'])}" if errors else ""))
+        print(
+            f"c={c:>2}  {fmt(rate, 0)} transactions/s  errors {errors}  "
+            f"consistent {clean}  load {reps[-1]['loadavg']:.2f}"
+            + (f"  first error: {next(r['first_error'] for r in reps if r['first_error'])}" if errors else "")
+        )
     print(f"# {recorder.path}")
 
 

@@ -39,8 +39,19 @@ from bench import proc
 from bench.client import BodyDecoder, Connection, ProtocolError, Response, boot_signals, build_request, stream_target
 from bench.server import PAGE_MARKER, REPO, SERVER_CPU, Server, free_port, start_server
 
-__all__ = ["CLIENT_CPU", "Browser", "Hub", "Meter", "TabStream", "env_record", "launch", "open_tabs", "pin_client",
-           "server_versions", "wait_quiet"]
+__all__ = [
+    "CLIENT_CPU",
+    "Browser",
+    "Hub",
+    "Meter",
+    "TabStream",
+    "env_record",
+    "launch",
+    "open_tabs",
+    "pin_client",
+    "server_versions",
+    "wait_quiet",
+]
 
 CLIENT_CPU = 0
 SESSION_COOKIE = "via_session_id"
@@ -71,26 +82,82 @@ def server_versions() -> dict[str, str]:
 
 # --- servers ---------------------------------------------------------------------------------------
 
+
 def asgi_command(kind: str, asgi_spec: str, port: int) -> list[str]:
     """The command line of an ASGI server serving ``asgi_spec`` on one core."""
     if kind == "uvicorn":
-        return [str(_BIN / "uvicorn"), asgi_spec, "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop",
-                "--http", "httptools", "--no-access-log", "--log-level", "warning", "--backlog", "4096",
-                "--timeout-keep-alive", "600", "--lifespan", "on"]
+        return [
+            str(_BIN / "uvicorn"),
+            asgi_spec,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "4096",
+            "--timeout-keep-alive",
+            "600",
+            "--lifespan",
+            "on",
+        ]
     if kind == "granian":
         # --backpressure: granian counts open streams as requests in flight; its default
         # (backlog/workers = 1024) leaves streams past 1,024 without a response (machine-limits §2).
-        return [str(_BIN / "granian"), "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
-                "--workers", "1", "--runtime-threads", "1", "--loop", "uvloop", "--http", "1", "--no-ws",
-                "--log-level", "warning", "--backlog", "4096", "--backpressure", "16384", asgi_spec]
+        return [
+            str(_BIN / "granian"),
+            "--interface",
+            "asgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--runtime-threads",
+            "1",
+            "--loop",
+            "uvloop",
+            "--http",
+            "1",
+            "--no-ws",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "4096",
+            "--backpressure",
+            "16384",
+            asgi_spec,
+        ]
     if kind == "hypercorn":
-        return [str(_BIN / "hypercorn"), asgi_spec, "--bind", f"127.0.0.1:{port}", "--worker-class", "uvloop",
-                "--workers", "1", "--backlog", "4096", "--keep-alive", "600", "--log-level", "warning"]
+        return [
+            str(_BIN / "hypercorn"),
+            asgi_spec,
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--worker-class",
+            "uvloop",
+            "--workers",
+            "1",
+            "--backlog",
+            "4096",
+            "--keep-alive",
+            "600",
+            "--log-level",
+            "warning",
+        ]
     raise ValueError(f"unknown server kind {kind!r}")
 
 
-async def launch(kind: str, app_spec: str, asgi_spec: str | None = None, env: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> Server:
+async def launch(
+    kind: str, app_spec: str, asgi_spec: str | None = None, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> Server:
     """A fresh server of ``kind`` ("native" or an ASGI server), gated and pinned to CPU 1.
 
     It serves the framework of this checkout (``src`` first on the path), not whichever one the
@@ -111,8 +178,14 @@ async def launch(kind: str, app_spec: str, asgi_spec: str | None = None, env: di
         os.environ.update(saved)
     fd, name = tempfile.mkstemp(prefix=f"pyvia-bench-{kind}-", suffix=".log")
     with os.fdopen(fd, "wb") as log:
-        process = subprocess.Popen(["taskset", "-c", SERVER_CPU, *command], cwd=REPO, env=full_env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            ["taskset", "-c", SERVER_CPU, *command],
+            cwd=REPO,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = Server(process, port, command, Path(name))
     try:
         await _gate(server, timeout)
@@ -151,6 +224,7 @@ async def _gate(server: Server, timeout: float) -> None:
 
 # --- measurement windows ---------------------------------------------------------------------------
 
+
 @dataclass
 class Meter:
     """Server CPU, wall time and noise between :meth:`start` and :meth:`stop`."""
@@ -167,8 +241,15 @@ class Meter:
     def start(self) -> Meter:
         busy, steal = proc.core_times(int(SERVER_CPU))
         user, system = proc.cpu_split(self.server.pid)
-        self._t = (time.perf_counter(), user + system, proc.cpu_seconds_precise(self.server.pid),
-                   time.process_time(), busy, steal, system)
+        self._t = (
+            time.perf_counter(),
+            user + system,
+            proc.cpu_seconds_precise(self.server.pid),
+            time.process_time(),
+            busy,
+            steal,
+            system,
+        )
         return self
 
     def stop(self) -> Meter:
@@ -188,14 +269,21 @@ class Meter:
         return self.others > NOISY
 
     def as_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall, "server_cpu_s": self.cpu, "server_cpu_clock_s": self.cpu_clock,
-                "server_sys_share": self.cpu_sys / self.cpu if self.cpu else 0.0,
-                "client_cpu_s": self.client_cpu, "server_busy": self.cpu_clock / self.wall if self.wall else 0.0,
-                "client_busy": self.client_cpu / self.wall if self.wall else 0.0,
-                "others_on_server_core": self.others, "noisy": self.noisy}
+        return {
+            "wall_s": self.wall,
+            "server_cpu_s": self.cpu,
+            "server_cpu_clock_s": self.cpu_clock,
+            "server_sys_share": self.cpu_sys / self.cpu if self.cpu else 0.0,
+            "client_cpu_s": self.client_cpu,
+            "server_busy": self.cpu_clock / self.wall if self.wall else 0.0,
+            "client_busy": self.client_cpu / self.wall if self.wall else 0.0,
+            "others_on_server_core": self.others,
+            "noisy": self.noisy,
+        }
 
 
 # --- tabs ------------------------------------------------------------------------------------------
+
 
 class Hub:
     """Receives every tab's events; tracks one shared signal and rounds of "everyone has value v".
@@ -247,7 +335,7 @@ class Hub:
             at = raw.find(b'data-n="')
             if at >= 0:
                 end = raw.find(b'"', at + 8)
-                tab.view_value = int(raw[at + 8:end])
+                tab.view_value = int(raw[at + 8 : end])
 
 
 _HEAD, _SIZE, _DATA, _END = range(4)
@@ -335,7 +423,7 @@ class TabStream(asyncio.Protocol):
                 if end < 0:
                     return
                 size = int(bytes(buf[:end]).split(b";", 1)[0], 16)
-                del buf[:end + 2]
+                del buf[: end + 2]
                 if size == 0:
                     self.state = _END
                     self.close()
@@ -347,7 +435,7 @@ class TabStream(asyncio.Protocol):
                 if len(buf) < n + 2:
                     return
                 payload = bytes(buf[:n])
-                del buf[:n + 2]
+                del buf[: n + 2]
                 self.state = _SIZE
                 self.wire += n
                 self._body(payload, now)
@@ -356,7 +444,7 @@ class TabStream(asyncio.Protocol):
                 if end < 0:
                     return
                 self._head(bytes(buf[:end]))
-                del buf[:end + 4]
+                del buf[: end + 4]
                 self.state = _SIZE
             else:
                 return
@@ -390,7 +478,7 @@ class TabStream(asyncio.Protocol):
             if raw.startswith(_SIGNALS):
                 self.n_signals += 1
                 at = raw.find(_SIGNALS_DATA)
-                values = orjson.loads(raw[at + len(_SIGNALS_DATA):])
+                values = orjson.loads(raw[at + len(_SIGNALS_DATA) :])
                 # The connect event. What the tab missed between its page view and now (a held view,
                 # queued signals) is written just before it, so other events may come first.
                 if not self.opened.done() and values.get("_disconnected") is False:
@@ -450,20 +538,26 @@ class Browser:
         return response, ctx
 
     def action_request(self, name: str, ctx_id: str) -> bytes:
-        headers = [("Origin", f"http://{self.host}"), ("Content-Type", "application/json"),
-                   ("Datastar-Request", "true"), *self.cookie_headers()]
+        headers = [
+            ("Origin", f"http://{self.host}"),
+            ("Content-Type", "application/json"),
+            ("Datastar-Request", "true"),
+            *self.cookie_headers(),
+        ]
         return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps({"via_ctx": ctx_id}))
 
 
-async def open_stream(host: str, port: int, browser: Browser, ctx_id: str, hub: Hub, coding: str,
-                      timeout: float = 10.0) -> TabStream:
+async def open_stream(
+    host: str, port: int, browser: Browser, ctx_id: str, hub: Hub, coding: str, timeout: float = 10.0
+) -> TabStream:
     headers = [*_STREAM_HEADERS, *browser.cookie_headers()]
     if coding != "identity":
         headers.append(("Accept-Encoding", coding))
     request = build_request("GET", stream_target({"via_ctx": ctx_id}), host, headers)
     loop = asyncio.get_running_loop()
     _, tab = await asyncio.wait_for(
-        loop.create_connection(lambda: TabStream(hub, request, coding), "127.0.0.1", port), timeout)
+        loop.create_connection(lambda: TabStream(hub, request, coding), "127.0.0.1", port), timeout
+    )
     try:
         await asyncio.wait_for(asyncio.shield(tab.opened), timeout)
     except BaseException:
@@ -472,10 +566,18 @@ async def open_stream(host: str, port: int, browser: Browser, ctx_id: str, hub: 
     return tab
 
 
-async def open_tabs(host: str, port: int, n: int, hub: Hub, coding: str = "identity",
-                    browsers: list[Browser] | None = None, sessions: int = 16, path: str = "/",
-                    failures: Counter[str] | None = None, deadline_s: float = 120.0) -> tuple[list[Browser],
-                                                                                            list[TabStream]]:
+async def open_tabs(
+    host: str,
+    port: int,
+    n: int,
+    hub: Hub,
+    coding: str = "identity",
+    browsers: list[Browser] | None = None,
+    sessions: int = 16,
+    path: str = "/",
+    failures: Counter[str] | None = None,
+    deadline_s: float = 120.0,
+) -> tuple[list[Browser], list[TabStream]]:
     """Open ``n`` tabs spread over ``sessions`` browsers (page view, then stream), 16 at a time."""
     if browsers is None:
         browsers = [await Browser.open(host, port) for _ in range(sessions)]

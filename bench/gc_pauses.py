@@ -102,8 +102,9 @@ print(json.dumps({
 
 
 def run_case(case: str, tabs: int, repeat: int) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", _CHILD, case, str(tabs), str(repeat)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, case, str(tabs), str(repeat)], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]  # json gives Any
 
 
@@ -123,8 +124,10 @@ def main() -> None:
         if args.json:
             print(json.dumps({**last, "full_median_ms": full, "young_median_ms": young}))
         else:
-            print(f"{case:>7}: full gc.collect() median {full:7.2f} ms, young {young:6.3f} ms; "
-                  f"tracked {last['tracked']}, frozen {last['frozen']}, start-up objects {last['startup_objects']}")
+            print(
+                f"{case:>7}: full gc.collect() median {full:7.2f} ms, young {young:6.3f} ms; "
+                f"tracked {last['tracked']}, frozen {last['frozen']}, start-up objects {last['startup_objects']}"
+            )
 
 
 if __name__ == "__main__":

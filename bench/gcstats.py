@@ -49,7 +49,7 @@ def snapshot(pid: int, log: Path, timeout: float = 5.0) -> dict[str, Any] | None
     while time.monotonic() < deadline:
         lines = _lines(log)
         if len(lines) > before:
-            value: dict[str, Any] = json.loads(lines[-1][len(_TAG):])
+            value: dict[str, Any] = json.loads(lines[-1][len(_TAG) :])
             return value
         time.sleep(0.002)
     return None
@@ -59,6 +59,8 @@ def delta(start: dict[str, Any] | None, end: dict[str, Any] | None) -> dict[str,
     """Collections and seconds per generation between two snapshots."""
     if start is None or end is None:
         return None
-    return {"collections": [b - a for a, b in zip(start["n"], end["n"], strict=True)],
-            "seconds": [b - a for a, b in zip(start["s"], end["s"], strict=True)],
-            "longest_pause_so_far_s": end["max"]}
+    return {
+        "collections": [b - a for a, b in zip(start["n"], end["n"], strict=True)],
+        "seconds": [b - a for a, b in zip(start["s"], end["s"], strict=True)],
+        "longest_pause_so_far_s": end["max"],
+    }

@@ -80,10 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-tabs", type=int, default=200, help="tabs of the idle-release test; 0 skips")
     p.add_argument("--diff-seconds", type=float, default=15.0, help="session of the changed-cells variant; 0 skips")
     p.add_argument("--diff-codings", default="zstd")
-    p.add_argument("--zstd-search", choices=("pyvia", "level"), default="pyvia",
-                   help="zstd streams: pyvia's STREAM_ZSTD_SEARCH (default) or the level's own search (A/B)")
-    p.add_argument("--alternatives", type=int, default=100, metavar="K",
-                   help="tabs per offline configuration (default 100); 0 skips the offline part")
+    p.add_argument(
+        "--zstd-search",
+        choices=("pyvia", "level"),
+        default="pyvia",
+        help="zstd streams: pyvia's STREAM_ZSTD_SEARCH (default) or the level's own search (A/B)",
+    )
+    p.add_argument(
+        "--alternatives",
+        type=int,
+        default=100,
+        metavar="K",
+        help="tabs per offline configuration (default 100); 0 skips the offline part",
+    )
     p.add_argument("--probe", help=argparse.SUPPRESS)  # internal: one offline configuration
     return p
 
@@ -91,10 +100,20 @@ def _parser() -> argparse.ArgumentParser:
 # --- offline: the same frames through other encoder settings ----------------------------------------
 
 ALTERNATIVES = [  # (mode, coding, level, window): pyvia today is (full, zstd, 3, 16) and (full, br, 4, 16)
-    ("full", "zstd", 3, 16), ("full", "zstd", 1, 16), ("full", "zstd", 3, 15), ("full", "zstd", 6, 17),
-    ("full", "br", 4, 16), ("full", "br", 2, 16), ("full", "br", 5, 17),
-    ("diff", "zstd", 3, 16), ("diff", "zstd", 3, 14), ("diff", "zstd", 1, 14), ("diff", "br", 4, 14),
-    ("diff", "br", 2, 14), ("full", "zstd-shared", 3, 16), ("full", "zstd-shared", 6, 17),
+    ("full", "zstd", 3, 16),
+    ("full", "zstd", 1, 16),
+    ("full", "zstd", 3, 15),
+    ("full", "zstd", 6, 17),
+    ("full", "br", 4, 16),
+    ("full", "br", 2, 16),
+    ("full", "br", 5, 17),
+    ("diff", "zstd", 3, 16),
+    ("diff", "zstd", 3, 14),
+    ("diff", "zstd", 1, 14),
+    ("diff", "br", 4, 14),
+    ("diff", "br", 2, 14),
+    ("full", "zstd-shared", 3, 16),
+    ("full", "zstd-shared", 6, 17),
 ]
 
 
@@ -105,8 +124,10 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
 
     rng = random.Random(7)
     board = new_board(seed=1)
-    click = ("evt.target.parentElement.id == 'board' &amp;&amp; @post(&#39;/_action/toggle?cell=&#39; + "
-             "[...evt.target.parentElement.children].indexOf(evt.target), {requestCancellation: &#39;disabled&#39;})")
+    click = (
+        "evt.target.parentElement.id == 'board' &amp;&amp; @post(&#39;/_action/toggle?cell=&#39; + "
+        "[...evt.target.parentElement.children].indexOf(evt.target), {requestCancellation: &#39;disabled&#39;})"
+    )
     frames = []
     for gen in range(1, generations + 1):
         new = step(board)
@@ -115,14 +136,19 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
             new[i] = not new[i]
         signals = protocol.patch_signals({"_route__generation": gen})
         if mode == "diff":
-            cells = "".join(f'<div id="c{i}" class="on"></div>' if new[i] else f'<div id="c{i}"></div>'
-                            for i in range(SIZE * SIZE) if new[i] != board[i])
+            cells = "".join(
+                f'<div id="c{i}" class="on"></div>' if new[i] else f'<div id="c{i}"></div>'
+                for i in range(SIZE * SIZE)
+                if new[i] != board[i]
+            )
             frames.append(protocol.patch_elements(cells) + signals)
         else:
             cells = "".join('<div class="on"></div>' if alive else "<div></div>" for alive in new)
-            view = (f'<main id="life"><h1>Game of Life</h1><p>Generation '
-                    f'<strong id="gen" data-text="$_route__generation">'
-                    f'{gen}</strong>, 100 watching.</p><div id="board" data-on:click="{click}">{cells}</div></main>')
+            view = (
+                f'<main id="life"><h1>Game of Life</h1><p>Generation '
+                f'<strong id="gen" data-text="$_route__generation">'
+                f'{gen}</strong>, 100 watching.</p><div id="board" data-on:click="{click}">{cells}</div></main>'
+            )
             frames.append(protocol.patch_elements(view, "#via-view", "inner") + signals)
         board = new
     return frames
@@ -166,12 +192,21 @@ def _probe(spec: str) -> dict[str, Any]:
         warm.encode(frame)
     warm_us = (time.perf_counter() - t0) / len(frames) * 1e6
     raw = sum(len(f) for f in frames)
-    return {"mode": mode, "coding": coding, "level": int(level), "window": int(window), "tabs": k,
-            "encoders": len(encoders), "rss_kb_per_tab": (rss1 - rss0) / k,
-            "heap_kb_per_tab": (heap1 - heap0) / 1024 / k,
-            "raw_bytes_per_frame": raw / len(frames), "wire_bytes_per_frame": wire / len(frames),
-            "ratio": raw / wire, "us_per_tab_frame_cold": spent / k / len(frames) * 1e6,
-            "us_per_frame_warm": warm_us}
+    return {
+        "mode": mode,
+        "coding": coding,
+        "level": int(level),
+        "window": int(window),
+        "tabs": k,
+        "encoders": len(encoders),
+        "rss_kb_per_tab": (rss1 - rss0) / k,
+        "heap_kb_per_tab": (heap1 - heap0) / 1024 / k,
+        "raw_bytes_per_frame": raw / len(frames),
+        "wire_bytes_per_frame": wire / len(frames),
+        "ratio": raw / wire,
+        "us_per_tab_frame_cold": spent / k / len(frames) * 1e6,
+        "us_per_frame_warm": warm_us,
+    }
 
 
 async def alternatives(args: argparse.Namespace, recorder: Recorder) -> list[dict[str, Any]]:
@@ -180,8 +215,13 @@ async def alternatives(args: argparse.Namespace, recorder: Recorder) -> list[dic
     print(f"[offline] 300 generations per configuration, {args.alternatives} tabs each, a fresh process per row")
     for mode, coding, level, window in ALTERNATIVES:
         spec = f"{mode}:{coding}:{level}:{window}:{args.alternatives}"
-        out = await asyncio.to_thread(subprocess.run, ["taskset", "-c", "1", sys.executable, "-m", "bench.gol_session",
-                                                       "--probe", spec], capture_output=True, text=True, timeout=300)
+        out = await asyncio.to_thread(
+            subprocess.run,
+            ["taskset", "-c", "1", sys.executable, "-m", "bench.gol_session", "--probe", spec],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"probe {spec} failed: {out.stderr[-800:]}")
         row = json.loads(out.stdout.strip().splitlines()[-1])
@@ -192,13 +232,16 @@ async def alternatives(args: argparse.Namespace, recorder: Recorder) -> list[dic
         row["pyvia_today"] = (mode, coding, level, window) in (("full", "zstd", 3, 16), ("full", "br", 4, 16))
         recorder.write(row)
         rows.append(row)
-        print(f"  {mode:4} {coding:11} level {level} window 2^{window}: {row['rss_kb_per_tab']:6.0f} KB RSS/tab "
-              f"(heap {row['heap_kb_per_tab']:5.0f}), {row['raw_bytes_per_frame']:7,.0f} → "
-              f"{row['wire_bytes_per_frame']:5,.0f} B/frame = {row['ratio']:5.1f}:1 "
-              f"({row['board_ratio']:5.1f}:1 against the whole board), "
-              f"{row['us_per_tab_frame_cold']:5.1f} µs/tab-frame with {args.alternatives} tabs in turn "
-              f"({row['us_per_frame_warm']:.1f} for one encoder alone)"
-              f"{'   <- pyvia today' if row['pyvia_today'] else ''}", flush=True)
+        print(
+            f"  {mode:4} {coding:11} level {level} window 2^{window}: {row['rss_kb_per_tab']:6.0f} KB RSS/tab "
+            f"(heap {row['heap_kb_per_tab']:5.0f}), {row['raw_bytes_per_frame']:7,.0f} → "
+            f"{row['wire_bytes_per_frame']:5,.0f} B/frame = {row['ratio']:5.1f}:1 "
+            f"({row['board_ratio']:5.1f}:1 against the whole board), "
+            f"{row['us_per_tab_frame_cold']:5.1f} µs/tab-frame with {args.alternatives} tabs in turn "
+            f"({row['us_per_frame_warm']:.1f} for one encoder alone)"
+            f"{'   <- pyvia today' if row['pyvia_today'] else ''}",
+            flush=True,
+        )
     return rows
 
 
@@ -206,8 +249,9 @@ async def _call(conn: Connection, server: Server, method: str, target: str) -> d
     return await get_json(conn, server.host, method, target)
 
 
-async def session(args: argparse.Namespace, coding: str, mode: str, seconds: float,
-                  recorder: Recorder) -> dict[str, Any]:
+async def session(
+    args: argparse.Namespace, coding: str, mode: str, seconds: float, recorder: Recorder
+) -> dict[str, Any]:
     env = {"BENCH_GOL_MODE": mode, "BENCH_GOL_RESEED": str(args.reseed), "BENCH_ZSTD_SEARCH": args.zstd_search}
     server = await launch("native", APP, env=env)
     tabs: list[TabStream] = []
@@ -219,8 +263,15 @@ async def session(args: argparse.Namespace, coding: str, mode: str, seconds: flo
         await server.stop()
 
 
-async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: float, recorder: Recorder,
-                   server: Server, tabs: list[TabStream]) -> dict[str, Any]:
+async def _session(
+    args: argparse.Namespace,
+    coding: str,
+    mode: str,
+    seconds: float,
+    recorder: Recorder,
+    server: Server,
+    tabs: list[TabStream],
+) -> dict[str, Any]:
     label = f"{mode}/{coding}"
     conn = await Connection.open("127.0.0.1", server.port)
     hub = Hub(key="_route__generation")
@@ -232,8 +283,9 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
     rss0 = server.rss_kb()
     mem0 = await _call(conn, server, "GET", "/mem")
     gol0 = await _call(conn, server, "GET", "/gol")
-    _, watching = await open_tabs(server.host, server.port, args.tabs, hub, coding, browsers=browsers,
-                                  failures=failures)
+    _, watching = await open_tabs(
+        server.host, server.port, args.tabs, hub, coding, browsers=browsers, failures=failures
+    )
     tabs += watching
     print(f"[{label}] {len(watching)}/{args.tabs} tabs watching; RSS before them {rss0 / 1024:.1f} MB", flush=True)
     windows = []
@@ -247,16 +299,27 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
         g1 = await _call(conn, server, "GET", "/gol")
         frames = sum(t.n_elements for t in tabs) - frames0
         gens = g1["generations"] - g0["generations"]
-        rec = {"type": "window", "mode": mode, "coding": coding, "tabs": len(tabs), "generations": gens,
-               "tab_frames": frames, "us_per_tab_frame": meter.cpu_clock / frames * 1e6 if frames else float("nan"),
-               "changed_share": (g1["cells"] - g0["cells"]) / max(1, gens) / 2500,
-               "rss_kb": server.rss_kb(), **meter.as_dict()}
+        rec = {
+            "type": "window",
+            "mode": mode,
+            "coding": coding,
+            "tabs": len(tabs),
+            "generations": gens,
+            "tab_frames": frames,
+            "us_per_tab_frame": meter.cpu_clock / frames * 1e6 if frames else float("nan"),
+            "changed_share": (g1["cells"] - g0["cells"]) / max(1, gens) / 2500,
+            "rss_kb": server.rss_kb(),
+            **meter.as_dict(),
+        }
         recorder.write(rec)
         windows.append(rec)
-        print(f"  window {len(windows)}: {gens} generations, {frames:,} tab-frames, "
-              f"{rec['us_per_tab_frame']:.1f} µs server CPU per tab-frame, {rec['changed_share']:.1%} of cells "
-              f"changed per generation; RSS {rec['rss_kb'] / 1024:.1f} MB; server core {rec['server_busy']:.0%}, "
-              f"others on it {rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}", flush=True)
+        print(
+            f"  window {len(windows)}: {gens} generations, {frames:,} tab-frames, "
+            f"{rec['us_per_tab_frame']:.1f} µs server CPU per tab-frame, {rec['changed_share']:.1%} of cells "
+            f"changed per generation; RSS {rec['rss_kb'] / 1024:.1f} MB; server core {rec['server_busy']:.0%}, "
+            f"others on it {rec['others_on_server_core']:.0%}{' NOISY' if rec['noisy'] else ''}",
+            flush=True,
+        )
     await asyncio.sleep(0.5)
     rss1 = server.rss_kb()
     mem1 = await _call(conn, server, "GET", "/mem")
@@ -272,11 +335,17 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
     behind = sum(1 for t in watching if t.value is None or t.value < gol1["generation"] - 2)
     quiet = [w for w in windows if not w["noisy"]] or windows
     summary = {
-        "type": "summary", "mode": mode, "coding": coding, "zstd_search": args.zstd_search, "tabs": len(watching),
+        "type": "summary",
+        "mode": mode,
+        "coding": coding,
+        "zstd_search": args.zstd_search,
+        "tabs": len(watching),
         "seconds": seconds,
-        "generations": gens, "reseed": args.reseed,
+        "generations": gens,
+        "reseed": args.reseed,
         "changed_share": (gol1["cells"] - gol0["cells"]) / max(1, gens) / 2500,
-        "kb_per_tab_rss": (rss1 - rss0) / n, "kb_per_tab_heap": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / n,
+        "kb_per_tab_rss": (rss1 - rss0) / n,
+        "kb_per_tab_heap": (mem1["heap_in_use"] - mem0["heap_in_use"]) / 1024 / n,
         "kb_per_tab_encoder_estimate": mem1["encoders"]["bytes"] / 1024 / max(1, mem1["encoders"]["encoders"]),
         "encoders": mem1["encoders"],
         "ratio": decoded / wire if wire else float("nan"),
@@ -285,20 +354,32 @@ async def _session(args: argparse.Namespace, coding: str, mode: str, seconds: fl
         "frames_per_tab": spread([float(e) for e in elements]),
         "us_per_tab_frame": spread([w["us_per_tab_frame"] for w in quiet]),
         "us_per_tab_frame_all": spread([w["us_per_tab_frame"] for w in windows]),
-        "noisy_windows": sum(1 for w in windows if w["noisy"]), "windows": len(windows),
-        "rss_kb": [rss0, rss1], "closed": closed, "errors": dict(errors), "unknown_events": unknown,
-        "tabs_behind": behind, "open_failures": dict(failures),
-        "dirty": bool(failures) or bool(errors) or closed > 0 or unknown > 0 or behind > 0
+        "noisy_windows": sum(1 for w in windows if w["noisy"]),
+        "windows": len(windows),
+        "rss_kb": [rss0, rss1],
+        "closed": closed,
+        "errors": dict(errors),
+        "unknown_events": unknown,
+        "tabs_behind": behind,
+        "open_failures": dict(failures),
+        "dirty": bool(failures)
+        or bool(errors)
+        or closed > 0
+        or unknown > 0
+        or behind > 0
         or len(watching) != args.tabs,
     }
     recorder.write(summary)
-    print(f"  => {label}: {summary['kb_per_tab_rss']:.0f} KB RSS per busy tab "
-          f"(heap {summary['kb_per_tab_heap']:.0f} KB, "
-          f"encoder estimate {summary['kb_per_tab_encoder_estimate']:.0f} KB); ratio {summary['ratio']:.1f}:1 "
-          f"({summary['decoded_bytes_per_tab_frame']:,.0f} → {summary['wire_bytes_per_tab_frame']:,.0f} B per "
-          f"tab-frame); CPU {fmt(summary['us_per_tab_frame'])} µs per tab-frame; "
-          f"{summary['changed_share']:.1%} of cells changed per generation; checks "
-          f"{'clean' if not summary['dirty'] else 'DIRTY'}", flush=True)
+    print(
+        f"  => {label}: {summary['kb_per_tab_rss']:.0f} KB RSS per busy tab "
+        f"(heap {summary['kb_per_tab_heap']:.0f} KB, "
+        f"encoder estimate {summary['kb_per_tab_encoder_estimate']:.0f} KB); ratio {summary['ratio']:.1f}:1 "
+        f"({summary['decoded_bytes_per_tab_frame']:,.0f} → {summary['wire_bytes_per_tab_frame']:,.0f} B per "
+        f"tab-frame); CPU {fmt(summary['us_per_tab_frame'])} µs per tab-frame; "
+        f"{summary['changed_share']:.1%} of cells changed per generation; checks "
+        f"{'clean' if not summary['dirty'] else 'DIRTY'}",
+        flush=True,
+    )
     for browser in browsers:
         browser.conn.close()
     conn.close()
@@ -317,8 +398,9 @@ async def idle_release(args: argparse.Namespace, recorder: Recorder) -> dict[str
         await server.stop()
 
 
-async def _idle_release(args: argparse.Namespace, recorder: Recorder, server: Server,
-                        tabs: list[TabStream]) -> dict[str, Any]:
+async def _idle_release(
+    args: argparse.Namespace, recorder: Recorder, server: Server, tabs: list[TabStream]
+) -> dict[str, Any]:
     conn = await Connection.open("127.0.0.1", server.port)
     hub = Hub(key="_route__generation")
     failures: Counter[str] = Counter()
@@ -327,8 +409,9 @@ async def _idle_release(args: argparse.Namespace, recorder: Recorder, server: Se
     await asyncio.sleep(3.0)
     rss0 = server.rss_kb()
     mem0 = await _call(conn, server, "GET", "/mem")
-    _, watching = await open_tabs(server.host, server.port, args.idle_tabs, hub, "zstd", browsers=browsers,
-                                  failures=failures)
+    _, watching = await open_tabs(
+        server.host, server.port, args.idle_tabs, hub, "zstd", browsers=browsers, failures=failures
+    )
     tabs += watching
     await asyncio.sleep(4.0)
     rss_busy = server.rss_kb()
@@ -354,27 +437,39 @@ async def _idle_release(args: argparse.Namespace, recorder: Recorder, server: Se
     frames_ended = sum(t.frames for t in watching)
     alive = sum(1 for t in watching if not t.closed and not t.error)
     summary = {
-        "type": "summary", "mode": "idle-release", "coding": "zstd", "tabs": len(watching),
+        "type": "summary",
+        "mode": "idle-release",
+        "coding": "zstd",
+        "tabs": len(watching),
         "kb_per_busy_tab_rss": (rss_busy - rss0) / n,
         "kb_per_busy_tab_heap": (mem_busy["heap_in_use"] - mem0["heap_in_use"]) / 1024 / n,
-        "live_encoders_busy": mem_busy["encoders"]["encoders"], "live_encoders_idle": mem["encoders"]["encoders"],
-        "released_after_s": released_after, "zstd_frames_ended_per_tab": frames_ended / n,
-        "kb_per_idle_tab_rss": (rss_idle - rss0) / n, "kb_per_idle_tab_rss_6s": (rss_swept - rss0) / n,
+        "live_encoders_busy": mem_busy["encoders"]["encoders"],
+        "live_encoders_idle": mem["encoders"]["encoders"],
+        "released_after_s": released_after,
+        "zstd_frames_ended_per_tab": frames_ended / n,
+        "kb_per_idle_tab_rss": (rss_idle - rss0) / n,
+        "kb_per_idle_tab_rss_6s": (rss_swept - rss0) / n,
         "kb_per_idle_tab_heap": (mem_idle["heap_in_use"] - mem0["heap_in_use"]) / 1024 / n,
-        "kb_per_idle_tab_rss_after_trim": (rss_trim - rss0) / n, "trim_rss_kb_reported": trimmed["rss_kb"],
-        "rss_kb": [rss0, rss_busy, rss_idle, rss_swept, rss_trim], "alive": alive, "open_failures": dict(failures),
+        "kb_per_idle_tab_rss_after_trim": (rss_trim - rss0) / n,
+        "trim_rss_kb_reported": trimmed["rss_kb"],
+        "rss_kb": [rss0, rss_busy, rss_idle, rss_swept, rss_trim],
+        "alive": alive,
+        "open_failures": dict(failures),
         "dirty": bool(failures) or alive != len(watching) or mem["encoders"]["encoders"] != 0,
     }
     recorder.write(summary)
-    print(f"[idle release, zstd, {len(watching)} tabs] busy {summary['kb_per_busy_tab_rss']:.0f} KB RSS/tab "
-          f"(heap {summary['kb_per_busy_tab_heap']:.0f} KB, {summary['live_encoders_busy']} live encoders); "
-          f"paused, all "
-          f"encoders released after {released_after:.1f} s ({summary['zstd_frames_ended_per_tab']:.1f} zstd frames "
-          f"ended per tab); idle {summary['kb_per_idle_tab_rss']:.1f} KB RSS/tab 1 s later, "
-          f"{summary['kb_per_idle_tab_rss_6s']:.1f} KB 6 s later, heap "
-          f"{summary['kb_per_idle_tab_heap']:.1f} KB/tab, after malloc_trim "
-          f"{summary['kb_per_idle_tab_rss_after_trim']:.1f}"
-          f" KB RSS/tab; checks {'clean' if not summary['dirty'] else 'DIRTY'}", flush=True)
+    print(
+        f"[idle release, zstd, {len(watching)} tabs] busy {summary['kb_per_busy_tab_rss']:.0f} KB RSS/tab "
+        f"(heap {summary['kb_per_busy_tab_heap']:.0f} KB, {summary['live_encoders_busy']} live encoders); "
+        f"paused, all "
+        f"encoders released after {released_after:.1f} s ({summary['zstd_frames_ended_per_tab']:.1f} zstd frames "
+        f"ended per tab); idle {summary['kb_per_idle_tab_rss']:.1f} KB RSS/tab 1 s later, "
+        f"{summary['kb_per_idle_tab_rss_6s']:.1f} KB 6 s later, heap "
+        f"{summary['kb_per_idle_tab_heap']:.1f} KB/tab, after malloc_trim "
+        f"{summary['kb_per_idle_tab_rss_after_trim']:.1f}"
+        f" KB RSS/tab; checks {'clean' if not summary['dirty'] else 'DIRTY'}",
+        flush=True,
+    )
     for browser in browsers:
         browser.conn.close()
     conn.close()
@@ -413,23 +508,29 @@ def _print_table(results: list[dict[str, Any]]) -> None:
     print("summary")
     for r in results:
         if r["mode"] == "idle-release":
-            print(f"  idle tab, zstd encoder released: {r['kb_per_idle_tab_rss']:.1f} KB RSS 1 s after, "
-                  f"{r['kb_per_idle_tab_rss_6s']:.1f} KB 6 s after "
-                  f"({r['kb_per_idle_tab_rss_after_trim']:.1f} after an explicit malloc_trim), "
-                  f"heap {r['kb_per_idle_tab_heap']:.1f} KB"
-                  f"   (target ≤ 12 KB)")
+            print(
+                f"  idle tab, zstd encoder released: {r['kb_per_idle_tab_rss']:.1f} KB RSS 1 s after, "
+                f"{r['kb_per_idle_tab_rss_6s']:.1f} KB 6 s after "
+                f"({r['kb_per_idle_tab_rss_after_trim']:.1f} after an explicit malloc_trim), "
+                f"heap {r['kb_per_idle_tab_heap']:.1f} KB"
+                f"   (target ≤ 12 KB)"
+            )
             continue
         net = ""
         if base is not None and r is not base:
             net = f", {r['us_per_tab_frame']['median'] - base['us_per_tab_frame']['median']:.1f} over identity"
         eff = ""
         if r["mode"] == "diff" and full is not None:
-            eff = (f", {full['decoded_bytes_per_tab_frame'] / r['wire_bytes_per_tab_frame']:.0f}:1 against the "
-                   f"whole board's {full['decoded_bytes_per_tab_frame']:,.0f} B")
-        print(f"  {r['mode']:4} {r['coding']:8} {r['kb_per_tab_rss']:7.0f} KB/busy tab "
-              f"(heap {r['kb_per_tab_heap']:.0f}); "
-              f"ratio {r['ratio']:5.1f}:1, {r['wire_bytes_per_tab_frame']:,.0f} B on the wire per frame{eff}; "
-              f"CPU {fmt(r['us_per_tab_frame'])} µs/tab-frame{net}")
+            eff = (
+                f", {full['decoded_bytes_per_tab_frame'] / r['wire_bytes_per_tab_frame']:.0f}:1 against the "
+                f"whole board's {full['decoded_bytes_per_tab_frame']:,.0f} B"
+            )
+        print(
+            f"  {r['mode']:4} {r['coding']:8} {r['kb_per_tab_rss']:7.0f} KB/busy tab "
+            f"(heap {r['kb_per_tab_heap']:.0f}); "
+            f"ratio {r['ratio']:5.1f}:1, {r['wire_bytes_per_tab_frame']:,.0f} B on the wire per frame{eff}; "
+            f"CPU {fmt(r['us_per_tab_frame'])} µs/tab-frame{net}"
+        )
     print("  targets: a busy GoL tab ≤ 200 KB of server memory at ≥ 50x compression over 60 s")
 
 

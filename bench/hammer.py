@@ -49,8 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=200, help="warm-up actions, not reported (default 200)")
     parser.add_argument("--action", default="increment", help="action name (default increment)")
     parser.add_argument("--signal", default="count", help="signal the action increments (default count)")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds for a response, and for the "
-                        "observers to converge after the last one (default 5)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="seconds for a response, and for the observers to converge after the last one (default 5)",
+    )
 
 
 def signal_key(seed: dict[str, Any], name: str) -> str:
@@ -160,8 +164,7 @@ class Bench:
         for i in range(self.args.observers):
             browser = browsers[i % len(browsers)]
             _, ctx = await browser.page()
-            self.tabs.append(await open_stream(self.server.host, self.server.port, browser, ctx, self.hub,
-                                               "identity"))
+            self.tabs.append(await open_stream(self.server.host, self.server.port, browser, ctx, self.hub, "identity"))
             targets.append((browser, ctx))
         if not self.shared:
             targets = targets[:1]  # a private signal: every action for the first observer's tab
@@ -197,20 +200,43 @@ class Bench:
         leaked = sum(self.hub.frames[id(t)] - frames0[id(t)] for t in self.tabs[1:]) if not self.shared else 0
         closed = sum(1 for t in self.tabs if t.closed)
         lat = sorted(fired.latencies)
-        dirty = (fired.ok != total or net != fired.ok or on_final != len(self.watching) or bool(leaked)
-                 or bool(closed) or bool(self.hub.regressions))
+        dirty = (
+            fired.ok != total
+            or net != fired.ok
+            or on_final != len(self.watching)
+            or bool(leaked)
+            or bool(closed)
+            or bool(self.hub.regressions)
+        )
         self.value = final
         return {
-            "type": "rep", "rep": rep, "sent": fired.sent, "http_ok": fired.ok, "http_ok_share": fired.ok / total,
-            "non2xx": dict(fired.non2xx), "first_non2xx": fired.first_non2xx, "errors": dict(fired.errors),
-            "start": start, "final": final, "net_increment": net, "exact": net == fired.ok,
-            "observers": len(self.watching), "observers_on_final": on_final,
-            "frames_per_observer": spread([float(f) for f in frames]), "frames_median": statistics.median(frames),
-            "isolation_leaks": leaked, "closed_streams": closed, "value_regressions": self.hub.regressions,
-            "answered_s": answered, "converged_s": settled, "actions_per_s": fired.ok / answered if answered else 0.0,
-            "p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6,
+            "type": "rep",
+            "rep": rep,
+            "sent": fired.sent,
+            "http_ok": fired.ok,
+            "http_ok_share": fired.ok / total,
+            "non2xx": dict(fired.non2xx),
+            "first_non2xx": fired.first_non2xx,
+            "errors": dict(fired.errors),
+            "start": start,
+            "final": final,
+            "net_increment": net,
+            "exact": net == fired.ok,
+            "observers": len(self.watching),
+            "observers_on_final": on_final,
+            "frames_per_observer": spread([float(f) for f in frames]),
+            "frames_median": statistics.median(frames),
+            "isolation_leaks": leaked,
+            "closed_streams": closed,
+            "value_regressions": self.hub.regressions,
+            "answered_s": answered,
+            "converged_s": settled,
+            "actions_per_s": fired.ok / answered if answered else 0.0,
+            "p50_us": percentile(lat, 50) * 1e6,
+            "p99_us": percentile(lat, 99) * 1e6,
             "server_cpu_us_per_action": window.server_cpu_precise / fired.ok * 1e6 if fired.ok else float("nan"),
-            "dirty": dirty, **window.as_dict(),
+            "dirty": dirty,
+            **window.as_dict(),
         }
 
     def close(self) -> None:
@@ -229,12 +255,14 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         response, _ = await probe.page()
         seed = boot_signals(response.body)
         key = signal_key(seed, args.signal)
-        browsers = [probe] + [await Browser.open(server.host, server.port)
-                              for _ in range(min(args.observers, 16) - 1)]
+        browsers = [probe] + [await Browser.open(server.host, server.port) for _ in range(min(args.observers, 16) - 1)]
         bench = Bench(args, server, key, int(seed[key]), shared=is_shared(key))
         await bench.open(browsers)
-        print(f"# {len(bench.tabs)} observers open; signal {key!r} ({'shared' if bench.shared else 'tab-private'}), "
-              f"value {bench.value}; {len(bench.actors)} posting connections", flush=True)
+        print(
+            f"# {len(bench.tabs)} observers open; signal {key!r} ({'shared' if bench.shared else 'tab-private'}), "
+            f"value {bench.value}; {len(bench.actors)} posting connections",
+            flush=True,
+        )
         return await _measure(args, bench, session.recorder)
     finally:
         if bench is not None:
@@ -246,16 +274,24 @@ async def _measure(args: argparse.Namespace, bench: Bench, recorder: Recorder) -
     warm = await bench.burst(0, args.warmup) if args.warmup else None
     if warm is not None:
         recorder.write({**warm, "type": "warmup"})
-        print(f"warm-up: {warm['http_ok']}/{args.warmup} OK, net {warm['net_increment']}"
-              f"{' DIRTY' if warm['dirty'] else ''}", flush=True)
+        print(
+            f"warm-up: {warm['http_ok']}/{args.warmup} OK, net {warm['net_increment']}"
+            f"{' DIRTY' if warm['dirty'] else ''}",
+            flush=True,
+        )
     reps = []
     for rep in range(1, args.repeat + 1):
         record = await bench.burst(rep, args.actions)
         recorder.write(record)
         reps.append(record)
         _print_rep(record)
-    summary: dict[str, Any] = {"type": "summary", "actions": args.actions, "concurrency": args.concurrency,
-                               "observers": len(bench.watching), "shared": bench.shared}
+    summary: dict[str, Any] = {
+        "type": "summary",
+        "actions": args.actions,
+        "concurrency": args.concurrency,
+        "observers": len(bench.watching),
+        "shared": bench.shared,
+    }
     for key in ("actions_per_s", "p50_us", "p99_us", "server_cpu_us_per_action", "frames_median", "converged_s"):
         summary[key] = spread([r[key] for r in reps])
     summary["http_ok_total"] = sum(r["http_ok"] for r in reps)
@@ -270,16 +306,19 @@ async def _measure(args: argparse.Namespace, bench: Bench, recorder: Recorder) -
 
 def _print_rep(r: dict[str, Any]) -> None:
     frames = r["frames_per_observer"]
-    print(f"rep {r['rep']}: HTTP OK {r['http_ok']:,}/{r['sent']:,} ({r['http_ok_share']:.1%}), non-2xx "
-          f"{sum(r['non2xx'].values())}, errors {sum(r['errors'].values())}; net increment {r['net_increment']:,} "
-          f"({'exact' if r['exact'] else 'NOT EXACT'}); frames per observer {frames['median']:.0f} "
-          f"({frames['min']:.0f}-{frames['max']:.0f}); observers on the final value {r['observers_on_final']}/"
-          f"{r['observers']}; {r['actions_per_s']:,.0f} actions/s, p50 {r['p50_us']:,.0f} µs p99 "
-          f"{r['p99_us']:,.0f} µs; converged {r['converged_s'] * 1000:.1f} ms after the first send; server CPU "
-          f"{r['server_cpu_us_per_action']:.1f} µs/action{' NOISY' if r['noisy'] else ''}"
-          f"{' DIRTY' if r['dirty'] else ''}"
-          + (f"\n    first non-2xx: {r['first_non2xx']}" if r["first_non2xx"] else "")
-          + (f"\n    errors: {r['errors']}" if r["errors"] else ""), flush=True)
+    print(
+        f"rep {r['rep']}: HTTP OK {r['http_ok']:,}/{r['sent']:,} ({r['http_ok_share']:.1%}), non-2xx "
+        f"{sum(r['non2xx'].values())}, errors {sum(r['errors'].values())}; net increment {r['net_increment']:,} "
+        f"({'exact' if r['exact'] else 'NOT EXACT'}); frames per observer {frames['median']:.0f} "
+        f"({frames['min']:.0f}-{frames['max']:.0f}); observers on the final value {r['observers_on_final']}/"
+        f"{r['observers']}; {r['actions_per_s']:,.0f} actions/s, p50 {r['p50_us']:,.0f} µs p99 "
+        f"{r['p99_us']:,.0f} µs; converged {r['converged_s'] * 1000:.1f} ms after the first send; server CPU "
+        f"{r['server_cpu_us_per_action']:.1f} µs/action{' NOISY' if r['noisy'] else ''}"
+        f"{' DIRTY' if r['dirty'] else ''}"
+        + (f"\n    first non-2xx: {r['first_non2xx']}" if r["first_non2xx"] else "")
+        + (f"\n    errors: {r['errors']}" if r["errors"] else ""),
+        flush=True,
+    )
 
 
 def _print_summary(s: dict[str, Any]) -> None:

@@ -100,13 +100,21 @@ async def _worker(load: Load, server: Server) -> None:
 def _rep_record(rep: int, phase: Phase, window: Window, rss_kb: int) -> dict[str, Any]:
     lat = sorted(phase.latencies)
     return {
-        "type": "rep", "rep": rep, "ok": phase.ok, "non2xx": dict(phase.non2xx),
-        "first_non2xx": phase.first_non2xx, "bad_body": phase.bad_body,
-        "errors": dict(phase.errors), "dirty": phase.failures > 0,
-        "req_per_s": phase.ok / window.wall, "p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6,
+        "type": "rep",
+        "rep": rep,
+        "ok": phase.ok,
+        "non2xx": dict(phase.non2xx),
+        "first_non2xx": phase.first_non2xx,
+        "bad_body": phase.bad_body,
+        "errors": dict(phase.errors),
+        "dirty": phase.failures > 0,
+        "req_per_s": phase.ok / window.wall,
+        "p50_us": percentile(lat, 50) * 1e6,
+        "p99_us": percentile(lat, 99) * 1e6,
         "server_cpu_us_per_page": window.server_cpu / phase.ok * 1e6 if phase.ok else float("nan"),
         "server_cpu_us_per_page_clock": window.server_cpu_precise / phase.ok * 1e6 if phase.ok else float("nan"),
-        "server_rss_kb": rss_kb, **window.as_dict(),
+        "server_rss_kb": rss_kb,
+        **window.as_dict(),
     }
 
 
@@ -146,12 +154,22 @@ async def measure(args: argparse.Namespace, server: Server, recorder: Recorder) 
     await asyncio.gather(*workers, return_exceptions=True)
     rss_after = server.rss_kb()
     views = load.total_ok
-    held = {"rss_idle_kb": rss_idle, "rss_after_warmup_kb": rss_before, "rss_after_reps_kb": rss_after,
-            "rss_held_kb": held_at[0],
-            "kb_per_waiting_context": (held_at[0] - rss_before) / (held_at[1] - ok_before)
-            if held_at[1] > ok_before else float("nan")}
-    summary: dict[str, Any] = {"type": "summary", "warmup_ok": warm.ok, "warmup_failures": warm.failures,
-                               "page_views": views, **held}
+    held = {
+        "rss_idle_kb": rss_idle,
+        "rss_after_warmup_kb": rss_before,
+        "rss_after_reps_kb": rss_after,
+        "rss_held_kb": held_at[0],
+        "kb_per_waiting_context": (held_at[0] - rss_before) / (held_at[1] - ok_before)
+        if held_at[1] > ok_before
+        else float("nan"),
+    }
+    summary: dict[str, Any] = {
+        "type": "summary",
+        "warmup_ok": warm.ok,
+        "warmup_failures": warm.failures,
+        "page_views": views,
+        **held,
+    }
     for key in ("req_per_s", "p50_us", "p99_us", "server_cpu_us_per_page", "server_busy", "client_busy"):
         summary[key] = spread([r[key] for r in reps])
     if all(r["gc_share"] is not None for r in reps):
@@ -175,9 +193,12 @@ async def _expiry(server: Server, load: Load, views: int) -> dict[str, Any]:
     await asyncio.sleep(wait)
     await _until_idle(server)
     window.stop()
-    return {"expiry_wait_s": window.wall, "expiry_server_cpu_s": window.server_cpu,
-            "expiry_cpu_us_per_page": window.server_cpu / views * 1e6 if views else float("nan"),
-            "rss_after_expiry_kb": server.rss_kb()}
+    return {
+        "expiry_wait_s": window.wall,
+        "expiry_server_cpu_s": window.server_cpu,
+        "expiry_cpu_us_per_page": window.server_cpu / views * 1e6 if views else float("nan"),
+        "rss_after_expiry_kb": server.rss_kb(),
+    }
 
 
 async def _until_idle(server: Server, limit: float = 60.0) -> None:
@@ -193,14 +214,17 @@ async def _until_idle(server: Server, limit: float = 60.0) -> None:
 def _print_rep(r: dict[str, Any]) -> None:
     flag = " DIRTY" if r["dirty"] else ""
     flag += " (expiry overlap)" if r["expiry_overlap"] else ""
-    print(f"rep {r['rep']}: {r['ok']:,} pages in {r['wall_s']:.2f} s = {r['req_per_s']:,.0f}/s, "
-          f"p50 {r['p50_us']:,.0f} µs, p99 {r['p99_us']:,.0f} µs, "
-          f"server CPU {r['server_cpu_us_per_page']:.1f} µs/page ({_kernel(r):.0%} in the kernel, "
-          f"{r['server_minor_faults'] / max(1, r['ok']):.2f} page faults/page), "
-          f"server core {r['server_busy']:.0%}, client core {r['client_busy']:.0%}, "
-          f"others on server/client core {r['others_on_server_core']:.0%}/{r['others_on_client_core']:.0%}, "
-          f"non-2xx {sum(r['non2xx'].values())}, bad body {r['bad_body']}, errors {sum(r['errors'].values())}"
-          f"{_gc_text(r)}{flag}{_refusal(r)}", flush=True)
+    print(
+        f"rep {r['rep']}: {r['ok']:,} pages in {r['wall_s']:.2f} s = {r['req_per_s']:,.0f}/s, "
+        f"p50 {r['p50_us']:,.0f} µs, p99 {r['p99_us']:,.0f} µs, "
+        f"server CPU {r['server_cpu_us_per_page']:.1f} µs/page ({_kernel(r):.0%} in the kernel, "
+        f"{r['server_minor_faults'] / max(1, r['ok']):.2f} page faults/page), "
+        f"server core {r['server_busy']:.0%}, client core {r['client_busy']:.0%}, "
+        f"others on server/client core {r['others_on_server_core']:.0%}/{r['others_on_client_core']:.0%}, "
+        f"non-2xx {sum(r['non2xx'].values())}, bad body {r['bad_body']}, errors {sum(r['errors'].values())}"
+        f"{_gc_text(r)}{flag}{_refusal(r)}",
+        flush=True,
+    )
 
 
 def _refusal(r: dict[str, Any]) -> str:
@@ -217,8 +241,10 @@ def _gc_text(r: dict[str, Any]) -> str:
     if r.get("gc_share") is None:
         return ""
     gc = r["gc"]
-    return (f", GC {r['gc_share']:.0%} of server CPU ({gc['collections'][2]} full collections, longest pause so far "
-            f"{max(gc['longest_pause_so_far_s']) * 1000:.0f} ms)")
+    return (
+        f", GC {r['gc_share']:.0%} of server CPU ({gc['collections'][2]} full collections, longest pause so far "
+        f"{max(gc['longest_pause_so_far_s']) * 1000:.0f} ms)"
+    )
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -229,16 +255,24 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"  server / client core  {fmt(s['server_busy'], 2)} / {fmt(s['client_busy'], 2)}")
     if "gc_share" in s:
         print(f"  GC share of server CPU {fmt(s['gc_share'], 2)}")
-    print(f"  RSS held per waiting context: {s['kb_per_waiting_context']:.2f} KB "
-          f"({s['rss_after_warmup_kb'] / 1024:.1f} → {s['rss_held_kb'] / 1024:.1f} MB before any expired)")
+    print(
+        f"  RSS held per waiting context: {s['kb_per_waiting_context']:.2f} KB "
+        f"({s['rss_after_warmup_kb'] / 1024:.1f} → {s['rss_held_kb'] / 1024:.1f} MB before any expired)"
+    )
     q = s["quiet"]
     if s["noisy_reps"] and q["n"]:
-        print(f"  quiet repetitions only (n={q['n']}): {fmt(q['req_per_s'], 0)}/s, p50 {fmt(q['p50_us'], 0)} µs, "
-              f"p99 {fmt(q['p99_us'], 0)} µs, server CPU {fmt(q['server_cpu_us_per_page'])} µs/page")
+        print(
+            f"  quiet repetitions only (n={q['n']}): {fmt(q['req_per_s'], 0)}/s, p50 {fmt(q['p50_us'], 0)} µs, "
+            f"p99 {fmt(q['p99_us'], 0)} µs, server CPU {fmt(q['server_cpu_us_per_page'])} µs/page"
+        )
     if "expiry_cpu_us_per_page" in s:
-        print(f"  deferred: expiring the contexts cost {s['expiry_cpu_us_per_page']:.1f} µs/page "
-              f"({s['expiry_server_cpu_s']:.2f} s CPU over {s['expiry_wait_s']:.0f} s); "
-              f"RSS after expiry {s['rss_after_expiry_kb'] / 1024:.1f} MB")
-    print(f"  dirty repetitions: {s['dirty_reps'] or 'none'}; noisy (others took > 5% of a core): "
-          f"{s['noisy_reps'] or 'none'}"
-          f"{'; expiry overlapped ' + str(s['expiry_overlap_reps']) if s['expiry_overlap_reps'] else ''}")
+        print(
+            f"  deferred: expiring the contexts cost {s['expiry_cpu_us_per_page']:.1f} µs/page "
+            f"({s['expiry_server_cpu_s']:.2f} s CPU over {s['expiry_wait_s']:.0f} s); "
+            f"RSS after expiry {s['rss_after_expiry_kb'] / 1024:.1f} MB"
+        )
+    print(
+        f"  dirty repetitions: {s['dirty_reps'] or 'none'}; noisy (others took > 5% of a core): "
+        f"{s['noisy_reps'] or 'none'}"
+        f"{'; expiry overlapped ' + str(s['expiry_overlap_reps']) if s['expiry_overlap_reps'] else ''}"
+    )

@@ -39,6 +39,7 @@ def data_hash(path: Path = FIGURES) -> str:
 
 # --- collect: raw runs → figures.json --------------------------------------------------------------
 
+
 def _records(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
@@ -60,9 +61,13 @@ def collect(paths: list[Path]) -> dict[str, Any]:
         if summary is None or summary.get("dirty_reps") or summary.get("dirty"):
             raise SystemExit(f"{path.name}: no clean summary; a dirty run is not plotted")
         run = path.stem
-        runs[run] = {"command": prov["command"], "git": prov["git_sha"][:12], "time": prov["time"],
-                     "load": prov["loadavg_at_start"], "settings": {k: v for k, v in prov["settings"].items()
-                                                                     if k not in ("runner", "profile", "native")}}
+        runs[run] = {
+            "command": prov["command"],
+            "git": prov["git_sha"][:12],
+            "time": prov["time"],
+            "load": prov["loadavg_at_start"],
+            "settings": {k: v for k, v in prov["settings"].items() if k not in ("runner", "profile", "native")},
+        }
         if prov["command"] == "storm":
             storm.append(_point(summary["tabs"], summary["ms_to_last_tab"], run))
         elif prov["command"] == "tabs":
@@ -76,33 +81,64 @@ def collect(paths: list[Path]) -> dict[str, Any]:
                     by_tabs = shared.setdefault(summary["tabs"], {"p50": [], "p99": [], "core": []})
                     by_tabs["p50"].append(_point(phase["rate"], phase["visible_p50_ms"], run))
                     by_tabs["p99"].append(_point(phase["rate"], phase["visible_p99_ms"], run))
-                    by_tabs["core"].append(_point(phase["rate"], {k: v * 100 for k, v in
-                                                                   phase["server_busy"].items()}, run))
+                    by_tabs["core"].append(
+                        _point(phase["rate"], {k: v * 100 for k, v in phase["server_busy"].items()}, run)
+                    )
     plots = [
-        {"id": "memory-per-tab", "title": "Server memory per idle connected tab",
-         "x": "open tabs (counter example, identity)", "y": "RSS per tab (KB)", "ymin": 0,
-         "series": [{"label": "pyvia", "points": memory}], "lines": [{"y": 10, "label": "target 10 KB"}]},
-        {"id": "storm", "title": "200 actions on N tabs: time until every tab shows the result",
-         "x": "open tabs (shared counter, 16 posting connections)", "y": "first send → last tab (ms)", "ymin": 0,
-         "series": [{"label": "pyvia", "points": storm}], "lines": [{"y": 30, "label": "target 30 ms"}]},
-        {"id": "private-latency", "title": "Private actions at fixed rates: patch seen on the tab's stream",
-         "x": "actions per second (open loop, 1,000 tabs)", "y": "from the scheduled send (ms)", "logx": True,
-         "ymin": 0, "series": [{"label": "p50", "points": private["p50"]}, {"label": "p99", "points": private["p99"]}]},
-        {"id": "shared-clicks", "title": "Shared clicks at fixed rates: visible in every observed tab",
-         "x": "clicks per second (shared counter)", "y": "from the scheduled click (ms)", "ymin": 0,
-         "series": [{"label": f"{pct}, {n:,} tabs", "points": v[pct]}
-                    for n, v in sorted(shared.items()) for pct in ("p50", "p99")]},
+        {
+            "id": "memory-per-tab",
+            "title": "Server memory per idle connected tab",
+            "x": "open tabs (counter example, identity)",
+            "y": "RSS per tab (KB)",
+            "ymin": 0,
+            "series": [{"label": "pyvia", "points": memory}],
+            "lines": [{"y": 10, "label": "target 10 KB"}],
+        },
+        {
+            "id": "storm",
+            "title": "200 actions on N tabs: time until every tab shows the result",
+            "x": "open tabs (shared counter, 16 posting connections)",
+            "y": "first send → last tab (ms)",
+            "ymin": 0,
+            "series": [{"label": "pyvia", "points": storm}],
+            "lines": [{"y": 30, "label": "target 30 ms"}],
+        },
+        {
+            "id": "private-latency",
+            "title": "Private actions at fixed rates: patch seen on the tab's stream",
+            "x": "actions per second (open loop, 1,000 tabs)",
+            "y": "from the scheduled send (ms)",
+            "logx": True,
+            "ymin": 0,
+            "series": [{"label": "p50", "points": private["p50"]}, {"label": "p99", "points": private["p99"]}],
+        },
+        {
+            "id": "shared-clicks",
+            "title": "Shared clicks at fixed rates: visible in every observed tab",
+            "x": "clicks per second (shared counter)",
+            "y": "from the scheduled click (ms)",
+            "ymin": 0,
+            "series": [
+                {"label": f"{pct}, {n:,} tabs", "points": v[pct]}
+                for n, v in sorted(shared.items())
+                for pct in ("p50", "p99")
+            ],
+        },
     ]
     for plot in plots:
         for series in plot["series"]:
             series["points"].sort(key=lambda p: p["x"])
-    return {"about": "Points of the website's performance plots: median, min and max over repetitions of "
-                     "python -m bench runs (commands and method in bench/RESULTS-2.md). Regenerate with "
-                     "python -m bench.plots collect RUN.jsonl ..., then python -m bench.plots.",
-            "plots": [p for p in plots if any(s["points"] for s in p["series"])], "runs": runs}
+    return {
+        "about": "Points of the website's performance plots: median, min and max over repetitions of "
+        "python -m bench runs (commands and method in bench/RESULTS-2.md). Regenerate with "
+        "python -m bench.plots collect RUN.jsonl ..., then python -m bench.plots.",
+        "plots": [p for p in plots if any(s["points"] for s in p["series"])],
+        "runs": runs,
+    }
 
 
 # --- draw: figures.json → SVG ----------------------------------------------------------------------
+
 
 def draw(figures: Path = FIGURES, out: Path = OUT, fmt: str = "svg") -> list[Path]:
     """One SVG per plot; deterministic (fixed hash salt, no date) and stamped with the data's hash.
@@ -114,8 +150,15 @@ def draw(figures: Path = FIGURES, out: Path = OUT, fmt: str = "svg") -> list[Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.hashsalt": "pyvia-bench", "svg.fonttype": "path", "font.size": 10,
-                         "axes.spines.top": False, "axes.spines.right": False})
+    plt.rcParams.update(
+        {
+            "svg.hashsalt": "pyvia-bench",
+            "svg.fonttype": "path",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     data = orjson.loads(figures.read_bytes())
     stamp = data_hash(figures)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,8 +173,15 @@ def draw(figures: Path = FIGURES, out: Path = OUT, fmt: str = "svg") -> list[Pat
             ax.errorbar(xs, med, yerr=err, marker="o", capsize=3, label=series["label"])
         for line in plot.get("lines", []):
             ax.axhline(line["y"], color="grey", linestyle="--", linewidth=1)
-            ax.annotate(line["label"], (1, line["y"]), xycoords=("axes fraction", "data"), ha="right",
-                        va="bottom", color="grey", fontsize=8)
+            ax.annotate(
+                line["label"],
+                (1, line["y"]),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="bottom",
+                color="grey",
+                fontsize=8,
+            )
         if plot.get("logx"):
             ax.set_xscale("log")
             ticks = sorted({p["x"] for series in plot["series"] for p in series["points"]})
@@ -148,8 +198,11 @@ def draw(figures: Path = FIGURES, out: Path = OUT, fmt: str = "svg") -> list[Pat
         fig.tight_layout()
         path = out / f"{plot['id']}.{fmt}"
         if fmt == "svg":
-            fig.savefig(path, format="svg", metadata={"Date": None, "Title": plot["title"],
-                                                      "Source": f"bench/figures.json sha256 {stamp}"})
+            fig.savefig(
+                path,
+                format="svg",
+                metadata={"Date": None, "Title": plot["title"], "Source": f"bench/figures.json sha256 {stamp}"},
+            )
         else:
             fig.savefig(path, format=fmt, dpi=120)
         plt.close(fig)

@@ -12,8 +12,17 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["CLK_TCK", "affinity_of", "core_times", "cpu_seconds", "cpu_seconds_precise", "cpu_split", "rss_kb",
-           "tree_pids", "usage"]
+__all__ = [
+    "CLK_TCK",
+    "affinity_of",
+    "core_times",
+    "cpu_seconds",
+    "cpu_seconds_precise",
+    "cpu_split",
+    "rss_kb",
+    "tree_pids",
+    "usage",
+]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PROC = Path("/proc")
@@ -22,7 +31,7 @@ _PROC = Path("/proc")
 def _stat_fields(pid: int) -> list[str]:
     """Fields of /proc/<pid>/stat after the ``(comm)`` field, which may itself hold spaces."""
     raw = (_PROC / str(pid) / "stat").read_text()
-    return raw[raw.rindex(")") + 2:].split()
+    return raw[raw.rindex(")") + 2 :].split()
 
 
 def tree_pids(root: int) -> list[int]:

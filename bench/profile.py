@@ -29,8 +29,21 @@ def start_py_spy(pid: int, output: Path, rate: int = 200, native: bool = False) 
     if not Path(exe).exists():
         print("# --profile: py-spy not found (pip install py-spy); running without a profile")
         return None
-    command = ["taskset", "-c", "0", exe, "record", "--pid", str(pid), "--format", "raw", "--output", str(output),
-               "--rate", str(rate)]
+    command = [
+        "taskset",
+        "-c",
+        "0",
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--output",
+        str(output),
+        "--rate",
+        str(rate),
+    ]
     # C frames need the target paused while its stack is read (py-spy refuses --native with
     # --nonblocking), which slows the server: with --native read the shares, not the µs.
     command.append("--native" if native else "--nonblocking")

@@ -53,8 +53,10 @@ def cpu_model() -> str:
                 info[key.strip()] = value.strip()
             if not line.strip() and info:
                 break
-    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}, "
-            f"stepping {info.get('stepping', '?')}, {info.get('cpu MHz', '?')} MHz)")
+    return (
+        f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}, "
+        f"stepping {info.get('stepping', '?')}, {info.get('cpu MHz', '?')} MHz)"
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -88,8 +90,9 @@ def provenance(command: str, settings: dict[str, Any], server_command: list[str]
     changed = [line for line in _git("status", "--porcelain", "--", "src", "examples").splitlines() if line]
     src = settings.get("pyvia_src")
     return {
-        "pyvia_src": None if not src else {"path": str(Path(src).resolve()),
-                                           "code_sha256_16": _code_hash((Path(src) / "pyvia",))},
+        "pyvia_src": None
+        if not src
+        else {"path": str(Path(src).resolve()), "code_sha256_16": _code_hash((Path(src) / "pyvia",))},
         "type": "provenance",
         "command": command,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -122,16 +125,24 @@ def print_provenance(record: dict[str, Any]) -> None:
     packages = ", ".join(f"{k} {v}" for k, v in record["packages"].items())
     changed = record["git_uncommitted_in_src"]
     print(f"# pyvia bench {record['command']}  {record['time']}")
-    print(f"#   git {record['git_sha'][:12]}, code sha256 {record['code_sha256_16']}"
-          f"{f', {len(changed)} uncommitted path(s) under src/ examples/' if changed else ''}")
+    print(
+        f"#   git {record['git_sha'][:12]}, code sha256 {record['code_sha256_16']}"
+        f"{f', {len(changed)} uncommitted path(s) under src/ examples/' if changed else ''}"
+    )
     if record["pyvia_src"]:
-        print(f"#   pyvia served from {record['pyvia_src']['path']} (code sha256 "
-              f"{record['pyvia_src']['code_sha256_16']}), not from this checkout")
+        print(
+            f"#   pyvia served from {record['pyvia_src']['path']} (code sha256 "
+            f"{record['pyvia_src']['code_sha256_16']}), not from this checkout"
+        )
     print(f"#   {record['python']}; {packages}")
-    print(f"#   CPU {record['cpu']}; nproc {record['nproc']}, cgroup cpu.max {record.get('cpu_quota', '?')}; "
-          f"{record['mem_total_mb']} MB; kernel {record['kernel']}")
-    print(f"#   load average {' '.join(record['loadavg_at_start'])}; ulimit -n {record['ulimit_nofile']}; "
-          f"server {record['server_cpu']}, client on CPU {record['client_cpu']}")
+    print(
+        f"#   CPU {record['cpu']}; nproc {record['nproc']}, cgroup cpu.max {record.get('cpu_quota', '?')}; "
+        f"{record['mem_total_mb']} MB; kernel {record['kernel']}"
+    )
+    print(
+        f"#   load average {' '.join(record['loadavg_at_start'])}; ulimit -n {record['ulimit_nofile']}; "
+        f"server {record['server_cpu']}, client on CPU {record['client_cpu']}"
+    )
     print(f"#   server: {' '.join(record['server_command'])[:160]}")
     print(f"#   settings: {record['settings']}")
     if record["pyvia_toml"]:

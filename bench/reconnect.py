@@ -43,8 +43,12 @@ _CONNECTED = b'"_disconnected":false'
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--tabs", type=int, default=1000, help="tabs (default 1000)")
     parser.add_argument("-r", "--repeat", type=int, default=3, help="measured storms per mode (default 3)")
-    parser.add_argument("--pause", type=float, default=1.0, help="seconds the tabs stop reading before the reset "
-                        "(default 1: about 10 frames each)")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=1.0,
+        help="seconds the tabs stop reading before the reset (default 1: about 10 frames each)",
+    )
     parser.add_argument("--modes", default="replay,full", help="which servers to run (default replay,full)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds for every tab to be back")
 
@@ -85,8 +89,10 @@ class Tab:
         reader, writer = await asyncio.open_connection(self.host, self.port)
         query = f"%7B%22via_ctx%22%3A%22{self.ctx}%22%7D"
         resume = f"last-event-id: {self.last_id}\r\n" if self.last_id and not first else ""
-        writer.write(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                     f"Cookie: {self.cookie}\r\n{resume}\r\n".encode())
+        writer.write(
+            f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Cookie: {self.cookie}\r\n{resume}\r\n".encode()
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"stream answered {head[:40]!r}")
@@ -133,8 +139,12 @@ async def _metrics(host: str, port: int) -> dict[str, float]:
     text = (await reader.read()).decode(errors="replace")
     writer.close()
     out = {}
-    for name in ("pyvia_stream_resumes_total", "pyvia_stream_full_renders_total",
-                 "pyvia_stream_replayed_frames_total", "pyvia_replay_buffer_bytes"):
+    for name in (
+        "pyvia_stream_resumes_total",
+        "pyvia_stream_full_renders_total",
+        "pyvia_stream_replayed_frames_total",
+        "pyvia_replay_buffer_bytes",
+    ):
         found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
         out[name] = float(found.group(1)) if found else float("nan")
     return out
@@ -172,14 +182,25 @@ async def _run_mode(args: argparse.Namespace, session: Any, mode: str) -> dict[s
             window = Window(server).start()
             ms, sizes = await _storm(tabs, args.pause, args.timeout)
             window.stop()
-            record = {"type": "storm", "mode": mode, "storm": i + 1, "tabs": len(tabs), "ms_to_last_tab": ms,
-                      "server_cpu_ms": window.server_cpu_precise * 1e3, "bytes": sum(sizes),
-                      "bytes_per_tab": spread(sizes), **window.as_dict()}
+            record = {
+                "type": "storm",
+                "mode": mode,
+                "storm": i + 1,
+                "tabs": len(tabs),
+                "ms_to_last_tab": ms,
+                "server_cpu_ms": window.server_cpu_precise * 1e3,
+                "bytes": sum(sizes),
+                "bytes_per_tab": spread(sizes),
+                **window.as_dict(),
+            }
             session.recorder.write(record)
             records.append(record)
-            print(f"{mode} storm {i + 1}: {len(tabs)} tabs back in {ms:.0f} ms; server CPU "
-                  f"{record['server_cpu_ms']:.0f} ms; {record['bytes'] / 1024:.0f} KiB before the connect events "
-                  f"({fmt(record['bytes_per_tab'])} B per tab){' NOISY' if record['noisy'] else ''}", flush=True)
+            print(
+                f"{mode} storm {i + 1}: {len(tabs)} tabs back in {ms:.0f} ms; server CPU "
+                f"{record['server_cpu_ms']:.0f} ms; {record['bytes'] / 1024:.0f} KiB before the connect events "
+                f"({fmt(record['bytes_per_tab'])} B per tab){' NOISY' if record['noisy'] else ''}",
+                flush=True,
+            )
             await asyncio.sleep(0.5)
         after = await _metrics("127.0.0.1", server.port)
     finally:
@@ -189,11 +210,17 @@ async def _run_mode(args: argparse.Namespace, session: Any, mode: str) -> dict[s
     counts = {k: after[k] - before[k] for k in before}
     expected = "pyvia_stream_resumes_total" if mode == "replay" else "pyvia_stream_full_renders_total"
     dirty = counts[expected] != args.tabs * args.repeat
-    summary = {"type": "mode", "mode": mode, "tabs": len(tabs), "server": counts, "dirty": dirty,
-               "server_cpu_ms": spread([r["server_cpu_ms"] for r in records]),
-               "kib": spread([r["bytes"] / 1024 for r in records]),
-               "ms_to_last_tab": spread([r["ms_to_last_tab"] for r in records]),
-               "noisy_storms": [r["storm"] for r in records if r["noisy"]]}
+    summary = {
+        "type": "mode",
+        "mode": mode,
+        "tabs": len(tabs),
+        "server": counts,
+        "dirty": dirty,
+        "server_cpu_ms": spread([r["server_cpu_ms"] for r in records]),
+        "kib": spread([r["bytes"] / 1024 for r in records]),
+        "ms_to_last_tab": spread([r["ms_to_last_tab"] for r in records]),
+        "noisy_storms": [r["storm"] for r in records if r["noisy"]],
+    }
     session.recorder.write(summary)
     return summary
 
@@ -205,9 +232,11 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     results = [await _run_mode(args, session, mode) for mode in modes]
     print("summary: median (min-max) over storms")
     for r in results:
-        print(f"  {r['mode']:6}  server CPU {fmt(r['server_cpu_ms'])} ms   bytes {fmt(r['kib'])} KiB   "
-              f"every tab back {fmt(r['ms_to_last_tab'])} ms   server counts {r['server']}"
-              f"{'  DIRTY' if r['dirty'] else ''}{'  noisy: ' + str(r['noisy_storms']) if r['noisy_storms'] else ''}")
+        print(
+            f"  {r['mode']:6}  server CPU {fmt(r['server_cpu_ms'])} ms   bytes {fmt(r['kib'])} KiB   "
+            f"every tab back {fmt(r['ms_to_last_tab'])} ms   server counts {r['server']}"
+            f"{'  DIRTY' if r['dirty'] else ''}{'  noisy: ' + str(r['noisy_storms']) if r['noisy_storms'] else ''}"
+        )
     summary = {"type": "summary", "modes": results, "dirty": any(r["dirty"] for r in results)}
     session.recorder.write(summary)
     return summary

@@ -94,18 +94,22 @@ class BenchTab:
     def _posted(self, *, snapshot: bool = False) -> bytes:
         """What the page posts: the signals whose ids do not start with ``_`` (and, to revive the
         tab, its snapshot)."""
-        return json.dumps({k: v for k, v in self.signals.items()
-                           if not k.startswith("_") or (snapshot and k == "_via_snap")}).encode()
+        return json.dumps(
+            {k: v for k, v in self.signals.items() if not k.startswith("_") or (snapshot and k == "_via_snap")}
+        ).encode()
 
     def _stream_request(self, revive: bool) -> bytes:
         if not revive:
             query = quote(json.dumps({"via_ctx": self.signals["via_ctx"]}))
-            return (f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                    f"Cookie: {self.cookie}\r\n\r\n").encode()
+            return (
+                f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nCookie: {self.cookie}\r\n\r\n"
+            ).encode()
         body = self._posted(snapshot=True)
-        return (f"POST /_sse HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nOrigin: http://127.0.0.1:{self.port}\r\n"
-                f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            f"POST /_sse HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nOrigin: http://127.0.0.1:{self.port}\r\n"
+            f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     async def _keep_open(self) -> None:
         revive = False
@@ -141,7 +145,7 @@ class BenchTab:
                     if awaiting_render and b"datastar-patch-elements" in chunk:
                         self.revived += 1
                         awaiting_render = False
-                    for value in re.findall(rb'data: signals (\{[^\n]*\})', chunk):
+                    for value in re.findall(rb"data: signals (\{[^\n]*\})", chunk):
                         patch = json.loads(value)
                         self.signals.update(patch)
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -152,17 +156,23 @@ class BenchTab:
 
     def action(self) -> bytes:
         body = self._posted()
-        return (f"POST /_action/increment HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                f"Origin: http://127.0.0.1:{self.port}\r\nCookie: {self.cookie}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            f"POST /_action/increment HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+            f"Origin: http://127.0.0.1:{self.port}\r\nCookie: {self.cookie}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
 
 def _summary(latencies: list[float]) -> dict[str, float]:
     if not latencies:
         return {"n": 0}
     ordered = sorted(latencies)
-    return {"n": len(ordered), "median_ms": statistics.median(ordered) * 1000,
-            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, "max_ms": ordered[-1] * 1000}
+    return {
+        "n": len(ordered),
+        "median_ms": statistics.median(ordered) * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "max_ms": ordered[-1] * 1000,
+    }
 
 
 async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
@@ -226,7 +236,9 @@ async def _one_rep(args: argparse.Namespace, server: Server) -> dict[str, Any]:
         "phases": {name: {**_summary(values), "failures": len(failures[name])} for name, values in latencies.items()},
         "window": _summary(window),
         "failure_kinds": {name: sorted(set(kinds)) for name, kinds in failures.items() if kinds},
-        "tabs": len(tabs), "reopened": sum(t.reopened for t in tabs), "revived": sum(t.revived for t in tabs),
+        "tabs": len(tabs),
+        "reopened": sum(t.reopened for t in tabs),
+        "revived": sum(t.revived for t in tabs),
         "tab_problems": sorted({p for t in tabs for p in t.problems}),
     }
 
@@ -241,9 +253,14 @@ async def _start(spread: float) -> Server:
     command = [*server_command("examples.counter:app", port, "cli", as_module=True), "--reload-spread", str(spread)]
     fd, name = tempfile.mkstemp(prefix="pyvia-bench-", suffix=".log")
     with os.fdopen(fd, "wb") as log:
-        process = subprocess.Popen(["taskset", "-c", SERVER_CPU, *command], cwd=REPO,
-                                   env=server_env(None, str(REPO / "src")), stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            ["taskset", "-c", SERVER_CPU, *command],
+            cwd=REPO,
+            env=server_env(None, str(REPO / "src")),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = Server(process, port, command, Path(name))
     try:
         await _wait_ready(server, 20.0)
@@ -275,15 +292,19 @@ async def _main(args: argparse.Namespace) -> None:
         p99s = [r["phases"][name].get("p99_ms", float("nan")) for r in results]
         maxes = [r["phases"][name].get("max_ms", float("nan")) for r in results]
         fails = [r["phases"][name]["failures"] for r in results]
-        print(f"{name:>6}: median {statistics.median(medians):.2f} ms (reps {', '.join(f'{m:.2f}' for m in medians)}), "
-              f"p99 {statistics.median(p99s):.2f} ms (reps {', '.join(f'{m:.2f}' for m in p99s)}), "
-              f"max {', '.join(f'{m:.1f}' for m in maxes)} ms, failures {fails}")
+        print(
+            f"{name:>6}: median {statistics.median(medians):.2f} ms (reps {', '.join(f'{m:.2f}' for m in medians)}), "
+            f"p99 {statistics.median(p99s):.2f} ms (reps {', '.join(f'{m:.2f}' for m in p99s)}), "
+            f"max {', '.join(f'{m:.1f}' for m in maxes)} ms, failures {fails}"
+        )
     medians = [r["window"].get("median_ms", float("nan")) for r in results]
     p99s = [r["window"].get("p99_ms", float("nan")) for r in results]
     maxes = [r["window"].get("max_ms", float("nan")) for r in results]
-    print(f"window ({args.window:g} s from the SIGHUP): median {statistics.median(medians):.2f} ms "
-          f"(reps {', '.join(f'{m:.2f}' for m in medians)}), p99 {statistics.median(p99s):.2f} ms "
-          f"(reps {', '.join(f'{m:.2f}' for m in p99s)}), max {', '.join(f'{m:.1f}' for m in maxes)} ms")
+    print(
+        f"window ({args.window:g} s from the SIGHUP): median {statistics.median(medians):.2f} ms "
+        f"(reps {', '.join(f'{m:.2f}' for m in medians)}), p99 {statistics.median(p99s):.2f} ms "
+        f"(reps {', '.join(f'{m:.2f}' for m in p99s)}), max {', '.join(f'{m:.1f}' for m in maxes)} ms"
+    )
     durations = ", ".join(f"{r['reload_s']:.2f}" for r in results)
     reopened = [(r["reopened"], r["revived"]) for r in results]
     print(f"reload: {durations} s; streams reopened / with a full render, per rep: {reopened} of {args.tabs} tabs")

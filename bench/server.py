@@ -53,21 +53,26 @@ def server_command(app: str, port: int, runner: str = "auto", prelude: str = "",
             return [sys.executable, "-m", "pyvia", "run", app, "--host", "127.0.0.1", "--port", str(port)]
         if not prelude:
             return [str(script), "run", app, "--host", "127.0.0.1", "--port", str(port)]
-        code = (f"{prelude}import sys; from pyvia import cli\n"
-                f"sys.argv = ['pyvia', 'run', {app!r}, '--host', '127.0.0.1', '--port', '{port}']\n"
-                "sys.exit((getattr(cli, 'console_main', None) or cli.main)())\n")  # as the script exits
+        code = (
+            f"{prelude}import sys; from pyvia import cli\n"
+            f"sys.argv = ['pyvia', 'run', {app!r}, '--host', '127.0.0.1', '--port', '{port}']\n"
+            "sys.exit((getattr(cli, 'console_main', None) or cli.main)())\n"
+        )  # as the script exits
         return [sys.executable, "-c", code]
     module, _, attr = app.partition(":")
-    code = (f"{prelude}import sys; sys.path.insert(0, '.'); from {module} import {attr or 'app'} as app; "
-            f"app.run(host='127.0.0.1', port={port})")
+    code = (
+        f"{prelude}import sys; sys.path.insert(0, '.'); from {module} import {attr or 'app'} as app; "
+        f"app.run(host='127.0.0.1', port={port})"
+    )
     return [sys.executable, "-c", code]
 
 
 class Server:
     """A running server process: its pid, port, log and the command that started it."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, command: list[str], log_path: Path,
-                 gc_stats: bool = False) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], port: int, command: list[str], log_path: Path, gc_stats: bool = False
+    ) -> None:
         self.process = process
         self.port = port
         self.command = command
@@ -144,8 +149,14 @@ def server_env(extra: dict[str, str] | None = None, pyvia_src: str | None = None
     return env
 
 
-async def start_server(app: str, runner: str = "auto", gc_stats: bool = False, env: dict[str, str] | None = None,
-                       timeout: float = 20.0, pyvia_src: str | None = None) -> Server:
+async def start_server(
+    app: str,
+    runner: str = "auto",
+    gc_stats: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float = 20.0,
+    pyvia_src: str | None = None,
+) -> Server:
     """Start the server and pass the gates, or raise RuntimeError with the log's tail."""
     port = free_port()
     command = server_command(app, port, runner, gcstats.PRELUDE if gc_stats else "", as_module=bool(pyvia_src))
@@ -153,8 +164,14 @@ async def start_server(app: str, runner: str = "auto", gc_stats: bool = False, e
     fd, name = tempfile.mkstemp(prefix="pyvia-bench-", suffix=".log")
     log_path = Path(name)
     with os.fdopen(fd, "wb") as log:
-        process = subprocess.Popen(["taskset", "-c", SERVER_CPU, *command], cwd=REPO, env=env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            ["taskset", "-c", SERVER_CPU, *command],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = Server(process, port, command, log_path, gc_stats)
     try:
         await _wait_ready(server, timeout)

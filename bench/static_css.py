@@ -48,13 +48,60 @@ def stylesheet(size: int = SIZE) -> bytes:
     """A plausible, deterministic stylesheet of exactly ``size`` bytes (utility classes and
     components, the kind a CSS framework ships), so its compression ratio is a real one."""
     rng = random.Random(91)
-    props = ["color", "background-color", "margin", "padding", "border", "border-radius", "font-size",
-             "line-height", "display", "gap", "grid-template-columns", "box-shadow", "transition", "width",
-             "max-width", "min-height", "justify-content", "align-items", "opacity", "transform"]
-    values = ["0", "1px", "2px", "4px", "0.25rem", "0.5rem", "1rem", "1.5rem", "2rem", "100%", "auto", "none",
-              "flex", "grid", "block", "center", "space-between", "#1f2937", "#f9fafb", "#e5e7eb", "#2563eb",
-              "rgba(0,0,0,.1)", "1px solid #d1d5db", "0 1px 3px rgba(0,0,0,.12)", "all .2s ease", "repeat(3, 1fr)",
-              "translateY(-1px)", "0.875rem", "1.25", "600px"]
+    props = [
+        "color",
+        "background-color",
+        "margin",
+        "padding",
+        "border",
+        "border-radius",
+        "font-size",
+        "line-height",
+        "display",
+        "gap",
+        "grid-template-columns",
+        "box-shadow",
+        "transition",
+        "width",
+        "max-width",
+        "min-height",
+        "justify-content",
+        "align-items",
+        "opacity",
+        "transform",
+    ]
+    values = [
+        "0",
+        "1px",
+        "2px",
+        "4px",
+        "0.25rem",
+        "0.5rem",
+        "1rem",
+        "1.5rem",
+        "2rem",
+        "100%",
+        "auto",
+        "none",
+        "flex",
+        "grid",
+        "block",
+        "center",
+        "space-between",
+        "#1f2937",
+        "#f9fafb",
+        "#e5e7eb",
+        "#2563eb",
+        "rgba(0,0,0,.1)",
+        "1px solid #d1d5db",
+        "0 1px 3px rgba(0,0,0,.12)",
+        "all .2s ease",
+        "repeat(3, 1fr)",
+        "translateY(-1px)",
+        "0.875rem",
+        "1.25",
+        "600px",
+    ]
     parts = ["/* bench stylesheet: generated, deterministic */\n:root{--brand:#2563eb;--fg:#1f2937;--bg:#f9fafb}\n"]
     total = len(parts[0])
     i = 0
@@ -68,7 +115,7 @@ def stylesheet(size: int = SIZE) -> bytes:
         parts.append(rule)
         total += len(rule)
         i += 1
-    return "".join(parts).encode()[:size - 1] + b"\n"
+    return "".join(parts).encode()[: size - 1] + b"\n"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,8 +200,11 @@ async def _main(args: argparse.Namespace) -> int:
         check304 = await _probe(server, [("Accept-Encoding", "br"), ("If-None-Match", br_etag)])
         if check304.status != 304:
             raise RuntimeError(f"If-None-Match answered {check304.status}")
-        print(f"# {len(css):,} B stylesheet; br variant {len(br.body):,} B ({len(css) / len(br.body):.1f}:1), "
-              f"ETag {br_etag}; identity ETag {plain_etag}; 304 verified", flush=True)
+        print(
+            f"# {len(css):,} B stylesheet; br variant {len(br.body):,} B ({len(css) / len(br.body):.1f}:1), "
+            f"ETag {br_etag}; identity ETag {plain_etag}; 304 verified",
+            flush=True,
+        )
         cases = {
             "br": ([("Accept-Encoding", "br")], 200, len(br.body), br_etag),
             "304": ([("Accept-Encoding", "br"), ("If-None-Match", br_etag)], 304, 0, br_etag),
@@ -169,21 +219,32 @@ async def _main(args: argparse.Namespace) -> int:
             summaries.append(summary)
         print("summary: median (min-max) over windows")
         for s in summaries:
-            print(f"  {s['case']:8} {fmt(s['us_per_request'])} µs server CPU per request, "
-                  f"{fmt(s['req_per_s'], 0)} req/s, p50 {fmt(s['p50_us'], 0)} µs   "
-                  f"{'(target ≤ 20 µs; php-via 54 µs)' if s['case'] in ('br', '304') else ''}")
+            print(
+                f"  {s['case']:8} {fmt(s['us_per_request'])} µs server CPU per request, "
+                f"{fmt(s['req_per_s'], 0)} req/s, p50 {fmt(s['p50_us'], 0)} µs   "
+                f"{'(target ≤ 20 µs; php-via 54 µs)' if s['case'] in ('br', '304') else ''}"
+            )
     finally:
         await server.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return 1 if dirty else 0
 
 
-async def _case(args: argparse.Namespace, server: Server, recorder: Recorder, case: str, request: bytes,
-                status: int, length: int, etag: str) -> dict[str, Any]:
+async def _case(
+    args: argparse.Namespace,
+    server: Server,
+    recorder: Recorder,
+    case: str,
+    request: bytes,
+    status: int,
+    length: int,
+    etag: str,
+) -> dict[str, Any]:
     await wait_quiet(max_wait=15.0)
     load = Load()
-    workers = [asyncio.ensure_future(_worker(load, server, request, status, length, etag))
-               for _ in range(args.concurrency)]
+    workers = [
+        asyncio.ensure_future(_worker(load, server, request, status, length, etag)) for _ in range(args.concurrency)
+    ]
     await asyncio.sleep(args.warmup)
     warm_bad = sum(load.bad.values())
     reps = []
@@ -193,27 +254,47 @@ async def _case(args: argparse.Namespace, server: Server, recorder: Recorder, ca
         await asyncio.sleep(args.duration)
         meter.stop()
         ok, bad, lat = load.ok, dict(load.bad), sorted(load.latencies)
-        rec = {"type": "rep", "case": case, "rep": rep, "ok": ok, "bad": bad, "dirty": bool(bad),
-               "req_per_s": ok / meter.wall, "us_per_request": meter.cpu_clock / ok * 1e6 if ok else float("nan"),
-               "us_per_request_ticks": meter.cpu / ok * 1e6 if ok else float("nan"),
-               "p50_us": percentile(lat, 50) * 1e6, "p99_us": percentile(lat, 99) * 1e6, **meter.as_dict()}
+        rec = {
+            "type": "rep",
+            "case": case,
+            "rep": rep,
+            "ok": ok,
+            "bad": bad,
+            "dirty": bool(bad),
+            "req_per_s": ok / meter.wall,
+            "us_per_request": meter.cpu_clock / ok * 1e6 if ok else float("nan"),
+            "us_per_request_ticks": meter.cpu / ok * 1e6 if ok else float("nan"),
+            "p50_us": percentile(lat, 50) * 1e6,
+            "p99_us": percentile(lat, 99) * 1e6,
+            **meter.as_dict(),
+        }
         recorder.write(rec)
         reps.append(rec)
-        print(f"  {case} rep {rep}: {ok:,} responses = {rec['req_per_s']:,.0f}/s, {rec['us_per_request']:.1f} µs "
-              f"server CPU/request ({rec['us_per_request_ticks']:.1f} by ticks, {rec['server_sys_share']:.0%} kernel), "
-              f"p50 {rec['p50_us']:.0f} µs, p99 {rec['p99_us']:.0f} µs; server core {rec['server_busy']:.0%}, "
-              f"client core {rec['client_busy']:.0%}, others on server core {rec['others_on_server_core']:.0%}"
-              f"{' NOISY' if rec['noisy'] else ''}{' DIRTY ' + str(bad) if bad else ''}", flush=True)
+        print(
+            f"  {case} rep {rep}: {ok:,} responses = {rec['req_per_s']:,.0f}/s, {rec['us_per_request']:.1f} µs "
+            f"server CPU/request ({rec['us_per_request_ticks']:.1f} by ticks, {rec['server_sys_share']:.0%} kernel), "
+            f"p50 {rec['p50_us']:.0f} µs, p99 {rec['p99_us']:.0f} µs; server core {rec['server_busy']:.0%}, "
+            f"client core {rec['client_busy']:.0%}, others on server core {rec['others_on_server_core']:.0%}"
+            f"{' NOISY' if rec['noisy'] else ''}{' DIRTY ' + str(bad) if bad else ''}",
+            flush=True,
+        )
     load.running = False
     await asyncio.gather(*workers, return_exceptions=True)
     quiet = [r for r in reps if not r["noisy"]]
     used = quiet if len(quiet) >= 2 else reps
-    summary = {"type": "summary", "case": case, "reps_used": [r["rep"] for r in used],
-               "us_per_request": spread([r["us_per_request"] for r in used]),
-               "us_per_request_ticks": spread([r["us_per_request_ticks"] for r in used]),
-               "req_per_s": spread([r["req_per_s"] for r in used]), "p50_us": spread([r["p50_us"] for r in used]),
-               "p99_us": spread([r["p99_us"] for r in used]), "client_busy": spread([r["client_busy"] for r in used]),
-               "warmup_bad": warm_bad, "dirty": warm_bad > 0 or any(r["dirty"] for r in reps)}
+    summary = {
+        "type": "summary",
+        "case": case,
+        "reps_used": [r["rep"] for r in used],
+        "us_per_request": spread([r["us_per_request"] for r in used]),
+        "us_per_request_ticks": spread([r["us_per_request_ticks"] for r in used]),
+        "req_per_s": spread([r["req_per_s"] for r in used]),
+        "p50_us": spread([r["p50_us"] for r in used]),
+        "p99_us": spread([r["p99_us"] for r in used]),
+        "client_busy": spread([r["client_busy"] for r in used]),
+        "warmup_bad": warm_bad,
+        "dirty": warm_bad > 0 or any(r["dirty"] for r in reps),
+    }
     recorder.write(summary)
     return summary
 

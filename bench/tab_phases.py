@@ -42,15 +42,27 @@ POOL = 64
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phase", type=float, default=10.0, help="seconds per churn/rate phase (default 10)")
-    parser.add_argument("--churn-rate", type=float, default=0.0, help="visitors a second opening and closing a "
-                        "tab while the others stay open (default 0: no churn phase)")
+    parser.add_argument(
+        "--churn-rate",
+        type=float,
+        default=0.0,
+        help="visitors a second opening and closing a tab while the others stay open (default 0: no churn phase)",
+    )
     parser.add_argument("--churn-hold", type=float, default=0.5, help="seconds a visitor's tab stays open")
-    parser.add_argument("--tab-rates", default="", help="comma-separated private action rates a second, open "
-                        "loop (e.g. 100,300); needs a tab-private --tab-signal")
+    parser.add_argument(
+        "--tab-rates",
+        default="",
+        help="comma-separated private action rates a second, open "
+        "loop (e.g. 100,300); needs a tab-private --tab-signal",
+    )
     parser.add_argument("--tab-action", default="increment")
     parser.add_argument("--tab-signal", default="count")
-    parser.add_argument("--bc-rates", default="", help="comma-separated shared click rates a second (e.g. 5,20); "
-                        "needs a shared --bc-signal (e.g. --app examples.shared_counter:app)")
+    parser.add_argument(
+        "--bc-rates",
+        default="",
+        help="comma-separated shared click rates a second (e.g. 5,20); "
+        "needs a shared --bc-signal (e.g. --app examples.shared_counter:app)",
+    )
     parser.add_argument("--bc-action", default="increment")
     parser.add_argument("--bc-signal", default="count")
     parser.add_argument("--observe", type=int, default=100, help="tabs whose events are kept for shared clicks")
@@ -120,13 +132,15 @@ def _key(tab: Tab, name: str, shared: bool) -> str | None:
 
 # --- churn -----------------------------------------------------------------------------------------
 
+
 def _net(window: Window, idle_rate: float, ops: int) -> float:
     """Server CPU per operation (µs) minus what the idle server would have used in the window."""
     return (window.server_cpu_precise - idle_rate * window.wall) / ops * 1e6 if ops else float("nan")
 
 
-async def churn(server: Server, tabs: list[Tab], rate: float, seconds: float, hold: float,
-                idle_rate: float = 0.0) -> dict[str, Any]:
+async def churn(
+    server: Server, tabs: list[Tab], rate: float, seconds: float, hold: float, idle_rate: float = 0.0
+) -> dict[str, Any]:
     failures: Counter[str] = Counter()
     done = 0
     bytes0 = sum(t.stream.bytes_seen for t in tabs)
@@ -168,8 +182,13 @@ async def churn(server: Server, tabs: list[Tab], rate: float, seconds: float, ho
     half = len(samples) // 2
     first, mid, last = samples[0], samples[half], samples[-1]
     return {
-        "phase": "churn", "rate": rate, "seconds": wall, "visitors": done, "failures": dict(failures),
-        "dirty": bool(failures), "cpu_us_per_visitor": window.server_cpu_precise / done * 1e6 if done else float("nan"),
+        "phase": "churn",
+        "rate": rate,
+        "seconds": wall,
+        "visitors": done,
+        "failures": dict(failures),
+        "dirty": bool(failures),
+        "cpu_us_per_visitor": window.server_cpu_precise / done * 1e6 if done else float("nan"),
         "cpu_us_per_visitor_net": _net(window, idle_rate, done),
         "kb_to_open_tabs_per_visitor": received / 1024 / done if done else float("nan"),
         "rss_kb_samples": [s[1] for s in samples],
@@ -182,9 +201,18 @@ async def churn(server: Server, tabs: list[Tab], rate: float, seconds: float, ho
 
 # --- private actions at fixed rates ----------------------------------------------------------------
 
-async def private_rates(server: Server, tabs: list[Tab], owners: dict[int, Browser], rate: float,
-                        seconds: float, action: str, key: str, idle_rate: float = 0.0,
-                        timeout: float = 2.0) -> dict[str, Any]:
+
+async def private_rates(
+    server: Server,
+    tabs: list[Tab],
+    owners: dict[int, Browser],
+    rate: float,
+    seconds: float,
+    action: str,
+    key: str,
+    idle_rate: float = 0.0,
+    timeout: float = 2.0,
+) -> dict[str, Any]:
     pool = await Pool(server.port).fill()
     _drain(tabs)
     free = list(tabs)
@@ -236,17 +264,29 @@ async def private_rates(server: Server, tabs: list[Tab], owners: dict[int, Brows
     seen_lat.sort()
     sent = ok + sum(non2xx.values()) + sum(errors.values())
     return {
-        "phase": "private", "rate": rate, "seconds": wall, "sent": sent, "ok": ok, "non2xx": dict(non2xx),
-        "errors": dict(errors), "never_seen": never_seen, "wrong_value": wrong, "no_free_tab": no_free_tab,
+        "phase": "private",
+        "rate": rate,
+        "seconds": wall,
+        "sent": sent,
+        "ok": ok,
+        "non2xx": dict(non2xx),
+        "errors": dict(errors),
+        "never_seen": never_seen,
+        "wrong_value": wrong,
+        "no_free_tab": no_free_tab,
         "dirty": bool(non2xx or errors or never_seen or wrong or no_free_tab),
-        "response_p50_ms": percentile(response_lat, 50) * 1e3, "response_p99_ms": percentile(response_lat, 99) * 1e3,
-        "seen_p50_ms": percentile(seen_lat, 50) * 1e3, "seen_p99_ms": percentile(seen_lat, 99) * 1e3,
+        "response_p50_ms": percentile(response_lat, 50) * 1e3,
+        "response_p99_ms": percentile(response_lat, 99) * 1e3,
+        "seen_p50_ms": percentile(seen_lat, 50) * 1e3,
+        "seen_p99_ms": percentile(seen_lat, 99) * 1e3,
         "cpu_us_per_action": window.server_cpu_precise / ok * 1e6 if ok else float("nan"),
-        "cpu_us_per_action_net": _net(window, idle_rate, ok), **window.as_dict(),
+        "cpu_us_per_action_net": _net(window, idle_rate, ok),
+        **window.as_dict(),
     }
 
 
 # --- shared clicks at fixed rates ------------------------------------------------------------------
+
 
 def _value_times(tab: Tab, key: str) -> list[tuple[float, int]]:
     """(arrival time, value) of every patch of ``key`` queued on the tab's stream."""
@@ -258,8 +298,18 @@ def _value_times(tab: Tab, key: str) -> list[tuple[float, int]]:
     return out
 
 
-async def clicks(server: Server, tabs: list[Tab], owners: dict[int, Browser], rate: float, seconds: float,
-                 action: str, key: str, observe: int, idle_rate: float = 0.0, timeout: float = 2.0) -> dict[str, Any]:
+async def clicks(
+    server: Server,
+    tabs: list[Tab],
+    owners: dict[int, Browser],
+    rate: float,
+    seconds: float,
+    action: str,
+    key: str,
+    observe: int,
+    idle_rate: float = 0.0,
+    timeout: float = 2.0,
+) -> dict[str, Any]:
     step = max(1, len(tabs) // max(1, observe))
     observed = tabs[::step][:observe]
     observed_ids = {id(t) for t in observed}
@@ -305,7 +355,8 @@ async def clicks(server: Server, tabs: list[Tab], owners: dict[int, Browser], ra
         final = start + ok
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline and not all(
-                any(v >= final for _, v in _value_times(t, key)) for t in observed):
+            any(v >= final for _, v in _value_times(t, key)) for t in observed
+        ):
             await asyncio.sleep(0.05)
     finally:
         window.stop()
@@ -332,27 +383,43 @@ async def clicks(server: Server, tabs: list[Tab], owners: dict[int, Browser], ra
         t.signals[key] = final
     per_tab_s = len(tabs) * wall
     return {
-        "phase": "shared", "rate": rate, "seconds": wall, "sent": len(sent_at), "ok": ok, "non2xx": dict(non2xx),
-        "errors": dict(errors), "observed": len(observed), "tabs": len(tabs), "observed_on_final": on_final,
-        "clicks_never_visible": missing, "dirty": bool(non2xx or errors or missing or on_final != len(observed)),
-        "visible_p50_ms": percentile(visible, 50) * 1e3, "visible_p99_ms": percentile(visible, 99) * 1e3,
-        "events_per_tab_s": (kept + dropped) / per_tab_s, "kb_per_tab_s": received / 1024 / per_tab_s,
+        "phase": "shared",
+        "rate": rate,
+        "seconds": wall,
+        "sent": len(sent_at),
+        "ok": ok,
+        "non2xx": dict(non2xx),
+        "errors": dict(errors),
+        "observed": len(observed),
+        "tabs": len(tabs),
+        "observed_on_final": on_final,
+        "clicks_never_visible": missing,
+        "dirty": bool(non2xx or errors or missing or on_final != len(observed)),
+        "visible_p50_ms": percentile(visible, 50) * 1e3,
+        "visible_p99_ms": percentile(visible, 99) * 1e3,
+        "events_per_tab_s": (kept + dropped) / per_tab_s,
+        "kb_per_tab_s": received / 1024 / per_tab_s,
         "cpu_ms_per_click": window.server_cpu_precise / ok * 1e3 if ok else float("nan"),
-        "cpu_ms_per_click_net": _net(window, idle_rate, ok) / 1e3, **window.as_dict(),
+        "cpu_ms_per_click_net": _net(window, idle_rate, ok) / 1e3,
+        **window.as_dict(),
     }
 
 
 # --- all of them -----------------------------------------------------------------------------------
 
-async def run_phases(args: argparse.Namespace, server: Server, tabs: list[Tab], owners: dict[int, Browser],
-                     idle_rate: float = 0.0) -> list[dict[str, Any]]:
+
+async def run_phases(
+    args: argparse.Namespace, server: Server, tabs: list[Tab], owners: dict[int, Browser], idle_rate: float = 0.0
+) -> list[dict[str, Any]]:
     """The phases asked for, in php-via's order; a phase the app cannot run is reported as skipped."""
     out: list[dict[str, Any]] = []
     if args.churn_rate > 0:
         out.append(await churn(server, tabs, args.churn_rate, args.phase, args.churn_hold, idle_rate))
     live = [t for t in tabs if not t.stream.closed]
-    for kind, rates, action, name in (("private", _rates(args.tab_rates), args.tab_action, args.tab_signal),
-                                      ("shared", _rates(args.bc_rates), args.bc_action, args.bc_signal)):
+    for kind, rates, action, name in (
+        ("private", _rates(args.tab_rates), args.tab_action, args.tab_signal),
+        ("shared", _rates(args.bc_rates), args.bc_action, args.bc_signal),
+    ):
         if not rates:
             continue
         key = _key(live[0], name, kind == "shared") if live else None
@@ -363,6 +430,5 @@ async def run_phases(args: argparse.Namespace, server: Server, tabs: list[Tab], 
             if kind == "private":
                 out.append(await private_rates(server, live, owners, rate, args.phase, action, key, idle_rate))
             else:
-                out.append(await clicks(server, live, owners, rate, args.phase, action, key, args.observe,
-                                          idle_rate))
+                out.append(await clicks(server, live, owners, rate, args.phase, action, key, args.observe, idle_rate))
     return out

@@ -68,8 +68,12 @@ class Browser:
     def action_request(self, name: str, signals: dict[str, Any]) -> bytes:
         """The POST Datastar sends for ``@post('/_action/<name>')``: the tab's signals as JSON, less
         the server-owned ones (``_``-prefixed ids), which Datastar never sends."""
-        headers = [("Origin", f"http://{self.host}"), ("Content-Type", "application/json"),
-                   ("Datastar-Request", "true"), *self._cookie_headers()]
+        headers = [
+            ("Origin", f"http://{self.host}"),
+            ("Content-Type", "application/json"),
+            ("Datastar-Request", "true"),
+            *self._cookie_headers(),
+        ]
         return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps(posted(signals)))
 
     async def open_tab(self, port: int, timeout: float = 5.0) -> Tab:
@@ -84,8 +88,9 @@ class Browser:
         signals = dict(seed)  # what the browser's store holds; an action posts its writable part
         conn = await Connection.open("127.0.0.1", port, timeout)
         accept = [] if self.encoding == "identity" else [("Accept-Encoding", self.encoding)]
-        request = build_request("GET", stream_target(signals), self.host,
-                                [*_STREAM_HEADERS, *accept, *self._cookie_headers()])
+        request = build_request(
+            "GET", stream_target(signals), self.host, [*_STREAM_HEADERS, *accept, *self._cookie_headers()]
+        )
         opened = await conn.open_stream(request, timeout)
         if not isinstance(opened, Stream):
             conn.close()

@@ -107,10 +107,19 @@ class Window:
         return self.client_cpu / self.wall if self.wall else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"wall_s": self.wall, "server_cpu_s": self.server_cpu, "server_cpu_clock_s": self.server_cpu_precise,
-                "server_sys_s": self.server_sys, "server_minor_faults": self.server_faults,
-                "client_cpu_s": self.client_cpu,
-                "server_busy": self.server_busy, "client_busy": self.client_busy,
-                "others_on_server_core": self.others_on_core, "steal_s": self.core_steal,
-                "others_on_client_core": self.others_on_client_core, "noisy": self.noisy,
-                "gc": self.gc, "gc_share": self.gc_share}
+        return {
+            "wall_s": self.wall,
+            "server_cpu_s": self.server_cpu,
+            "server_cpu_clock_s": self.server_cpu_precise,
+            "server_sys_s": self.server_sys,
+            "server_minor_faults": self.server_faults,
+            "client_cpu_s": self.client_cpu,
+            "server_busy": self.server_busy,
+            "client_busy": self.client_busy,
+            "others_on_server_core": self.others_on_core,
+            "steal_s": self.core_steal,
+            "others_on_client_core": self.others_on_client_core,
+            "noisy": self.noisy,
+            "gc": self.gc,
+            "gc_share": self.gc_share,
+        }

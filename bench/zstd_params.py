@@ -53,8 +53,18 @@ def _focus() -> list[Config]:
         for hash_log in (11, 12):
             for search_log in (2, 3, 4):
                 for min_match in (5, 6, 7):
-                    out.append((f"{name} h{hash_log} s{search_log} m{min_match}", 3, 16, hash_log, hash_log,
-                                search_log, min_match, strategy))
+                    out.append(
+                        (
+                            f"{name} h{hash_log} s{search_log} m{min_match}",
+                            3,
+                            16,
+                            hash_log,
+                            hash_log,
+                            search_log,
+                            min_match,
+                            strategy,
+                        )
+                    )
     return out
 
 
@@ -63,19 +73,39 @@ def _wide() -> list[Config]:
     for strategy, name in ((2, "dfast"), (3, "greedy"), (4, "lazy"), (5, "lazy2"), (6, "btlazy2"), (7, "btopt")):
         for hash_log in (12, 14):
             for chain_log in (12, 14):
-                for search_log in ((1,) if strategy == 2 else (2, 4)):
+                for search_log in (1,) if strategy == 2 else (2, 4):
                     for min_match in (5, 7):
-                        out.append((f"{name} h{hash_log} c{chain_log} s{search_log} m{min_match}", 3, 16, hash_log,
-                                    chain_log, search_log, min_match, strategy))
+                        out.append(
+                            (
+                                f"{name} h{hash_log} c{chain_log} s{search_log} m{min_match}",
+                                3,
+                                16,
+                                hash_log,
+                                chain_log,
+                                search_log,
+                                min_match,
+                                strategy,
+                            )
+                        )
     return out
 
 
-def params(level: int, window: int, hash_log: int, chain_log: int, search_log: int, min_match: int,
-           strategy: int) -> Any:
+def params(
+    level: int, window: int, hash_log: int, chain_log: int, search_log: int, min_match: int, strategy: int
+) -> Any:
     import zstandard
 
-    extra = {k: v for k, v in (("hash_log", hash_log), ("chain_log", chain_log), ("search_log", search_log),
-                               ("min_match", min_match), ("strategy", strategy)) if v}
+    extra = {
+        k: v
+        for k, v in (
+            ("hash_log", hash_log),
+            ("chain_log", chain_log),
+            ("search_log", search_log),
+            ("min_match", min_match),
+            ("strategy", strategy),
+        )
+        if v
+    }
     return zstandard.ZstdCompressionParameters.from_level(level, window_log=window, **extra)
 
 
@@ -117,12 +147,23 @@ def probe(spec: str) -> dict[str, Any]:
     info = _libc.mallinfo2()
     rss1, heap1 = _rss_kb(), info.uordblks + info.hblkhd
     raw = sum(len(f) for f in frames)
-    return {"label": label, "level": level, "window": window, "hash_log": p.hash_log, "chain_log": p.chain_log,
-            "search_log": p.search_log, "min_match": p.min_match, "strategy": p.strategy, "tabs": k,
-            "rss_kb_per_tab": (rss1 - rss0) / k, "heap_kb_per_tab": (heap1 - heap0) / 1024 / k,
-            "zstd_memory_size_kb": compressors[0].memory_size() / 1024,
-            "wire_bytes_per_frame": wire / len(frames), "ratio": raw / wire,
-            "us_per_tab_frame": spent / k / len(frames) * 1e6}
+    return {
+        "label": label,
+        "level": level,
+        "window": window,
+        "hash_log": p.hash_log,
+        "chain_log": p.chain_log,
+        "search_log": p.search_log,
+        "min_match": p.min_match,
+        "strategy": p.strategy,
+        "tabs": k,
+        "rss_kb_per_tab": (rss1 - rss0) / k,
+        "heap_kb_per_tab": (heap1 - heap0) / 1024 / k,
+        "zstd_memory_size_kb": compressors[0].memory_size() / 1024,
+        "wire_bytes_per_frame": wire / len(frames),
+        "ratio": raw / wire,
+        "us_per_tab_frame": spent / k / len(frames) * 1e6,
+    }
 
 
 def small_events(tabs: int = 1000, rounds: int = 40) -> list[dict[str, Any]]:
@@ -141,16 +182,27 @@ def small_events(tabs: int = 1000, rounds: int = 40) -> list[dict[str, Any]]:
         flush = zstandard.COMPRESSOBJ_FLUSH_BLOCK
         times, wire = [], 0
         for r in range(rounds):
-            event = (f"event: datastar-patch-elements\ndata: selector #via-view\ndata: mode inner\n"
-                     f"data: elements <p>{r}</p>{view}\n\nevent: datastar-patch-signals\n"
-                     f'data: signals {{"route__n":{r}}}\n\n').encode()
+            event = (
+                f"event: datastar-patch-elements\ndata: selector #via-view\ndata: mode inner\n"
+                f"data: elements <p>{r}</p>{view}\n\nevent: datastar-patch-signals\n"
+                f'data: signals {{"route__n":{r}}}\n\n'
+            ).encode()
             t0 = time.perf_counter()
             for obj in objs:
                 out = obj.compress(event) + obj.flush(flush)
             times.append((time.perf_counter() - t0) / tabs * 1e6)
             wire += len(out)
-        rows.append({"type": "small", "label": label, "tabs": tabs, "us_median": statistics.median(times),
-                     "us_min": min(times), "us_max": max(times), "bytes_per_event": wire / rounds})
+        rows.append(
+            {
+                "type": "small",
+                "label": label,
+                "tabs": tabs,
+                "us_median": statistics.median(times),
+                "us_min": min(times),
+                "us_max": max(times),
+                "bytes_per_event": wire / rounds,
+            }
+        )
     return rows
 
 
@@ -176,22 +228,33 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             for row in small_events():
                 recorder.write(row)
-                print(f"  {row['label']:50} {row['us_median']:5.2f} µs per tab-event (min {row['us_min']:.2f}, "
-                      f"max {row['us_max']:.2f}), {row['bytes_per_event']:.0f} B", flush=True)
+                print(
+                    f"  {row['label']:50} {row['us_median']:5.2f} µs per tab-event (min {row['us_min']:.2f}, "
+                    f"max {row['us_max']:.2f}), {row['bytes_per_event']:.0f} B",
+                    flush=True,
+                )
         return 0
     grid = {"quick": QUICK, "focus": _focus(), "wide": _wide()}[args.grid]
     for config in grid:
         spec = json.dumps([*config, args.tabs])
-        out = subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "bench.zstd_params", "--probe", spec],
-                             capture_output=True, text=True, timeout=600, check=True)
+        out = subprocess.run(
+            ["taskset", "-c", "1", sys.executable, "-m", "bench.zstd_params", "--probe", spec],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
         row = json.loads(out.stdout.strip().splitlines()[-1])
         row["type"] = "row"
         recorder.write(row)
-        print(f"  {row['label']:50} h{row['hash_log']:2} c{row['chain_log']:2} s{row['search_log']} "
-              f"m{row['min_match']} st{row['strategy']}: {row['rss_kb_per_tab']:6.0f} KB RSS/tab "
-              f"(heap {row['heap_kb_per_tab']:4.0f}, zstd {row['zstd_memory_size_kb']:4.0f}), "
-              f"{row['wire_bytes_per_frame']:5.0f} B/frame = {row['ratio']:5.1f}x, "
-              f"{row['us_per_tab_frame']:5.1f} µs/tab-frame", flush=True)
+        print(
+            f"  {row['label']:50} h{row['hash_log']:2} c{row['chain_log']:2} s{row['search_log']} "
+            f"m{row['min_match']} st{row['strategy']}: {row['rss_kb_per_tab']:6.0f} KB RSS/tab "
+            f"(heap {row['heap_kb_per_tab']:4.0f}, zstd {row['zstd_memory_size_kb']:4.0f}), "
+            f"{row['wire_bytes_per_frame']:5.0f} B/frame = {row['ratio']:5.1f}x, "
+            f"{row['us_per_tab_frame']:5.1f} µs/tab-frame",
+            flush=True,
+        )
     return 0
 
 

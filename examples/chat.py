@@ -212,7 +212,9 @@ async def chat(c: Context, name: str) -> None:
         c.view(
             lambda: html(
                 '<p id="problem">A room name is 1 to {} characters, none of them a control character. '
-                '<a href="{}">The rooms</a></p>', MAX_ROOM, app.url("/")
+                '<a href="{}">The rooms</a></p>',
+                MAX_ROOM,
+                app.url("/"),
             )
         )
         return

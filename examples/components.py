@@ -15,7 +15,10 @@ import itertools
 from pyvia import App, Context, Markup, html
 from pyvia.components import Component
 
-app = App(title="Components", head=["""<style>
+app = App(
+    title="Components",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; }
   .cards { display: flex; gap: 1rem; flex-wrap: wrap; align-items: flex-start; }
   .card { border: 1px solid #ccc; border-radius: 8px; padding: .5rem 1rem 1rem; min-width: 12rem; }
@@ -23,7 +26,9 @@ app = App(title="Components", head=["""<style>
   .renders { display: block; color: #888; margin-top: .5rem; }
   .notes ul { padding-left: 1.2rem; }
   .notes li button { margin-left: .5rem; }
-</style>"""])
+</style>"""
+    ],
+)
 
 MAX_NOTES = 20
 MAX_NOTE_LENGTH = 80
@@ -45,14 +50,24 @@ def counter(comp: Component, label: str) -> None:
         comp.sync()
 
     name = comp.name
-    comp.view(lambda: html("""
+    comp.view(
+        lambda: html(
+            """
 <section class="card">
   <h2>{label}</h2>
   <p class="value" id="{name}-value">{n}</p>
   <button id="{name}-dec" data-on:click="{dec}">&minus;</button>
   <button id="{name}-inc" data-on:click="{inc}">+</button>
   <small class="renders" id="{name}-renders">renders: {renders}</small>
-</section>""", label=label, name=name, n=n.as_int(), dec=dec, inc=inc, renders=next(renders)))
+</section>""",
+            label=label,
+            name=name,
+            n=n.as_int(),
+            dec=dec,
+            inc=inc,
+            renders=next(renders),
+        )
+    )
 
 
 def notes(comp: Component) -> None:
@@ -79,11 +94,16 @@ def notes(comp: Component) -> None:
 
     def view() -> Markup:
         lines = (
-            html('<li id="note-{i}">{text}<button id="note-{i}-remove" data-on:click="{remove}">&times;</button></li>',
-                 i=i, text=str(text), remove=remove(index=i))
+            html(
+                '<li id="note-{i}">{text}<button id="note-{i}-remove" data-on:click="{remove}">&times;</button></li>',
+                i=i,
+                text=str(text),
+                remove=remove(index=i),
+            )
             for i, text in enumerate(items.value)
         )
-        return html("""
+        return html(
+            """
 <section class="card notes">
   <h2>Notes</h2>
   <form id="notes-form" data-on:submit__prevent="{add}">
@@ -92,7 +112,13 @@ def notes(comp: Component) -> None:
   </form>
   <ul id="notes-list">{lines}</ul>
   <small class="renders" id="notes-renders">renders: {renders}</small>
-</section>""", add=add, max_length=MAX_NOTE_LENGTH, draft=draft.bind(), lines=lines, renders=next(renders))
+</section>""",
+            add=add,
+            max_length=MAX_NOTE_LENGTH,
+            draft=draft.bind(),
+            lines=lines,
+            renders=next(renders),
+        )
 
     comp.view(view)
 
@@ -110,15 +136,22 @@ def page(c: Context) -> None:
     def view() -> Markup:
         apples_n, pears_n = apples.signals["n"], pears.signals["n"]
         fruit = apples_n.as_int() + pears_n.as_int()
-        return html("""
+        return html(
+            """
 <main>
   <h1>Components</h1>
   <p>Fruit in total: <strong id="total" data-text="{total}">{fruit}</strong>
      (added up in the browser from the two components' signals)</p>
   <div class="cards">{apples}{pears}{notes_box}</div>
   <p><button id="render-all" data-on:click="{render_all}">Re-render the whole page</button></p>
-</main>""", total=f"{apples_n.ref()} + {pears_n.ref()}", fruit=fruit, apples=apples, pears=pears,
-                    notes_box=notes_box, render_all=render_all)
+</main>""",
+            total=f"{apples_n.ref()} + {pears_n.ref()}",
+            fruit=fruit,
+            apples=apples,
+            pears=pears,
+            notes_box=notes_box,
+            render_all=render_all,
+        )
 
     c.view(view)
 

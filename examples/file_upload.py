@@ -29,7 +29,10 @@ from pyvia import App, Context, Markup, Scope, html
 MAX_FILE = 2 * 1024 * 1024  # bytes, per file
 MAX_KEPT = 20  # files kept per session; the oldest go first
 
-app = App(title="File upload", head=["""<style>
+app = App(
+    title="File upload",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 44rem; }
   form { display: flex; gap: .8rem; align-items: center; flex-wrap: wrap; }
   progress { width: 12rem; }
@@ -38,7 +41,9 @@ app = App(title="File upload", head=["""<style>
   th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #ddd; }
   td.size { text-align: right; white-space: nowrap; }
   button.link { background: none; border: 0; color: #1a0dab; text-decoration: underline; cursor: pointer; padding: 0; }
-</style>"""])
+</style>"""
+    ],
+)
 
 
 def human(size: int) -> str:
@@ -125,22 +130,34 @@ def uploads(c: Context) -> None:
         {st} = '';
         @post('{upload.url}', {{contentType: 'form', requestCancellation: 'disabled'}}).then(() => el.reset());
       }}"""
-    refused = ("evt.detail.el === el && evt.detail.type === 'error' && "
-               f"({st} = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', {bad} = true)")
+    refused = (
+        "evt.detail.el === el && evt.detail.type === 'error' && "
+        f"({st} = 'The server refused the upload (HTTP ' + evt.detail.argsRaw.status + ').', {bad} = true)"
+    )
 
     def view() -> Markup:
         rows = [
-            html("""<tr id="file-{id}"><td class="name">{name}</td>
+            html(
+                """<tr id="file-{id}"><td class="name">{name}</td>
               <td class="size">{size}</td><td>{type}</td>
               <td><button class="link download" data-on:click="{download}">Download</button>
                 <button class="link remove" data-on:click="{remove}">Remove</button></td></tr>""",
-                 id=f["id"], name=str(f["name"]), size=human(int(f["size"])), type=str(f["type"]),
-                 download=download(file_id=f["id"]), remove=remove(file_id=f["id"]))
+                id=f["id"],
+                name=str(f["name"]),
+                size=human(int(f["size"])),
+                type=str(f["type"]),
+                download=download(file_id=f["id"]),
+                remove=remove(file_id=f["id"]),
+            )
             for f in files.value
         ]
-        table = (html('<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{}</table>', rows)
-                 if rows else html('<p id="files">No files yet.</p>'))
-        return html("""
+        table = (
+            html('<table id="files"><tr><th>Name</th><th>Size</th><th>Type</th><th></th></tr>{}</table>', rows)
+            if rows
+            else html('<p id="files">No files yet.</p>')
+        )
+        return html(
+            """
 <main>
   <h1>File upload</h1>
   <form id="upload" enctype="multipart/form-data" data-signals="{{_sending: ''}}" data-indicator="_uploading"
@@ -156,8 +173,17 @@ def uploads(c: Context) -> None:
   <p><small>Up to {max_file} per file; the newest {max_kept} files of this browser are kept
     (in memory).</small></p>
   {table}
-</main>""", submit=submit, refused=refused, ctx=c.id, status_ref=status.ref(), failed=failed.ref(),
-                    status=status.as_str(), max_file=human(MAX_FILE), max_kept=MAX_KEPT, table=table)
+</main>""",
+            submit=submit,
+            refused=refused,
+            ctx=c.id,
+            status_ref=status.ref(),
+            failed=failed.ref(),
+            status=status.as_str(),
+            max_file=human(MAX_FILE),
+            max_kept=MAX_KEPT,
+            table=table,
+        )
 
     c.view(view)
 

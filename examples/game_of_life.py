@@ -14,11 +14,16 @@ from pyvia import Action, App, Context, Markup, Scope, html, raw
 SIZE = 50
 PAGE = "/"
 
-app = App(title="Game of Life", head=["""<style>
+app = App(
+    title="Game of Life",
+    head=[
+        """<style>
   #board { display: grid; grid-template-columns: repeat(50, 12px); gap: 1px; width: max-content; }
   #board div { width: 12px; height: 12px; background: #eee; cursor: pointer; }
   #board div.on { background: #222; }
-</style>"""])
+</style>"""
+    ],
+)
 
 
 def new_board(fill: float = 0.25, seed: int | None = None) -> list[bool]:
@@ -34,8 +39,16 @@ def step(board: list[bool]) -> list[bool]:
         row = y * SIZE
         for x in range(SIZE):
             left, right = (x - 1) % SIZE, (x + 1) % SIZE
-            n = (board[up + left] + board[up + x] + board[up + right] + board[row + left]
-                 + board[row + right] + board[down + left] + board[down + x] + board[down + right])
+            n = (
+                board[up + left]
+                + board[up + x]
+                + board[up + right]
+                + board[row + left]
+                + board[row + right]
+                + board[down + left]
+                + board[down + x]
+                + board[down + right]
+            )
             out[row + x] = n == 3 or (n == 2 and board[row + x])
     return out
 
@@ -61,13 +74,14 @@ OFF = raw("<div></div>")
 def render_board(toggle: Action) -> Markup:
     # One click handler for the whole board, not 2,500 bound actions: the browser puts the
     # clicked cell's index in the URL as the typed argument ``cell`` (an int is its own JSON).
-    on_click = (
-        "evt.target.parentElement.id == 'board' && "
-        + str(toggle).replace(f"'{toggle.url}'",
-                              f"'{toggle.url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target)", 1)
+    on_click = "evt.target.parentElement.id == 'board' && " + str(toggle).replace(
+        f"'{toggle.url}'", f"'{toggle.url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target)", 1
     )
-    return html('<div id="board" data-on:click="{}">{}</div>', on_click,
-                (ON if alive else OFF for alive in app.global_state["board"]))
+    return html(
+        '<div id="board" data-on:click="{}">{}</div>',
+        on_click,
+        (ON if alive else OFF for alive in app.global_state["board"]),
+    )
 
 
 @app.page(PAGE)
@@ -88,15 +102,21 @@ def life(c: Context) -> None:
         gen.value = 0
 
     c.view(
-        lambda: html("""
+        lambda: html(
+            """
 <main id="life">
   <h1>Game of Life</h1>
   <p>Generation <strong id="gen" data-text="{ref}">{gen}</strong>,
      {watching} watching.
      <button id="random" data-on:click="{randomize}">Randomize</button></p>
   {board}
-</main>""", ref=gen.ref(), gen=gen.value, watching=app.count_clients(c.primary_scope), randomize=randomize,
-                     board=render_board(toggle)),
+</main>""",
+            ref=gen.ref(),
+            gen=gen.value,
+            watching=app.count_clients(c.primary_scope),
+            randomize=randomize,
+            board=render_board(toggle),
+        ),
         share_render=True,
     )
 

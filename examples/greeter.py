@@ -20,7 +20,8 @@ def greeter(c: Context) -> None:
         greeting.value = f"Hello, {who}!" if who else "Tell me your name first."
 
     c.view(
-        lambda: html("""
+        lambda: html(
+            """
 <main>
   <h1>Greeter</h1>
   <form id="form" data-on:submit__prevent="{greet}">
@@ -28,7 +29,12 @@ def greeter(c: Context) -> None:
     <button id="greet" type="submit">Greet</button>
   </form>
   <p id="greeting" data-text="{greeting}"></p>
-</main>""", greet=greet, bind=name.bind(), max_name=MAX_NAME, greeting=greeting.ref())
+</main>""",
+            greet=greet,
+            bind=name.bind(),
+            max_name=MAX_NAME,
+            greeting=greeting.ref(),
+        )
     )
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from pyvia import App, Context, Markup, Scope, html
 
-app = App(title="Live poll", head=["""<style>
+app = App(
+    title="Live poll",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 34rem; }
   .option { margin: .6rem 0; }
   .option header { display: flex; justify-content: space-between; align-items: center; gap: .5rem; }
@@ -20,7 +23,9 @@ app = App(title="Live poll", head=["""<style>
   .track { background: #eee; border-radius: 4px; height: 1.2rem; margin-top: .2rem; }
   .bar { background: #4f7cff; height: 100%; border-radius: 4px; transition: width .3s; }
   .option.mine .bar { background: #2e7d32; }
-</style>"""])
+</style>"""
+    ],
+)
 
 QUESTION = "Which feature should we build next?"
 OPTIONS = {  # id: label
@@ -51,7 +56,8 @@ def poll(c: Context) -> None:
     def option(key: str, label: str, total: int) -> Markup:
         n = counts[key].value
         pct = round(100 * n / total) if total else 0
-        return html("""
+        return html(
+            """
   <div class="option" id="option-{key}" data-class:mine="{mine} == '{key}'">
     <header><strong>{label}</strong>
       <span><span id="count-{key}">{n}</span> ({pct}%)
@@ -59,18 +65,30 @@ def poll(c: Context) -> None:
       </span>
     </header>
     <div class="track"><div class="bar" id="bar-{key}" style="width: {pct}%"></div></div>
-  </div>""", key=key, mine=mine, label=label, n=n, pct=pct, vote=vote(key=key))
+  </div>""",
+            key=key,
+            mine=mine,
+            label=label,
+            n=n,
+            pct=pct,
+            vote=vote(key=key),
+        )
 
     def view() -> Markup:
         total = sum(sig.value for sig in counts.values())
-        return html("""
+        return html(
+            """
 <main>
   <h1>{question}</h1>
   {options}
   <p><span id="total">{total}</span> votes so far.
      <span id="thanks" data-show="{mine} != ''">Thanks for voting!</span></p>
-</main>""", question=QUESTION, options=(option(key, label, total) for key, label in OPTIONS.items()), total=total,
-                    mine=mine)
+</main>""",
+            question=QUESTION,
+            options=(option(key, label, total) for key, label in OPTIONS.items()),
+            total=total,
+            mine=mine,
+        )
 
     c.view(view, share_render=True)
 

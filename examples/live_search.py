@@ -14,14 +14,19 @@ import time
 
 from pyvia import App, Context, Markup, html
 
-app = App(title="Live search", head=["""<style>
+app = App(
+    title="Live search",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 36rem; }
   #q { width: 100%; font-size: 1.1rem; padding: .4rem; box-sizing: border-box; }
   #stats { color: #666; }
   #results { padding-left: 1.5rem; }
   #results .region { color: #888; margin-left: .5rem; }
   mark { background: #ffe066; padding: 0 1px; }
-</style>"""])
+</style>"""
+    ],
+)
 
 SHOWN = 50
 MAX_QUERY = 100  # characters of a search
@@ -30,11 +35,57 @@ REGIONS = ["Northmarch", "Southdowns", "Eastvale", "Westreach", "Highlands", "Lo
 
 def make_places(count: int = 1000, seed: int = 7) -> list[tuple[str, str]]:
     """``count`` distinct (place, region) pairs, the same on every run."""
-    starts = ["Al", "Bel", "Car", "Dun", "El", "Fair", "Glen", "Har", "Ivy", "Kings", "Lan", "Mar",
-              "New", "Oak", "Port", "Queens", "Ros", "Sand", "Thorn", "Ux", "Val", "West", "York", "Zell"]
+    starts = [
+        "Al",
+        "Bel",
+        "Car",
+        "Dun",
+        "El",
+        "Fair",
+        "Glen",
+        "Har",
+        "Ivy",
+        "Kings",
+        "Lan",
+        "Mar",
+        "New",
+        "Oak",
+        "Port",
+        "Queens",
+        "Ros",
+        "Sand",
+        "Thorn",
+        "Ux",
+        "Val",
+        "West",
+        "York",
+        "Zell",
+    ]
     middles = ["", "a", "en", "er", "i", "o"]
-    ends = ["bridge", "brook", "bury", "by", "caster", "dale", "field", "ford", "gate", "ham", "haven",
-            "holm", "hurst", "ington", "leigh", "mouth", "ness", "port", "stead", "ton", "vale", "wick"]
+    ends = [
+        "bridge",
+        "brook",
+        "bury",
+        "by",
+        "caster",
+        "dale",
+        "field",
+        "ford",
+        "gate",
+        "ham",
+        "haven",
+        "holm",
+        "hurst",
+        "ington",
+        "leigh",
+        "mouth",
+        "ness",
+        "port",
+        "stead",
+        "ton",
+        "vale",
+        "wick",
+    ]
     rng = random.Random(seed)
     names = rng.sample([s + m + e for s in starts for m in middles for e in ends], count)
     return sorted((name, rng.choice(REGIONS)) for name in names)
@@ -66,13 +117,21 @@ def results(query: str) -> Markup:
     started = time.perf_counter()
     found = search_places(query)
     took_ms = (time.perf_counter() - started) * 1000
-    items = (html('<li>{}<span class="region">{}</span></li>', highlight(name, query), highlight(region, query))
-             for name, region in found[:SHOWN])
+    items = (
+        html('<li>{}<span class="region">{}</span></li>', highlight(name, query), highlight(region, query))
+        for name, region in found[:SHOWN]
+    )
     more = html("<p>Showing the first {}.</p>", SHOWN) if len(found) > SHOWN else ""
-    return html("""<div id="results">
+    return html(
+        """<div id="results">
   <p id="stats"><span id="count">{count}</span> results in <span id="took">{took:.2f}</span> ms</p>
   <ol>{items}</ol>{more}
-</div>""", count=len(found), took=took_ms, items=items, more=more)
+</div>""",
+        count=len(found),
+        took=took_ms,
+        items=items,
+        more=more,
+    )
 
 
 @app.page("/")
@@ -83,7 +142,9 @@ def live_search(c: Context) -> None:
     def search() -> None:
         c.patch_elements(results(q.as_str()))  # morphs <div id="results"> alone
 
-    c.view(lambda: html("""
+    c.view(
+        lambda: html(
+            """
 <main>
   <h1>Live search</h1>
   <form data-on:submit__prevent="{search}">
@@ -91,7 +152,14 @@ def live_search(c: Context) -> None:
            maxlength="{max_query}" {bind} data-on:input__debounce.250ms="{search}">
   </form>
   {results}
-</main>""", search=search, places=len(PLACES), max_query=MAX_QUERY, bind=q.bind(), results=results(q.as_str())))
+</main>""",
+            search=search,
+            places=len(PLACES),
+            max_query=MAX_QUERY,
+            bind=q.bind(),
+            results=results(q.as_str()),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,13 +23,18 @@ from pyvia import App, Context, Markup, Request, Response, html, raw
 PASSWORD = "pyvia"
 MAX_NOTE = 200  # characters of a note
 
-app = App(title="Login", head=["""<style>
+app = App(
+    title="Login",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 36rem; }
   form { display: grid; gap: .6rem; max-width: 20rem; }
   nav { display: flex; gap: 1rem; align-items: center; margin-bottom: 1rem; }
   #error, #refused { color: #b00020; }
   #refused { border: 1px solid #b00020; padding: .5rem; border-radius: 4px; }
-</style>"""])
+</style>"""
+    ],
+)
 
 
 def require_user(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -72,15 +77,21 @@ def login_page(c: Context) -> None:
 
     def view() -> Markup:
         if user is not None:
-            return html("""
+            return html(
+                """
 <main>
   <h1>Login</h1>
   <p id="who">You are logged in as <b>{user}</b>.</p>
   <nav><a id="to-area" href="{area}">Go to the area</a>
     <button id="logout" data-on:click="{log_out}">Log out</button></nav>
-</main>""", user=user, area=app.url("/area"), log_out=log_out)
+</main>""",
+                user=user,
+                area=app.url("/area"),
+                log_out=log_out,
+            )
         # A form post carries the fields, not the signals: the password never goes in a URL.
-        return html("""
+        return html(
+            """
 <main>
   <h1>Login</h1>
   <p>Any user name; the password is <code>{password}</code>.
@@ -93,7 +104,13 @@ def login_page(c: Context) -> None:
     <button id="login">Log in</button>
   </form>
   <p id="error" data-text="{error}"></p>
-</main>""", password=PASSWORD, area=app.url("/area"), login_url=login.url, ctx=c.id, error=error.ref())
+</main>""",
+            password=PASSWORD,
+            area=app.url("/area"),
+            login_url=login.url,
+            ctx=c.id,
+            error=error.ref(),
+        )
 
     c.view(view)
 
@@ -102,18 +119,25 @@ def area_nav(c: Context, current: str) -> Markup:
     """The area's header: who is logged in, the area's pages, the logout button, and the banner
     shown when an action of this page is refused (the session was logged out elsewhere)."""
     user = c.state_from_middleware["user"]
-    links = html(" ").join(html('<a href="{}"{}>{}</a>', app.url(path), raw(" aria-current=page") if path == current
-                                else "", label)
-                           for path, label in (("/area", "Dashboard"), ("/area/profile", "Profile")))
+    links = html(" ").join(
+        html('<a href="{}"{}>{}</a>', app.url(path), raw(" aria-current=page") if path == current else "", label)
+        for path, label in (("/area", "Dashboard"), ("/area/profile", "Profile"))
+    )
     refused = "evt.detail.type === 'error' && evt.detail.argsRaw.status === '403' && ($_refused = true)"
-    return html("""
+    return html(
+        """
 <nav data-signals="{{_refused: false}}" data-on:datastar-fetch="{refused}">
   <span id="user">{user}</span> {links}
   <button id="logout" data-on:click="{logout}">Log out</button>
 </nav>
 <p id="refused" data-show="$_refused" style="display: none">This page's actions were refused: you have been
-  logged out. <a href="{home}">Log in again</a>.</p>""", refused=refused, user=user, links=links,
-                logout=c.actions["logout"], home=app.url("/"))
+  logged out. <a href="{home}">Log in again</a>.</p>""",
+        refused=refused,
+        user=user,
+        links=links,
+        logout=c.actions["logout"],
+        home=app.url("/"),
+    )
 
 
 with app.group("/area", middleware=[require_user]) as area:
@@ -132,7 +156,9 @@ with app.group("/area", middleware=[require_user]) as area:
                 draft.value = ""
                 c.sync()
 
-        c.view(lambda: html("""
+        c.view(
+            lambda: html(
+                """
 <main>
   {nav}
   <h1>Dashboard</h1>
@@ -142,19 +168,32 @@ with app.group("/area", middleware=[require_user]) as area:
     <input id="draft" {draft} maxlength="{max_note}" placeholder="A note" autocomplete="off">
     <button>Add</button>
   </form>
-</main>""", nav=area_nav(c, "/area"), notes=(html("<li>{}</li>", n) for n in notes), add_note=add_note,
-                            draft=draft.bind(), max_note=MAX_NOTE))
+</main>""",
+                nav=area_nav(c, "/area"),
+                notes=(html("<li>{}</li>", n) for n in notes),
+                add_note=add_note,
+                draft=draft.bind(),
+                max_note=MAX_NOTE,
+            )
+        )
 
     @area.page("/profile", title="Profile")
     def profile(c: Context) -> None:
         c.action(logout, "logout")
         since = c.session_data.get("since", "?")
-        c.view(lambda: html("""
+        c.view(
+            lambda: html(
+                """
 <main>
   {nav}
   <h1>Profile</h1>
   <p id="profile">User <b>{user}</b>, logged in since {since}.</p>
-</main>""", nav=area_nav(c, "/area/profile"), user=c.state_from_middleware["user"], since=since))
+</main>""",
+                nav=area_nav(c, "/area/profile"),
+                user=c.state_from_middleware["user"],
+                since=since,
+            )
+        )
 
 
 if __name__ == "__main__":

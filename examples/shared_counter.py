@@ -31,14 +31,20 @@ def shared_counter(c: Context) -> None:
         count.value = 0
 
     c.view(
-        lambda: html("""
+        lambda: html(
+            """
 <main id="shared">
   <h1>Shared counter</h1>
   <p>Everyone on this page sees <strong id="count">{count}</strong></p>
   <button id="inc" data-on:click="{increment}">+1</button>
   <button id="reset" data-on:click="{reset}">Reset</button>
   <p id="watching">{watching} watching</p>
-</main>""", count=count.value, increment=increment, reset=reset, watching=app.count_clients(c.primary_scope)),
+</main>""",
+            count=count.value,
+            increment=increment,
+            reset=reset,
+            watching=app.count_clients(c.primary_scope),
+        ),
         share_render=True,
     )
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from pyvia import App, Context, Markup, Scope, html, raw
 
-app = App(title="Shopping cart", head=["""<style>
+app = App(
+    title="Shopping cart",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; }
   main { display: grid; grid-template-columns: repeat(auto-fit, minmax(18rem, 1fr)); gap: 2rem; }
   h1 { grid-column: 1 / -1; margin: 0; }
@@ -20,7 +23,9 @@ app = App(title="Shopping cart", head=["""<style>
   .line .name { flex: 1; }
   #total { font-size: 1.3rem; font-weight: bold; }
   #badge { background: #333; color: white; border-radius: 1rem; padding: 0 .5rem; font-size: .9rem; }
-</style>"""])
+</style>"""
+    ],
+)
 
 CATALOG: dict[str, tuple[str, int]] = {  # id: (name, price in cents)
     "mug": ("Enamel mug", 1250),
@@ -77,23 +82,41 @@ def shop(c: Context) -> None:
 
     def view() -> Markup:
         items = cart()
-        products = (html("""
+        products = (
+            html(
+                """
   <div class="product"><span>{name}</span><span>{price}</span>
     <button id="add-{pid}" data-on:click="{add}">Add to cart</button></div>""",
-                         name=name, price=money(price), pid=pid, add=add(product=pid))
-                    for pid, (name, price) in CATALOG.items())
-        lines = [html("""
+                name=name,
+                price=money(price),
+                pid=pid,
+                add=add(product=pid),
+            )
+            for pid, (name, price) in CATALOG.items()
+        )
+        lines = [
+            html(
+                """
   <div class="line" id="line-{pid}"><span class="name">{name}</span>
     <button id="dec-{pid}" data-on:click="{decrease}">&minus;</button>
     <span class="qty" id="qty-{pid}">{qty}</span>
     <button id="inc-{pid}" data-on:click="{add}">+</button>
     <span id="subtotal-{pid}">{subtotal}</span>
     <button id="remove-{pid}" title="Remove" data-on:click="{remove}">&times;</button></div>""",
-                      pid=pid, name=CATALOG[pid][0], qty=qty, subtotal=money(CATALOG[pid][1] * qty),
-                      decrease=decrease(product=pid), add=add(product=pid), remove=remove(product=pid))
-                 for pid, qty in items.items() if pid in CATALOG]
+                pid=pid,
+                name=CATALOG[pid][0],
+                qty=qty,
+                subtotal=money(CATALOG[pid][1] * qty),
+                decrease=decrease(product=pid),
+                add=add(product=pid),
+                remove=remove(product=pid),
+            )
+            for pid, qty in items.items()
+            if pid in CATALOG
+        ]
         total = sum(CATALOG[pid][1] * qty for pid, qty in items.items() if pid in CATALOG)
-        return html("""
+        return html(
+            """
 <main>
 <h1>Shop <span id="badge">{count}</span></h1>
 <section id="catalog"><h2>Catalog</h2>{products}</section>
@@ -103,9 +126,14 @@ def shop(c: Context) -> None:
   <button id="empty" data-on:click="{empty}"{disabled}>Empty the cart</button>
   <p><small>Open this page in another tab of the same browser: the cart follows.</small></p>
 </section>
-</main>""", count=sum(items.values()), products=products,
-                    lines=lines or html('<p id="empty-note">Your cart is empty.</p>'), total=money(total),
-                    empty=empty, disabled="" if items else raw(" disabled"))
+</main>""",
+            count=sum(items.values()),
+            products=products,
+            lines=lines or html('<p id="empty-note">Your cart is empty.</p>'),
+            total=money(total),
+            empty=empty,
+            disabled="" if items else raw(" disabled"),
+        )
 
     c.view(view)
 

@@ -40,7 +40,10 @@ WINDOW = VISIBLE + 2 * OVERSCAN
 MAX_VALUE = 500
 PALETTE = ["#e6194b", "#3cb44b", "#f58231", "#911eb4", "#008080", "#f032e6", "#9a6324", "#4363d8"]
 
-app = App(title="Spreadsheet", head=[f"""<style>
+app = App(
+    title="Spreadsheet",
+    head=[
+        f"""<style>
   #sheet {{ font: 14px system-ui, sans-serif; }}
   .head, .row {{ display: grid; grid-template-columns: 3rem repeat({COLS}, 6.5rem); }}
   .head div {{ background: #f1f3f4; text-align: center; font-weight: 600; border: 1px solid #ddd; }}
@@ -57,7 +60,9 @@ app = App(title="Spreadsheet", head=[f"""<style>
   #editor {{ width: 100%; border: 0; padding: 0; font: inherit; background: transparent; outline: none; }}
   .bar {{ display: flex; gap: 1.5rem; align-items: center; margin: .4rem 0; }}
   .dot {{ display: inline-block; width: .8rem; height: .8rem; border-radius: 50%; margin-right: .2rem; }}
-</style>"""])
+</style>"""
+    ],
+)
 
 
 # --- storage -------------------------------------------------------------------------------------
@@ -79,16 +84,19 @@ def seed_cells() -> Iterator[tuple[int, int, str]]:
     rng = random.Random(2000)
     yield from enumerate_row(0, ["Item", "Category", "Qty", "Price", "Region", "Rep", "Status", "Notes"])
     for r in range(1, ROWS):
-        yield from enumerate_row(r, [
-            f"Item {r:04d}",
-            rng.choice(["Hardware", "Software", "Services", "Books", "Garden"]),
-            str(rng.randint(1, 500)),
-            f"{rng.uniform(1, 999):.2f}",
-            rng.choice(["North", "South", "East", "West"]),
-            rng.choice(["Ada", "Grace", "Linus", "Guido", "Barbara"]),
-            rng.choice(["open", "shipped", "paid", "returned"]),
-            "check stock" if r % 7 == 0 else "",
-        ])
+        yield from enumerate_row(
+            r,
+            [
+                f"Item {r:04d}",
+                rng.choice(["Hardware", "Software", "Services", "Books", "Garden"]),
+                str(rng.randint(1, 500)),
+                f"{rng.uniform(1, 999):.2f}",
+                rng.choice(["North", "South", "East", "West"]),
+                rng.choice(["Ada", "Grace", "Linus", "Guido", "Barbara"]),
+                rng.choice(["open", "shipped", "paid", "returned"]),
+                "check stock" if r % 7 == 0 else "",
+            ],
+        )
 
 
 def enumerate_row(r: int, values: list[str]) -> Iterator[tuple[int, int, str]]:
@@ -98,8 +106,10 @@ def enumerate_row(r: int, values: list[str]) -> Iterator[tuple[int, int, str]]:
 @app.on_start
 def create_and_seed() -> None:
     with db() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS cells (row INTEGER NOT NULL, col INTEGER NOT NULL,"
-                     " value TEXT NOT NULL, PRIMARY KEY (row, col)) WITHOUT ROWID")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS cells (row INTEGER NOT NULL, col INTEGER NOT NULL,"
+            " value TEXT NOT NULL, PRIMARY KEY (row, col)) WITHOUT ROWID"
+        )
         if conn.execute("PRAGMA user_version").fetchone()[0] == 0:  # the first start
             conn.executemany("INSERT OR REPLACE INTO cells VALUES (?, ?, ?)", seed_cells())
             conn.execute("PRAGMA user_version = 1")
@@ -120,8 +130,10 @@ def read_cell(r: int, k: int) -> str:
 def write_cell(r: int, k: int, value: str) -> None:
     with db() as conn:
         if value:
-            conn.execute("INSERT INTO cells VALUES (?, ?, ?)"
-                         " ON CONFLICT (row, col) DO UPDATE SET value = excluded.value", (r, k, value))
+            conn.execute(
+                "INSERT INTO cells VALUES (?, ?, ?) ON CONFLICT (row, col) DO UPDATE SET value = excluded.value",
+                (r, k, value),
+            )
         else:
             conn.execute("DELETE FROM cells WHERE row = ? AND col = ?", (r, k))
 
@@ -262,14 +274,18 @@ def sheet(c: Context) -> None:
     def render_cell(r: int, k: int, value: str, peers: dict[tuple[int, int], str]) -> Markup:
         if (r, k) == (row.value, col.value):
             if editing.value:
-                inner = html('<input id="editor" {} maxlength="{}" autocomplete="off" data-init="el.focus()">',
-                             draft.bind(), MAX_VALUE)
+                inner = html(
+                    '<input id="editor" {} maxlength="{}" autocomplete="off" data-init="el.focus()">',
+                    draft.bind(),
+                    MAX_VALUE,
+                )
             else:
                 inner = html("{}", value)
             return html('<div class="cell sel" data-cell="{}:{}">{}</div>', r, k, inner)
         if (r, k) in peers:
-            return html('<div class="cell peer" style="--peer: {}" data-cell="{}:{}">{}</div>',
-                        peers[(r, k)], r, k, value)
+            return html(
+                '<div class="cell peer" style="--peer: {}" data-cell="{}:{}">{}</div>', peers[(r, k)], r, k, value
+            )
         return html('<div class="cell" data-cell="{}:{}">{}</div>', r, k, value)
 
     def view() -> Markup:
@@ -277,12 +293,16 @@ def sheet(c: Context) -> None:
         values = load_window(first, WINDOW)
         peers = {(x["row"], x["col"]): x["color"] for x in cursors.value if x["tab"] != me}
         rows = (
-            html('<div class="row"><div class="rh">{}</div>{}</div>', r + 1,
-                 (render_cell(r, k, values.get((r, k), ""), peers) for k in range(COLS)))
+            html(
+                '<div class="row"><div class="rh">{}</div>{}</div>',
+                r + 1,
+                (render_cell(r, k, values.get((r, k), ""), peers) for k in range(COLS)),
+            )
             for r in range(first, min(first + WINDOW, ROWS))
         )
         people = (html('<span class="dot" style="background: {}"></span>', x["color"]) for x in cursors.value)
-        return html("""
+        return html(
+            """
 <main id="sheet" data-on:keydown__window="{keys}">
   <h1>Spreadsheet</h1>
   <div class="bar">
@@ -300,10 +320,22 @@ def sheet(c: Context) -> None:
   </div>
   <p><small>Click a cell, type, Enter to commit, Escape to cancel; arrows move; Ctrl+C / Ctrl+V copy and paste.
   Open a second browser to see its cursor.</small></p>
-</main>""", keys=keys, address=f"{COLUMNS[col.value]}{row.value + 1}", current=read_cell(row.value, col.value),
-                    clipboard_ref=clipboard.ref(), clipboard=clipboard.value, people=people, here=len(cursors.value),
-                    columns=(html("<div>{}</div>", name) for name in COLUMNS), scroll_top=scroll_top.ref(),
-                    scroll=scroll, click=click, double_click=double_click, top=first * ROW_H, rows=rows)
+</main>""",
+            keys=keys,
+            address=f"{COLUMNS[col.value]}{row.value + 1}",
+            current=read_cell(row.value, col.value),
+            clipboard_ref=clipboard.ref(),
+            clipboard=clipboard.value,
+            people=people,
+            here=len(cursors.value),
+            columns=(html("<div>{}</div>", name) for name in COLUMNS),
+            scroll_top=scroll_top.ref(),
+            scroll=scroll,
+            click=click,
+            double_click=double_click,
+            top=first * ROW_H,
+            rows=rows,
+        )
 
     c.view(view)
 

@@ -14,7 +14,10 @@ import random
 
 from pyvia import App, Context, Markup, Scope, html
 
-app = App(title="Stock ticker", head=["""<style>
+app = App(
+    title="Stock ticker",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; }
   table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
   td, th { padding: .3rem .8rem; text-align: right; border-bottom: 1px solid #eee; }
@@ -23,7 +26,9 @@ app = App(title="Stock ticker", head=["""<style>
   svg { width: 120px; height: 24px; }
   polyline { fill: none; stroke: currentColor; stroke-width: 1.5; }
   #watching { color: #666; }
-</style>"""])
+</style>"""
+    ],
+)
 
 PAGE = Scope.route("/")
 SYMBOLS = ["ACME", "BOLT", "CRUX", "DYNA", "EPIC", "FLUX", "GRID", "HALO", "IONX", "JADE"]
@@ -72,9 +77,7 @@ def sparkline(prices: list[float], width: int = 120, height: int = 24) -> str:
     low, high = min(prices), max(prices)
     span = (high - low) or 1.0
     step = width / (HISTORY - 1)
-    return " ".join(
-        f"{i * step:.1f},{height - 2 - (p - low) / span * (height - 4):.1f}" for i, p in enumerate(prices)
-    )
+    return " ".join(f"{i * step:.1f},{height - 2 - (p - low) / span * (height - 4):.1f}" for i, p in enumerate(prices))
 
 
 market = Market()
@@ -104,7 +107,8 @@ def ticker(c: Context) -> None:
 
     def row(symbol: str) -> Markup:
         q = f"{shared.ref()}.{symbol}"  # $_route__quotes.ACME
-        return html("""
+        return html(
+            """
   <tr id="row-{symbol}">
     <td>{symbol}</td>
     <td id="price-{symbol}" data-text="{q}.price"
@@ -115,11 +119,16 @@ def ticker(c: Context) -> None:
       <svg viewBox="0 0 120 24" preserveAspectRatio="none">
         <polyline id="spark-{symbol}" data-attr:points="{q}.points"/></svg>
     </td>
-  </tr>""", symbol=symbol, q=q)
+  </tr>""",
+            symbol=symbol,
+            q=q,
+        )
 
     # The markup holds no price: Datastar fills it in from the signal, so the render that each
     # flush sends is the same every time, apart from the "watching" line, and the morph is a no-op.
-    c.view(lambda: html("""
+    c.view(
+        lambda: html(
+            """
 <main>
   <h1>Stock ticker</h1>
   <table>
@@ -127,8 +136,14 @@ def ticker(c: Context) -> None:
     <tbody>{rows}</tbody>
   </table>
   <p id="watching">{watching} watching. Prices move every {tick_ms} ms while someone does.</p>
-</main>""", history=HISTORY, rows=(row(s) for s in SYMBOLS), watching=app.count_clients(PAGE), tick_ms=TICK_MS),
-           share_render=True)
+</main>""",
+            history=HISTORY,
+            rows=(row(s) for s in SYMBOLS),
+            watching=app.count_clients(PAGE),
+            tick_ms=TICK_MS,
+        ),
+        share_render=True,
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from pyvia import App, Context, Markup, Scope, html, raw
 
-app = App(title="Todo", head=["""<style>
+app = App(
+    title="Todo",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 32rem; }
   #todos { list-style: none; padding: 0; }
   #todos li { display: flex; align-items: center; gap: .5rem; padding: .25rem 0; border-bottom: 1px solid #eee; }
@@ -25,7 +28,9 @@ app = App(title="Todo", head=["""<style>
   #todos li span { flex: 1; }
   .filters button[aria-pressed="true"] { font-weight: bold; }
   footer { display: flex; gap: 1rem; align-items: center; color: #666; }
-</style>"""])
+</style>"""
+    ],
+)
 
 FILTERS = ("all", "active", "done")
 MAX_TITLE = 200
@@ -45,8 +50,10 @@ def db() -> Iterator[sqlite3.Connection]:
 @app.on_start
 def create_table() -> None:
     with db() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS todos ("
-                     " id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS todos ("
+            " id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0)"
+        )
 
 
 def load(show: str) -> tuple[list[tuple[int, str, bool]], int, int]:
@@ -97,21 +104,35 @@ def todo(c: Context) -> None:
         c.sync()  # only this tab
 
     def item(i: int, title: str, is_done: bool) -> Markup:
-        return html('''
+        return html(
+            """
     <li id="todo-{i}"{done_class}>
       <input type="checkbox" id="toggle-{i}"{checked} data-on:change="{toggle}">
       <span>{title}</span>
       <button id="delete-{i}" title="Delete" data-on:click="{delete}">&times;</button>
-    </li>''', i=i, title=title, toggle=toggle(item_id=i), delete=delete(item_id=i),
-                    done_class=raw(' class="done"') if is_done else "", checked=raw(" checked") if is_done else "")
+    </li>""",
+            i=i,
+            title=title,
+            toggle=toggle(item_id=i),
+            delete=delete(item_id=i),
+            done_class=raw(' class="done"') if is_done else "",
+            checked=raw(" checked") if is_done else "",
+        )
 
     def view() -> Markup:
         current = show.value if show.value in FILTERS else "all"
         rows, left, done = load(current)
-        buttons = (html('<button id="show-{f}" aria-pressed="{pressed}" data-on:click="{act}">{f}</button>',
-                        f=f, pressed=str(f == current).lower(), act=set_filter(wanted=f))
-                   for f in FILTERS)
-        return html('''
+        buttons = (
+            html(
+                '<button id="show-{f}" aria-pressed="{pressed}" data-on:click="{act}">{f}</button>',
+                f=f,
+                pressed=str(f == current).lower(),
+                act=set_filter(wanted=f),
+            )
+            for f in FILTERS
+        )
+        return html(
+            """
 <main>
   <h1>Todo</h1>
   <form id="add-form" data-on:submit__prevent="{add}">
@@ -124,8 +145,17 @@ def todo(c: Context) -> None:
     <span class="filters">{buttons}</span>
     <button id="clear-done" data-on:click="{clear_done}"{disabled}>Clear done ({done})</button>
   </footer>
-</main>''', add=add, max_title=MAX_TITLE, bind=draft.bind(), items=(item(*row) for row in rows), left=left,
-                    buttons=buttons, clear_done=clear_done, disabled="" if done else raw(" disabled"), done=done)
+</main>""",
+            add=add,
+            max_title=MAX_TITLE,
+            bind=draft.bind(),
+            items=(item(*row) for row in rows),
+            left=left,
+            buttons=buttons,
+            clear_done=clear_done,
+            disabled="" if done else raw(" disabled"),
+            done=done,
+        )
 
     c.view(view)
 

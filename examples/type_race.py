@@ -33,7 +33,10 @@ SENTENCES = [
 MAX_NAME = 20  # characters of a player's or a room's name
 MAX_TYPED = 2 * max(map(len, SENTENCES))  # room for typos past the end
 
-app = App(title="Type race", head=["""<style>
+app = App(
+    title="Type race",
+    head=[
+        """<style>
   body { font-family: system-ui, sans-serif; margin: 2rem; max-width: 44rem; }
   #sentence { font: 1.3rem/1.6 ui-monospace, monospace; padding: .6rem; background: #f6f8fa; border-radius: 6px; }
   #sentence .done { color: #1b5e20; background: #c8e6c9; }
@@ -46,7 +49,9 @@ app = App(title="Type race", head=["""<style>
   #phase { margin: 1rem 0; font-size: 1.2rem; }
   #countdown { font-size: 3rem; font-weight: bold; text-align: center; margin: .5rem; }
   ol#results li { margin: .2rem 0; }
-</style>"""])
+</style>"""
+    ],
+)
 
 
 def room_scope(room: str) -> str:
@@ -119,11 +124,16 @@ def rooms(c: Context) -> None:
     def view() -> Markup:
         open_rooms = {s.name.split(":", 1)[1] for s in app.scopes.matching("race:*")}
         items = (
-            html('<li><a href="{}">{}</a> <span class="count">{} here</span></li>',
-                 app.url(f"/room/{name}"), name, app.count_clients(room_scope(name)))
+            html(
+                '<li><a href="{}">{}</a> <span class="count">{} here</span></li>',
+                app.url(f"/room/{name}"),
+                name,
+                app.count_clients(room_scope(name)),
+            )
             for name in sorted(set(ROOMS) | open_rooms)
         )
-        return html("""
+        return html(
+            """
 <main>
   <h1>Type race</h1>
   <ul id="rooms">{items}</ul>
@@ -132,7 +142,13 @@ def rooms(c: Context) -> None:
     <button>Go</button>
   </form>
   <p id="problem" data-text="{problem}"></p>
-</main>""", items=items, go=go, wanted=wanted.bind(), max_name=MAX_NAME, problem=problem.ref())
+</main>""",
+            items=items,
+            go=go,
+            wanted=wanted.bind(),
+            max_name=MAX_NAME,
+            problem=problem.ref(),
+        )
 
     c.view(view, share_render=True)  # nothing in it is one tab's: render once for all
 
@@ -200,20 +216,29 @@ def race(c: Context, name: str) -> None:
         for p in players.value:
             pct = 100 * p["done"] // length if length else 0
             took = f"{p['time']:.2f} s" if p["time"] is not None else f"{pct}%"
-            rows.append(html("""<div class="player{me}">
+            rows.append(
+                html(
+                    """<div class="player{me}">
               <span class="who">{name}</span>
               <div class="bar"><div style="width: {pct}%"></div></div><span class="took">{took}</span></div>""",
-                             me=" me" if p["key"] == me else "", name=p["name"], pct=pct, took=took))
+                    me=" me" if p["key"] == me else "",
+                    name=p["name"],
+                    pct=pct,
+                    took=took,
+                )
+            )
         return html("{}", rows) if rows else html("<p>No players yet: press Start.</p>")
 
     def results() -> Markup:
         ranked = sorted((p for p in players.value if p["time"] is not None), key=lambda p: p["time"])
         words = len(sentence.value) / 5
-        items = (html("<li>{}: {:.2f} s, {:.0f} wpm</li>", p["name"], p["time"], words / p["time"] * 60)
-                 for p in ranked)
+        items = (
+            html("<li>{}: {:.2f} s, {:.0f} wpm</li>", p["name"], p["time"], words / p["time"] * 60) for p in ranked
+        )
         unfinished = [p["name"] for p in players.value if p["time"] is None]
-        return (html('<ol id="results">{}</ol>', items)
-                + (html("<p>Did not finish: {}</p>", ", ".join(unfinished)) if unfinished else ""))
+        return html('<ol id="results">{}</ol>', items) + (
+            html("<p>Did not finish: {}</p>", ", ".join(unfinished)) if unfinished else ""
+        )
 
     def view() -> Markup:
         mine = my_entry()
@@ -235,7 +260,8 @@ def race(c: Context, name: str) -> None:
         }[phase.value]
         # While racing, the input is enabled and focused; the browser clears it for a new race.
         attrs = raw('data-init="el.focus()"') if racing_me else raw("disabled")
-        return html("""
+        return html(
+            """
 <main id="race">
   <p><a href="{home}">All rooms</a></p>
   <h1>Room {name}</h1>
@@ -253,11 +279,27 @@ def race(c: Context, name: str) -> None:
          data-class:typo="!{sentence}.startsWith({typed_ref})"
          data-effect="{phase_ref} === 'countdown' && ({typed_ref} = '')">
   <div id="players">{players}</div>
-</main>""", home=app.url("/"), name=name, set_name=set_name, name_field=name_field.bind(), max_name=MAX_NAME,
-                    username_ref=username.ref(), username=username.value, phase=phase.value, banner=banner,
-                    button=button, done=sentence.value[:done], rest=sentence.value[done:], typed=typed.bind(),
-                    attrs=attrs, progress=progress, sentence=sentence.ref(), typed_ref=typed.ref(),
-                    phase_ref=phase.ref(), players=player_rows())
+</main>""",
+            home=app.url("/"),
+            name=name,
+            set_name=set_name,
+            name_field=name_field.bind(),
+            max_name=MAX_NAME,
+            username_ref=username.ref(),
+            username=username.value,
+            phase=phase.value,
+            banner=banner,
+            button=button,
+            done=sentence.value[:done],
+            rest=sentence.value[done:],
+            typed=typed.bind(),
+            attrs=attrs,
+            progress=progress,
+            sentence=sentence.ref(),
+            typed_ref=typed.ref(),
+            phase_ref=phase.ref(),
+            players=player_rows(),
+        )
 
     c.view(view)
 

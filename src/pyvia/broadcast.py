@@ -62,8 +62,9 @@ def next_flush_time(now: float, last_start: float, last_duration: float, tick: f
     return max(now, last_start + tick, last_start + 2 * last_duration)
 
 
-def settled_flush_time(now: float, last_mark: float, first_mark: float, settle: float, tick: float,
-                       last_start: float, last_duration: float) -> float:
+def settled_flush_time(
+    now: float, last_mark: float, first_mark: float, settle: float, tick: float, last_start: float, last_duration: float
+) -> float:
     """When a burst's flush may start: ``settle`` after its latest mark, at the latest a tick after
     its first, never sooner than twice the last flush's duration after that flush started."""
     return max(now, min(last_mark + settle, first_mark + tick), last_start + 2 * last_duration)
@@ -72,11 +73,28 @@ def settled_flush_time(now: float, last_mark: float, first_mark: float, settle: 
 class _Slices:
     """A flush being written slice by slice; what is needed to finish it or to drop the rest."""
 
-    __slots__ = ("budget", "changes", "duration", "first_mark", "index", "last_flush", "now", "shared", "states",
-                 "targets")
+    __slots__ = (
+        "budget",
+        "changes",
+        "duration",
+        "first_mark",
+        "index",
+        "last_flush",
+        "now",
+        "shared",
+        "states",
+        "targets",
+    )
 
-    def __init__(self, states: list[ScopeState], changes: list[dict[str, Any]], last_flush: list[float],
-                 targets: list[tuple[Context, list[bytes]]], now: float, first_mark: float) -> None:
+    def __init__(
+        self,
+        states: list[ScopeState],
+        changes: list[dict[str, Any]],
+        last_flush: list[float],
+        targets: list[tuple[Context, list[bytes]]],
+        now: float,
+        first_mark: float,
+    ) -> None:
         self.first_mark = first_mark  # the burst, if one follows, started here
         self.states = states
         self.changes = changes  # the signal changes taken from each state, to give back if dropped
@@ -166,8 +184,9 @@ class Broadcaster:
             return
         now = clock.now()
         if self._settling:
-            when = settled_flush_time(now, self._last_mark, self._first_mark, self.settle, self.tick,
-                                      self._last_start, self._last_duration)
+            when = settled_flush_time(
+                now, self._last_mark, self._first_mark, self.settle, self.tick, self._last_start, self._last_duration
+            )
         else:
             when = next_flush_time(now, self._last_start, self._last_duration, self.tick)
         if at is not None:
@@ -360,8 +379,12 @@ class Broadcaster:
             state.last_flush = 0.0
 
     def stats(self) -> dict[str, Any]:
-        return {"flushes": self.flushes, "tab_frames": self.frames_sent, "pending": len(self.pending),
-                "flushes_cut_short": self.cut_short}
+        return {
+            "flushes": self.flushes,
+            "tab_frames": self.frames_sent,
+            "pending": len(self.pending),
+            "flushes_cut_short": self.cut_short,
+        }
 
     def cancel(self) -> None:
         """Stop the timer; a flush being written in slices is finished first."""

@@ -71,59 +71,115 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyvia", description="Real-time, server-rendered web apps.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
-        "run", help="serve an app on the native server",
+        "run",
+        help="serve an app on the native server",
         description="Serve an app on the native server until SIGTERM or Ctrl-C. A supervisor process holds "
-                    "the socket and runs the workers; SIGHUP to it, or pyvia reload, is a deploy: new workers "
-                    "start with the code on disk, and once each is ready the old one stops gracefully while "
-                    "its tabs reconnect to the new code and revive with their signals.")
+        "the socket and runs the workers; SIGHUP to it, or pyvia reload, is a deploy: new workers "
+        "start with the code on disk, and once each is ready the old one stops gracefully while "
+        "its tabs reconnect to the new code and revive with their signals.",
+    )
     run.add_argument("app", metavar="MODULE:ATTR", help="where the App is, such as myapp:app")
-    run.add_argument("--host", default=None,
-                     help="address to listen on (default: [server] host in pyvia.toml, else 127.0.0.1)")
-    run.add_argument("--port", type=int, default=None,
-                     help="port to listen on (default: [server] port in pyvia.toml, else 3000)")
+    run.add_argument(
+        "--host", default=None, help="address to listen on (default: [server] host in pyvia.toml, else 127.0.0.1)"
+    )
+    run.add_argument(
+        "--port", type=int, default=None, help="port to listen on (default: [server] port in pyvia.toml, else 3000)"
+    )
     run.add_argument("--cert", dest="certfile", metavar="FILE", help="TLS certificate chain (PEM); needs --key")
     run.add_argument("--key", dest="keyfile", metavar="FILE", help="TLS private key (PEM); needs --cert")
-    run.add_argument("--workers", default=None, metavar="N|auto",
-                     help="worker processes sharing the socket; auto = the cgroup CPU quota (default: 1)")
-    run.add_argument("--engine", metavar="URL", default=None,
-                     help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
-                          "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)")
-    run.add_argument("--cluster-address", metavar="HOST[:PORT]", default=None,
-                     help="nodes on other machines forward actions to this node's workers over TCP at HOST (this "
-                          "machine's private address), port PORT + worker id or any free one; needs --engine, the "
-                          "same secret on every node, and a private network: not encrypted (docs/deployment.md)")
-    run.add_argument("--worker-ports", type=int, default=None, metavar="PORT",
-                     help="each worker also serves its own port, PORT + its id (0, 1, ...), for a proxy that keeps "
-                          "a browser on one worker, such as Caddy's lb_policy cookie (docs/deployment.md)")
-    run.add_argument("--graceful-timeout", type=float, default=None, metavar="SECONDS",
-                     help="how long a stop waits for streams and requests to end (default: 3)")
-    run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                     help="a [server] or [log] setting over pyvia.toml and PYVIA_* (repeatable), such as "
-                          "--set max_streams_per_ip=64 or --set allowed_hosts='[\"example.com\"]'")
-    run.add_argument("--reload-spread", type=float, default=2.0, metavar="SECONDS",
-                     help="in a reload, an old worker ends its streams over this many seconds in random order, "
-                          "so its tabs reconnect staggered rather than all at once (default: 2)")
-    run.add_argument("--pid-file", default=None, metavar="FILE",
-                     help="write the supervisor's process id here, for pyvia reload "
-                          "(default: [server] pid_file in pyvia.toml, else none)")
-    run.add_argument("--dev", action="store_true",
-                     help="development: reload on each change of the app's files (watchfiles), App(dev=True) "
-                          "by default, errors shown in the page. Never in production")
+    run.add_argument(
+        "--workers",
+        default=None,
+        metavar="N|auto",
+        help="worker processes sharing the socket; auto = the cgroup CPU quota (default: 1)",
+    )
+    run.add_argument(
+        "--engine",
+        metavar="URL",
+        default=None,
+        help="where workers and nodes share state: nats://HOST:PORT or redis://HOST:PORT/DB "
+        "(default: $PYVIA_ENGINE_URL, else a local nats-server with --workers > 1)",
+    )
+    run.add_argument(
+        "--cluster-address",
+        metavar="HOST[:PORT]",
+        default=None,
+        help="nodes on other machines forward actions to this node's workers over TCP at HOST (this "
+        "machine's private address), port PORT + worker id or any free one; needs --engine, the "
+        "same secret on every node, and a private network: not encrypted (docs/deployment.md)",
+    )
+    run.add_argument(
+        "--worker-ports",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="each worker also serves its own port, PORT + its id (0, 1, ...), for a proxy that keeps "
+        "a browser on one worker, such as Caddy's lb_policy cookie (docs/deployment.md)",
+    )
+    run.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a stop waits for streams and requests to end (default: 3)",
+    )
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [server] or [log] setting over pyvia.toml and PYVIA_* (repeatable), such as "
+        "--set max_streams_per_ip=64 or --set allowed_hosts='[\"example.com\"]'",
+    )
+    run.add_argument(
+        "--reload-spread",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="in a reload, an old worker ends its streams over this many seconds in random order, "
+        "so its tabs reconnect staggered rather than all at once (default: 2)",
+    )
+    run.add_argument(
+        "--pid-file",
+        default=None,
+        metavar="FILE",
+        help="write the supervisor's process id here, for pyvia reload "
+        "(default: [server] pid_file in pyvia.toml, else none)",
+    )
+    run.add_argument(
+        "--dev",
+        action="store_true",
+        help="development: reload on each change of the app's files (watchfiles), App(dev=True) "
+        "by default, errors shown in the page. Never in production",
+    )
     reload = commands.add_parser(
-        "reload", help="deploy: replace the workers of a running pyvia run with the code on disk",
+        "reload",
+        help="deploy: replace the workers of a running pyvia run with the code on disk",
         description="Send SIGHUP to the supervisor of a running pyvia run: worker by worker, a new one "
-                    "starts, and once it is ready the old one stops gracefully; its tabs reconnect "
-                    "staggered and revive on the new code. The supervisor logs 'reload done'.")
+        "starts, and once it is ready the old one stops gracefully; its tabs reconnect "
+        "staggered and revive on the new code. The supervisor logs 'reload done'.",
+    )
     target = reload.add_mutually_exclusive_group()
-    target.add_argument("--pid-file", metavar="FILE",
-                        help="the file pyvia run --pid-file wrote (default: [server] pid_file in pyvia.toml)")
+    target.add_argument(
+        "--pid-file",
+        metavar="FILE",
+        help="the file pyvia run --pid-file wrote (default: [server] pid_file in pyvia.toml)",
+    )
     target.add_argument("--pid", type=int, metavar="PID", help="the supervisor's process id")
-    config = commands.add_parser("config", help="print the effective configuration and where each value comes from",
-                                 description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
-                                             "with each value's source, secrets redacted.")
+    config = commands.add_parser(
+        "config",
+        help="print the effective configuration and where each value comes from",
+        description="Print the effective configuration (pyvia.toml < PYVIA_* < keywords) "
+        "with each value's source, secrets redacted.",
+    )
     config.add_argument("--file", metavar="FILE", help="the configuration file (default: ./pyvia.toml if present)")
-    commands.add_parser("bench", help="the benchmark harness, from a checkout of the repository: pyvia bench "
-                        "pages|actions|tabs|hammer|storm|calibrate (the same as python -m bench)", add_help=False)
+    commands.add_parser(
+        "bench",
+        help="the benchmark harness, from a checkout of the repository: pyvia bench "
+        "pages|actions|tabs|hammer|storm|calibrate (the same as python -m bench)",
+        add_help=False,
+    )
     return parser
 
 
@@ -152,8 +208,10 @@ def _bench(argv: list[str]) -> int:
     try:
         from bench.__main__ import main as bench_main
     except ImportError:
-        print("pyvia bench: run it in a checkout of the pyvia repository (the harness is its bench/ folder)",
-              file=sys.stderr)
+        print(
+            "pyvia bench: run it in a checkout of the pyvia repository (the harness is its bench/ folder)",
+            file=sys.stderr,
+        )
         return 2
     return int(bench_main(argv))
 
@@ -174,8 +232,11 @@ def _reload(args: argparse.Namespace) -> int:
                 print(f"pyvia reload: error: {exc}", file=sys.stderr)
                 return 2
         if path is None:
-            print("pyvia reload: error: which server? give --pid-file FILE (the one pyvia run --pid-file "
-                  "wrote), --pid PID, or [server] pid_file in pyvia.toml", file=sys.stderr)
+            print(
+                "pyvia reload: error: which server? give --pid-file FILE (the one pyvia run --pid-file "
+                "wrote), --pid PID, or [server] pid_file in pyvia.toml",
+                file=sys.stderr,
+            )
             return 2
         try:
             pid = read_pid_file(path)
@@ -248,21 +309,28 @@ def _run(args: argparse.Namespace) -> int:
         if args.cluster_address is not None:
             cluster_host_port(args.cluster_address)  # a ConfigError, a ValueError
             if engine is None:
-                raise ValueError("--cluster-address links nodes on several machines, which share an engine: "
-                                 "give --engine nats://... or redis://...")
+                raise ValueError(
+                    "--cluster-address links nodes on several machines, which share an engine: "
+                    "give --engine nats://... or redis://..."
+                )
     except ValueError as exc:
         print(f"pyvia run: error: {exc}", file=sys.stderr)
         return 2
     if args.dev and importlib.util.find_spec("watchfiles") is None:
-        print("pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
-              file=sys.stderr)
+        print(
+            "pyvia run: error: --dev watches files with watchfiles, in the dev extra: pip install -e '.[dev]'",
+            file=sys.stderr,
+        )
         return 2
     if args.reload_spread < 0:
         print("pyvia run: error: --reload-spread must be 0 or more seconds", file=sys.stderr)
         return 2
     if args.worker_ports is not None and not 0 < args.worker_ports <= 65536 - workers:
-        print(f"pyvia run: error: --worker-ports {args.worker_ports} leaves no room for {workers} ports "
-              f"(1-{65536 - workers})", file=sys.stderr)
+        print(
+            f"pyvia run: error: --worker-ports {args.worker_ports} leaves no room for {workers} ports "
+            f"(1-{65536 - workers})",
+            file=sys.stderr,
+        )
         return 2
     try:
         load_app(args.app)  # a wrong MODULE:ATTR is one line now, not three failed workers later
@@ -272,8 +340,9 @@ def _run(args: argparse.Namespace) -> int:
     except Exception:
         if not args.dev:
             raise
-        logging.getLogger("pyvia").exception("the app does not import; its workers show the error until "
-                                             "the next change")
+        logging.getLogger("pyvia").exception(
+            "the app does not import; its workers show the error until the next change"
+        )
     logging.getLogger("pyvia").info("%s", profile_line(settings, args.workers, workers))  # what was derived
     return _run_workers(args, workers, source, engine)
 
@@ -330,11 +399,20 @@ def _run_workers(args: argparse.Namespace, workers: int, source: str, engine: st
     from pyvia.server.supervisor import Supervisor, SupervisorConfig
 
     config = SupervisorConfig(
-        app=args.app, host=args.host, port=args.port, workers=workers, engine_url=engine,
-        certfile=args.certfile, keyfile=args.keyfile, worker_source=source,
+        app=args.app,
+        host=args.host,
+        port=args.port,
+        workers=workers,
+        engine_url=engine,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        worker_source=source,
         graceful_timeout=3.0 if args.graceful_timeout is None else args.graceful_timeout,
         settings=tuple(args.settings),
-        reload_spread=args.reload_spread, pid_file=args.pid_file, dev=args.dev, worker_ports=args.worker_ports,
+        reload_spread=args.reload_spread,
+        pid_file=args.pid_file,
+        dev=args.dev,
+        worker_ports=args.worker_ports,
         cluster_address=args.cluster_address,
         watch=(watched_folder(args.app),) if args.dev else (),
     )

@@ -38,8 +38,7 @@ class Component:
     def __init__(self, ctx: Context, name: str) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise DeclarationError(
-                f"component name {name!r} in page {ctx.route.pattern!r} must match [A-Za-z][A-Za-z0-9_]* "
-                "without '__'"
+                f"component name {name!r} in page {ctx.route.pattern!r} must match [A-Za-z][A-Za-z0-9_]* without '__'"
             )
         self.ctx = ctx
         self.name = name
@@ -58,8 +57,9 @@ class Component:
             raise DeclarationError(f"name {name!r} in component {self.name!r} must not contain '__'")
         return f"{self.name}__{name}"
 
-    def signal(self, initial: T, name: str, *, scope: str = TAB, writable: bool = False,
-               max_length: int | None = None) -> Signal[T]:
+    def signal(
+        self, initial: T, name: str, *, scope: str = TAB, writable: bool = False, max_length: int | None = None
+    ) -> Signal[T]:
         """Declare a signal of this component (or a shared one, exactly as on the page)."""
         if scope != TAB:
             sig = self.ctx.signal(initial, name, scope=scope, writable=writable, max_length=max_length)
@@ -79,8 +79,9 @@ class Component:
         self._actions[local] = act
         return act
 
-    def view(self, view: str | Callable[..., str],
-             data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
+    def view(
+        self, view: str | Callable[..., str], data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+    ) -> None:
         """Set the component's view: a template name (with ``data``) or ``fn(is_update) -> str``."""
         if callable(view):
             _, nparams = _callable_shape(view)

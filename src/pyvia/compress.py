@@ -142,12 +142,27 @@ PAGE_LEVELS = Levels(zstd=3, br=5, gzip=6)
 #: Static files are compressed once, off the event loop: the best each coding offers.
 STATIC_LEVELS = Levels(zstd=19, br=11, gzip=9)
 
-_COMPRESSIBLE_TYPES = frozenset({
-    "application/javascript", "application/json", "application/manifest+json", "application/wasm",
-    "application/xml", "application/xhtml+xml", "application/rss+xml", "application/atom+xml",
-    "application/ld+json", "application/geo+json", "application/x-javascript", "image/svg+xml",
-    "image/x-icon", "image/vnd.microsoft.icon", "font/ttf", "font/otf", "application/vnd.ms-fontobject",
-})
+_COMPRESSIBLE_TYPES = frozenset(
+    {
+        "application/javascript",
+        "application/json",
+        "application/manifest+json",
+        "application/wasm",
+        "application/xml",
+        "application/xhtml+xml",
+        "application/rss+xml",
+        "application/atom+xml",
+        "application/ld+json",
+        "application/geo+json",
+        "application/x-javascript",
+        "image/svg+xml",
+        "image/x-icon",
+        "image/vnd.microsoft.icon",
+        "font/ttf",
+        "font/otf",
+        "application/vnd.ms-fontobject",
+    }
+)
 
 
 def is_compressible(content_type: str) -> bool:
@@ -157,6 +172,7 @@ def is_compressible(content_type: str) -> bool:
 
 
 # --- negotiation --------------------------------------------------------------------------------
+
 
 def parse_accept_encoding(header: str) -> dict[str, float]:
     """The codings of an ``Accept-Encoding`` value with their q-values (RFC 9110 §12.5.3).
@@ -258,6 +274,7 @@ class Negotiator:
 
 # --- one-shot compression -----------------------------------------------------------------------
 
+
 def window_for(size: int, low: int = MIN_WINDOW, high: int = MAX_WINDOW) -> int:
     """Window log2 for frames of ``size`` bytes: ⌈log2(1.5 x size)⌉, clamped to ``low..high``.
 
@@ -287,8 +304,7 @@ class ZstdSearch:
     table_slack: int = 5
 
     def __post_init__(self) -> None:
-        for name, low, high in (("strategy", 1, 9), ("search_log", 1, 9), ("min_match", 3, 7),
-                                ("table_slack", 0, 10)):
+        for name, low, high in (("strategy", 1, 9), ("search_log", 1, 9), ("min_match", 3, 7), ("table_slack", 0, 10)):
             value = getattr(self, name)
             if not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"ZstdSearch {name}={value!r} must be an integer in {low}..{high}")
@@ -310,23 +326,33 @@ _ZSTD_TABLE_SLACK: int | None = 3
 _zstd_params: dict[tuple[int, int, ZstdSearch | None], zstandard.ZstdCompressionParameters] = {}
 
 
-def _zstd_stream_params(level: int, window: int, search: ZstdSearch | None = None
-                        ) -> zstandard.ZstdCompressionParameters:
+def _zstd_stream_params(
+    level: int, window: int, search: ZstdSearch | None = None
+) -> zstandard.ZstdCompressionParameters:
     key = (level, window, search)
     params = _zstd_params.get(key)
     if params is None:
         if search is not None:
             tables = max(6, window - search.table_slack)
             params = zstandard.ZstdCompressionParameters.from_level(
-                level, window_log=window, hash_log=tables, chain_log=tables, search_log=search.search_log,
-                min_match=search.min_match, strategy=search.strategy)
+                level,
+                window_log=window,
+                hash_log=tables,
+                chain_log=tables,
+                search_log=search.search_log,
+                min_match=search.min_match,
+                strategy=search.strategy,
+            )
         else:
             params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window)
             slack = _ZSTD_TABLE_SLACK
             if slack is not None:
                 params = zstandard.ZstdCompressionParameters.from_level(
-                    level, window_log=window, hash_log=max(6, min(params.hash_log, window - slack)),
-                    chain_log=max(6, min(params.chain_log, window - slack - 1)))
+                    level,
+                    window_log=window,
+                    hash_log=max(6, min(params.hash_log, window - slack)),
+                    chain_log=max(6, min(params.chain_log, window - slack - 1)),
+                )
         _zstd_params[key] = params
     return params
 
@@ -454,8 +480,12 @@ def available_memory(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int
     candidates = []
     for base in {own.strip("/"), ""}:
         candidates.append((Path(cgroup, base, "memory.max"), Path(cgroup, base, "memory.current")))
-        candidates.append((Path(cgroup, "memory", base, "memory.limit_in_bytes"),
-                           Path(cgroup, "memory", base, "memory.usage_in_bytes")))
+        candidates.append(
+            (
+                Path(cgroup, "memory", base, "memory.limit_in_bytes"),
+                Path(cgroup, "memory", base, "memory.usage_in_bytes"),
+            )
+        )
     for limit_path, usage_path in candidates:
         try:
             raw = limit_path.read_text().strip()
@@ -555,6 +585,7 @@ class FreedMemory:
 
 # --- stream encoders and their budget -----------------------------------------------------------
 
+
 class Release(enum.Enum):
     """What the stream must do after an encoder gave its memory back."""
 
@@ -581,8 +612,7 @@ class EncoderBudget:
     it from the event loop only.
     """
 
-    __slots__ = ("_active", "_tick", "count", "created", "dropped", "limit", "low_water", "peak", "releases",
-                 "total")
+    __slots__ = ("_active", "_tick", "count", "created", "dropped", "limit", "low_water", "peak", "releases", "total")
 
     def __init__(self, limit: int | None = None, *, low_water: float = 0.9) -> None:
         self.limit = default_budget() if limit is None else int(limit)
@@ -624,8 +654,14 @@ class EncoderBudget:
 
     def stats(self) -> dict[str, int]:
         """Figures for ``/metrics``: bytes held (estimated), live encoders, releases, limit."""
-        return {"bytes": self.total, "encoders": self.count, "created": self.created,
-                "releases": self.releases, "peak_bytes": self.peak, "limit_bytes": self.limit}
+        return {
+            "bytes": self.total,
+            "encoders": self.count,
+            "created": self.created,
+            "releases": self.releases,
+            "peak_bytes": self.peak,
+            "limit_bytes": self.limit,
+        }
 
     def _add(self, encoder: StreamEncoder) -> None:
         self._active.add(encoder)
@@ -706,9 +742,27 @@ class StreamEncoder:
     :meth:`EncoderBudget.victims`. Not thread-safe: one event loop drives it.
     """
 
-    __slots__ = ("_budget", "_c", "_crc", "_fed", "_fixed_window", "_frames", "_full_at", "_head", "_memory",
-                 "_saturated", "_size", "_small", "_used", "coding", "is_finished", "level", "owner", "search",
-                 "window")
+    __slots__ = (
+        "_budget",
+        "_c",
+        "_crc",
+        "_fed",
+        "_fixed_window",
+        "_frames",
+        "_full_at",
+        "_head",
+        "_memory",
+        "_saturated",
+        "_size",
+        "_small",
+        "_used",
+        "coding",
+        "is_finished",
+        "level",
+        "owner",
+        "search",
+        "window",
+    )
 
     def __init__(
         self,
@@ -883,8 +937,10 @@ class StreamEncoder:
             once = zlib.compressobj(self.level, zlib.DEFLATED, -15)
             body = once.compress(data) + once.flush(zlib.Z_SYNC_FLUSH)
         else:
-            body = b"".join(struct.pack("<BHH", 0, len(chunk), len(chunk) ^ 0xFFFF) + chunk
-                            for chunk in (data[i:i + _STORED_MAX] for i in range(0, len(data), _STORED_MAX)))
+            body = b"".join(
+                struct.pack("<BHH", 0, len(chunk), len(chunk) ^ 0xFFFF) + chunk
+                for chunk in (data[i : i + _STORED_MAX] for i in range(0, len(data), _STORED_MAX))
+            )
         self._crc = zlib.crc32(data, self._crc)
         self._size += len(data)
         return self._gzip_head() + body
@@ -940,14 +996,16 @@ class StreamEncoder:
 
     def __repr__(self) -> str:
         state = "finished" if self.is_finished else "active" if self._c is not None else "idle"
-        return (f"StreamEncoder({self.coding!r}, level={self.level}, window={self.window}, {state}, "
-                f"memory={self._memory})")
+        return (
+            f"StreamEncoder({self.coding!r}, level={self.level}, window={self.window}, {state}, memory={self._memory})"
+        )
 
 
 _EMPTY_BROTLI = bytes(brotli.Compressor(quality=0, lgwin=10).finish())
 
 
 # --- the per-app settings -----------------------------------------------------------------------
+
 
 class Compression:
     """Compression settings of an app, and the objects built from them once.
@@ -957,8 +1015,18 @@ class Compression:
     tab's encoder (None for identity). ``enabled=False`` turns everything into identity.
     """
 
-    __slots__ = ("budget", "enabled", "frames", "freed", "min_size", "negotiator", "page_levels", "stream_levels",
-                 "stream_window", "stream_zstd_search")
+    __slots__ = (
+        "budget",
+        "enabled",
+        "frames",
+        "freed",
+        "min_size",
+        "negotiator",
+        "page_levels",
+        "stream_levels",
+        "stream_window",
+        "stream_zstd_search",
+    )
 
     def __init__(
         self,
@@ -1032,8 +1100,15 @@ class Compression:
         """A lazy encoder for one stream in ``coding``, or None for identity."""
         if coding == IDENTITY:
             return None
-        return StreamEncoder(coding, level=self.stream_levels.of(coding), window=self.stream_window,
-                             budget=self.budget, owner=owner, frames=self.frames, search=self.stream_zstd_search)
+        return StreamEncoder(
+            coding,
+            level=self.stream_levels.of(coding),
+            window=self.stream_window,
+            budget=self.budget,
+            owner=owner,
+            frames=self.frames,
+            search=self.stream_zstd_search,
+        )
 
     def prepare_process(self) -> None:
         """Once, in the serving process: make freed encoder contexts go back to the OS at once
@@ -1064,4 +1139,3 @@ def add_vary(headers: list[tuple[str, str]], field: str = "Accept-Encoding") -> 
                 headers[i] = (name, f"{value}, {field}")
             return
     headers.append(("vary", field))
-

@@ -389,8 +389,11 @@ def seconds_of(where: str, seconds: float | None, ms: float | None, ms_name: str
     if ms is not None:
         if seconds is not None:
             raise TypeError(f"{where}() takes seconds or {ms_name}=, not both")
-        warnings.warn(f"{where}({ms_name}=...) is deprecated: give the period in seconds "
-                      f"({where}(..., {ms / 1000.0:g}))", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"{where}({ms_name}=...) is deprecated: give the period in seconds ({where}(..., {ms / 1000.0:g}))",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         return ms / 1000.0
     if seconds is None:
         raise TypeError(f"{where}() needs a period in seconds")
@@ -418,6 +421,8 @@ def cluster_host_port(text: str) -> tuple[str, int]:
             raise ConfigError(shape) from None
         unspecified = False
     if unspecified:
-        raise ConfigError(f"cluster_address={text!r}: the other machines connect to this address, "
-                          "so it must be this machine's own (such as its private network address), not 0.0.0.0 or ::")
+        raise ConfigError(
+            f"cluster_address={text!r}: the other machines connect to this address, "
+            "so it must be this machine's own (such as its private network address), not 0.0.0.0 or ::"
+        )
     return host, int(port)

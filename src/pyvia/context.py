@@ -148,25 +148,57 @@ class Context:
 
     __slots__ = (  # noqa: RUF023  # grouped by lifetime, not sorted
         # identity, fixed at creation
-        "app", "id", "route", "params", "session_id",
+        "app",
+        "id",
+        "route",
+        "params",
+        "session_id",
         # what the page declared
-        "_signals", "_actions", "_view", "_view_block", "_view_data", "_share_render",
-        "_shared", "_scopes", "primary_scope", "_components", "_updating",
-        "_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot",
+        "_signals",
+        "_actions",
+        "_view",
+        "_view_block",
+        "_view_data",
+        "_share_render",
+        "_shared",
+        "_scopes",
+        "primary_scope",
+        "_components",
+        "_updating",
+        "_on_cleanup",
+        "_on_disconnect",
+        "_on_connect",
+        "_timers",
+        "_head",
+        "_foot",
         # per request
-        "request", "_cookies_out", "_batch",
+        "request",
+        "_cookies_out",
+        "_batch",
         # the browser's copy: the last snapshot's number, whether its alert shows a server message,
         # the frames waiting behind an async view that is rendering
-        "_snapshot_seq", "_error_shown", "_pending",
+        "_snapshot_seq",
+        "_error_shown",
+        "_pending",
         # lifecycle, driven by the App
-        "state", "deadline", "last_action", "revived", "stream",
+        "state",
+        "deadline",
+        "last_action",
+        "revived",
+        "stream",
         # user data
-        "state_from_middleware", "tab_state",
+        "state_from_middleware",
+        "tab_state",
         "__weakref__",
     )
 
     def __init__(
-        self, app: App, context_id: str, route: Route, params: dict[str, str], session_id: str,
+        self,
+        app: App,
+        context_id: str,
+        route: Route,
+        params: dict[str, str],
+        session_id: str,
         request: Request,
     ) -> None:
         self.app = app
@@ -185,7 +217,9 @@ class Context:
         self._shared: dict[str, SharedSignal[Any]] = {}
         #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
         self._scopes: set[str] = {
-            Scope.route(route.pattern), Scope.session(session_id), GLOBAL,
+            Scope.route(route.pattern),
+            Scope.session(session_id),
+            GLOBAL,
         }
         #: Where ``c.broadcast()`` goes: ``"tab"`` (this tab only) until ``c.scope()`` says otherwise.
         self.primary_scope = TAB
@@ -218,15 +252,16 @@ class Context:
     # --- declarations ---------------------------------------------------------------------------
 
     @overload
-    def signal(self, initial: T, name: str, *, writable: bool = False, max_length: int | None = None
-               ) -> Signal[T]: ...
+    def signal(self, initial: T, name: str, *, writable: bool = False, max_length: int | None = None) -> Signal[T]: ...
 
     @overload
-    def signal(self, initial: T, name: str, *, scope: str, writable: bool = False, max_length: int | None = None
-               ) -> Signal[T]: ...
+    def signal(
+        self, initial: T, name: str, *, scope: str, writable: bool = False, max_length: int | None = None
+    ) -> Signal[T]: ...
 
-    def signal(self, initial: T, name: str, *, scope: str = TAB, writable: bool = False,
-               max_length: int | None = None) -> Signal[T]:
+    def signal(
+        self, initial: T, name: str, *, scope: str = TAB, writable: bool = False, max_length: int | None = None
+    ) -> Signal[T]:
         """Declare a signal of this tab, or (with ``scope=``) one shared by every tab of a scope.
 
         It is server-owned: the browser shows it, only the server writes it. ``writable=True``
@@ -248,8 +283,9 @@ class Context:
         existing = self._signals.get(name)
         if existing is not None:
             if existing.writable != writable:
-                raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} is declared twice, "
-                                       "once writable and once not")
+                raise DeclarationError(
+                    f"signal {name!r} in page {self.route.pattern!r} is declared twice, once writable and once not"
+                )
             existing._value = existing._sent = initial
             existing._changed = True
             return existing
@@ -260,8 +296,9 @@ class Context:
         self._signals[name] = sig
         return sig
 
-    def _shared_signal(self, initial: T, name: str, scope: str, writable: bool,
-                       max_length: int | None) -> SharedSignal[T]:
+    def _shared_signal(
+        self, initial: T, name: str, scope: str, writable: bool, max_length: int | None
+    ) -> SharedSignal[T]:
         check_name("signal", name, f"page {self.route.pattern!r}")
         concrete = resolve(scope, self.route.pattern, self.session_id)
         state = self.app.scopes.state(concrete)
@@ -373,9 +410,7 @@ class Context:
             self._view = view if nparams else (lambda _is_update, _v=view: _v())
         elif isinstance(view, str):
             if "<" in view:
-                raise DeclarationError(
-                    "c.view() takes a template name or a callable; wrap literal HTML in a function"
-                )
+                raise DeclarationError("c.view() takes a template name or a callable; wrap literal HTML in a function")
             self._view = view
         else:
             raise DeclarationError(f"c.view() takes a template name or a callable, not {type(view).__name__}")
@@ -411,8 +446,9 @@ class Context:
         self._on_disconnect.append(fn)
         return fn
 
-    def set_interval(self, fn: Callable[..., Any], seconds: float | None = None, *,
-                     ms: float | None = None) -> TimerHandle:
+    def set_interval(
+        self, fn: Callable[..., Any], seconds: float | None = None, *, ms: float | None = None
+    ) -> TimerHandle:
         """Call ``fn`` every ``seconds`` until the context is destroyed (``ms=``: deprecated, milliseconds)."""
         period = seconds_of("set_interval", seconds, ms, "ms")
         if period <= 0:
@@ -479,11 +515,21 @@ class Context:
         self._on_connect.append(fn)
         return fn
 
-    def set_cookie(self, name: str, value: str, *, max_age: int | None = None, path: str = "/",
-                   secure: bool = False, httponly: bool = True, samesite: str = "Lax") -> None:
+    def set_cookie(
+        self,
+        name: str,
+        value: str,
+        *,
+        max_age: int | None = None,
+        path: str = "/",
+        secure: bool = False,
+        httponly: bool = True,
+        samesite: str = "Lax",
+    ) -> None:
         """Queue a cookie for the next page or action response of this tab."""
-        self._cookies_out.append(format_cookie(name, value, max_age=max_age, path=path,
-                                               secure=secure, httponly=httponly, samesite=samesite))
+        self._cookies_out.append(
+            format_cookie(name, value, max_age=max_age, path=path, secure=secure, httponly=httponly, samesite=samesite)
+        )
 
     def delete_cookie(self, name: str, path: str = "/") -> None:
         self.set_cookie(name, "", max_age=0, path=path)
@@ -619,8 +665,7 @@ class Context:
     @property
     def has_writable_signals(self) -> bool:
         """Whether the page holds values only it knows (what the user typed): a revival asks for them."""
-        return any(sig.writable for sig in self._signals.values()) or any(
-            sig.writable for sig in self._shared.values())
+        return any(sig.writable for sig in self._signals.values()) or any(sig.writable for sig in self._shared.values())
 
     @property
     def snapshot_seq(self) -> int:
@@ -640,8 +685,15 @@ class Context:
             self._send(frame, None)
 
     def patch_elements(
-        self, html: str = "", selector: str | None = None, mode: str = "outer", *, namespace: str = "html",
-        use_view_transition: bool = False, event_id: str | None = None, retry: int | None = None,
+        self,
+        html: str = "",
+        selector: str | None = None,
+        mode: str = "outer",
+        *,
+        namespace: str = "html",
+        use_view_transition: bool = False,
+        event_id: str | None = None,
+        retry: int | None = None,
     ) -> None:
         """Patch part of the page: morph by id (default) or place ``html`` at ``selector`` by ``mode``.
 
@@ -653,18 +705,36 @@ class Context:
         """
         if mode not in ("outer", "replace") and selector is None:
             raise DeclarationError(f"patch_elements mode {mode!r} needs a selector")
-        self._send(protocol.patch_elements(html, selector, mode, namespace=namespace,
-                                           use_view_transition=use_view_transition, event_id=event_id,
-                                           retry=retry), None)
+        self._send(
+            protocol.patch_elements(
+                html,
+                selector,
+                mode,
+                namespace=namespace,
+                use_view_transition=use_view_transition,
+                event_id=event_id,
+                retry=retry,
+            ),
+            None,
+        )
 
-    def remove_elements(self, selector: str, *, use_view_transition: bool = False, event_id: str | None = None,
-                        retry: int | None = None) -> None:
+    def remove_elements(
+        self, selector: str, *, use_view_transition: bool = False, event_id: str | None = None, retry: int | None = None
+    ) -> None:
         """Remove the elements that ``selector`` matches from the page."""
-        self._send(protocol.remove_elements(selector, use_view_transition=use_view_transition,
-                                            event_id=event_id, retry=retry), None)
+        self._send(
+            protocol.remove_elements(selector, use_view_transition=use_view_transition, event_id=event_id, retry=retry),
+            None,
+        )
 
-    def patch_signals(self, values: Mapping[str, Any] | str | bytes, *, only_if_missing: bool = False,
-                      event_id: str | None = None, retry: int | None = None) -> None:
+    def patch_signals(
+        self,
+        values: Mapping[str, Any] | str | bytes,
+        *,
+        only_if_missing: bool = False,
+        event_id: str | None = None,
+        retry: int | None = None,
+    ) -> None:
         """Send signal values to the browser without declaring them (``None`` removes one).
 
         ``values`` is a mapping or JSON text of one object. ``only_if_missing``: the browser keeps
@@ -672,11 +742,11 @@ class Context:
         server's own ``Signal`` values.
         """
         raw = values if isinstance(values, (str, bytes)) else dict(values)
-        self._send(protocol.patch_signals(raw, only_if_missing=only_if_missing, event_id=event_id, retry=retry),
-                   None)
+        self._send(protocol.patch_signals(raw, only_if_missing=only_if_missing, event_id=event_id, retry=retry), None)
 
-    def remove_signals(self, paths: str | Iterable[str], *, event_id: str | None = None,
-                       retry: int | None = None) -> None:
+    def remove_signals(
+        self, paths: str | Iterable[str], *, event_id: str | None = None, retry: int | None = None
+    ) -> None:
         """Remove signals from the browser's store, by name or dotted path (``"form.email"``)."""
         self._send(protocol.remove_signals(paths, event_id=event_id, retry=retry), None)
 
@@ -699,9 +769,15 @@ class Context:
             self._error_shown = False
             self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
 
-    def exec_script(self, js: str, *, auto_remove: bool = True,
-                    attributes: Mapping[str, str] | Sequence[str] | None = None, event_id: str | None = None,
-                    retry: int | None = None) -> None:
+    def exec_script(
+        self,
+        js: str,
+        *,
+        auto_remove: bool = True,
+        attributes: Mapping[str, str] | Sequence[str] | None = None,
+        event_id: str | None = None,
+        retry: int | None = None,
+    ) -> None:
         """Run JavaScript once in the tab.
 
         ``attributes`` go on the script tag: a mapping (``{"type": "module"}``, values escaped) or
@@ -709,8 +785,12 @@ class Context:
         the page.
         """
         if js:
-            self._send(protocol.execute_script(js, auto_remove=auto_remove, attributes=attributes,
-                                               event_id=event_id, retry=retry), None)
+            self._send(
+                protocol.execute_script(
+                    js, auto_remove=auto_remove, attributes=attributes, event_id=event_id, retry=retry
+                ),
+                None,
+            )
 
     def redirect(self, url: str) -> None:
         """Send the tab to another URL."""

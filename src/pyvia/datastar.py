@@ -72,8 +72,11 @@ def read_signals(request: Request) -> dict[str, Any]:
     """The Datastar signals a request carries: the ``datastar`` query parameter of a GET, else the
     JSON body (or a form's fields). Raises :class:`~pyvia.errors.MalformedRequest` (answered 400)
     for anything that is not a JSON object within the payload limits."""
-    form = parse_form(request) if request.content_type in ("application/x-www-form-urlencoded",
-                                                              "multipart/form-data") else None
+    form = (
+        parse_form(request)
+        if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data")
+        else None
+    )
     return request_signals(request, form)
 
 
@@ -106,8 +109,7 @@ class EventSink:
         checked so that no text in them can end one early or forge another."""
         self._write(protocol.check_events(events))
 
-    def patch_elements(self, html: str = "", selector: str | None = None, mode: str = "outer",
-                       **options: Any) -> None:
+    def patch_elements(self, html: str = "", selector: str | None = None, mode: str = "outer", **options: Any) -> None:
         """:func:`pyvia.protocol.patch_elements` written to the stream."""
         self._write(patch_elements(html, selector, mode, **options))
 
@@ -264,23 +266,34 @@ def _datastar_headers(pairs: Iterable[tuple[str, str | None]]) -> list[tuple[str
 
 
 def elements_response(
-    html: str, *, selector: str | None = None, mode: str = "outer", namespace: str = "html",
-    use_view_transition: bool = False, status: int = 200, headers: Iterable[tuple[str, str]] = (),
+    html: str,
+    *,
+    selector: str | None = None,
+    mode: str = "outer",
+    namespace: str = "html",
+    use_view_transition: bool = False,
+    status: int = 200,
+    headers: Iterable[tuple[str, str]] = (),
 ) -> Response:
     """Patch elements with one plain ``text/html`` answer; the options ride in ``datastar-*``
     headers (defaults left off), as the Datastar 1.0 client reads them."""
     protocol.patch_elements("", selector, mode, namespace=namespace)  # the same checks as the event
-    extra = _datastar_headers([
-        ("datastar-selector", selector),
-        ("datastar-mode", mode if mode != "outer" else None),
-        ("datastar-namespace", namespace if namespace != "html" else None),
-        ("datastar-use-view-transition", "true" if use_view_transition else None),
-    ])
+    extra = _datastar_headers(
+        [
+            ("datastar-selector", selector),
+            ("datastar-mode", mode if mode != "outer" else None),
+            ("datastar-namespace", namespace if namespace != "html" else None),
+            ("datastar-use-view-transition", "true" if use_view_transition else None),
+        ]
+    )
     return Response(status, [("content-type", "text/html; charset=utf-8"), *extra, *headers], html.encode())
 
 
 def signals_response(
-    signals: Mapping[str, Any] | str | bytes, *, only_if_missing: bool = False, status: int = 200,
+    signals: Mapping[str, Any] | str | bytes,
+    *,
+    only_if_missing: bool = False,
+    status: int = 200,
     headers: Iterable[tuple[str, str]] = (),
 ) -> Response:
     """Patch signals with one ``application/json`` answer (``datastar-only-if-missing: true`` when asked)."""
@@ -294,7 +307,10 @@ def signals_response(
 
 
 def script_response(
-    js: str, *, attributes: Mapping[str, str] | None = None, status: int = 200,
+    js: str,
+    *,
+    attributes: Mapping[str, str] | None = None,
+    status: int = 200,
     headers: Iterable[tuple[str, str]] = (),
 ) -> Response:
     """Run JavaScript with one ``text/javascript`` answer; ``attributes`` go on the script element

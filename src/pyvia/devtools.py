@@ -53,16 +53,20 @@ def server_page(app: App) -> Response:
     """Every tab, scope and recent action of this process, as one page."""
     rows = []
     for ctx in list(app.contexts.values())[:500]:
-        rows.append(f"<tr><td>{html.escape(ctx.id[:16])}…</td><td>{html.escape(ctx.route.pattern)}</td>"
-                    f"<td>{ctx.state.name}</td><td>{len(ctx.signals)}</td><td>{len(ctx.scopes)}</td></tr>")
+        rows.append(
+            f"<tr><td>{html.escape(ctx.id[:16])}…</td><td>{html.escape(ctx.route.pattern)}</td>"
+            f"<td>{ctx.state.name}</td><td>{len(ctx.signals)}</td><td>{len(ctx.scopes)}</td></tr>"
+        )
     scopes = []
     for state in list(app.scopes)[:500]:
         values = html.escape(", ".join(f"{n}={sig.value!r}"[:60] for n, sig in state.signals.items()))
         scopes.append(f"<tr><td>{html.escape(state.name)}</td><td>{len(state.members)}</td><td>{values}</td></tr>")
     log = []
     for when, phase, where, detail, seconds in reversed(app._dev_log.entries):
-        log.append(f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(when))}</td><td>{phase}</td>"
-                   f"<td>{html.escape(where)}</td><td>{html.escape(detail)}</td><td>{seconds * 1000:.2f} ms</td></tr>")
+        log.append(
+            f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(when))}</td><td>{phase}</td>"
+            f"<td>{html.escape(where)}</td><td>{html.escape(detail)}</td><td>{seconds * 1000:.2f} ms</td></tr>"
+        )
     body = (
         "<!doctype html><meta charset=utf-8><title>pyvia dev tools</title>"
         "<style>body{font:14px system-ui;margin:1rem}td,th{border:1px solid #ccc;padding:2px 6px}"
@@ -70,8 +74,10 @@ def server_page(app: App) -> Response:
         f"<h1>pyvia dev tools</h1><p>{len(app.contexts)} tabs, {len(app._connected)} streams open, "
         f"{len(app.scopes)} scopes.</p>"
         "<h2>Tabs</h2><table><tr><th>id</th><th>route</th><th>state</th><th>signals</th><th>scopes</th></tr>"
-        + "".join(rows) + "</table><h2>Scopes</h2><table><tr><th>scope</th><th>members</th><th>signals</th></tr>"
-        + "".join(scopes) + "</table><h2>Recent actions and errors</h2><table><tr><th>time</th><th>phase</th>"
+        + "".join(rows)
+        + "</table><h2>Scopes</h2><table><tr><th>scope</th><th>members</th><th>signals</th></tr>"
+        + "".join(scopes)
+        + "</table><h2>Recent actions and errors</h2><table><tr><th>time</th><th>phase</th>"
         "<th>where</th><th>what</th><th>took</th></tr>" + "".join(log) + "</table>"
     )
     return Response.html(body)
@@ -108,16 +114,23 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
 def overlay(exc: BaseException, phase: str, *, dismissible: bool = True) -> str:
     """The error as an element over the page, for dev mode only."""
     name, message, trace = _describe(exc)
-    dismiss = ' (or <a style="color:#fca311" href="#" data-on:click__prevent="el.closest(\'#' + OVERLAY_ID + \
-        '\').remove()">close it</a>)' if dismissible else ""
-    return _OVERLAY.format(title=html.escape(f"{name} in {phase}"), message=html.escape(message),
-                           trace=html.escape(trace), dismiss=dismiss)
+    dismiss = (
+        ' (or <a style="color:#fca311" href="#" data-on:click__prevent="el.closest(\'#'
+        + OVERLAY_ID
+        + "').remove()\">close it</a>)"
+        if dismissible
+        else ""
+    )
+    return _OVERLAY.format(
+        title=html.escape(f"{name} in {phase}"), message=html.escape(message), trace=html.escape(trace), dismiss=dismiss
+    )
 
 
 def overlay_events(exc: BaseException, phase: str, *, dismissible: bool = True) -> bytes:
     """Datastar events that replace any previous overlay with this error's."""
-    return (protocol.patch_elements("", f"#{OVERLAY_ID}", "remove")
-            + protocol.patch_elements(overlay(exc, phase, dismissible=dismissible), "body", "append"))
+    return protocol.patch_elements("", f"#{OVERLAY_ID}", "remove") + protocol.patch_elements(
+        overlay(exc, phase, dismissible=dismissible), "body", "append"
+    )
 
 
 def error_events(exc: BaseException, phase: str) -> Response:
@@ -143,8 +156,7 @@ class BrokenApp:
     async def startup(self) -> None:
         return None
 
-    async def shutdown(self, budget: float, *, spread: float = 0.0,
-                       saved: Callable[[], object] | None = None) -> None:
+    async def shutdown(self, budget: float, *, spread: float = 0.0, saved: Callable[[], object] | None = None) -> None:
         if saved is not None:
             saved()
         gone = protocol.patch_elements("", f"#{OVERLAY_ID}", "remove")

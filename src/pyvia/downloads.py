@@ -47,5 +47,6 @@ class Downloads:
             assert isinstance(source, Iterable)
             body = b"".join(chunk.encode() if isinstance(chunk, str) else chunk for chunk in source)
         disposition = f"attachment; filename*=UTF-8''{quote(filename)}"
-        return Response(200, [("content-type", mtype), ("content-disposition", disposition),
-                              ("cache-control", "no-store")], body)
+        return Response(
+            200, [("content-type", mtype), ("content-disposition", disposition), ("cache-control", "no-store")], body
+        )

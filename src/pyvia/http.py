@@ -190,8 +190,14 @@ class Response:
         httponly: bool = True,
         samesite: str = "Lax",
     ) -> None:
-        self.headers.append(("set-cookie", format_cookie(name, value, max_age=max_age, path=path,
-                                                         secure=secure, httponly=httponly, samesite=samesite)))
+        self.headers.append(
+            (
+                "set-cookie",
+                format_cookie(
+                    name, value, max_age=max_age, path=path, secure=secure, httponly=httponly, samesite=samesite
+                ),
+            )
+        )
 
 
 def format_cookie(

@@ -44,9 +44,12 @@ def _encode(kind: str, key: str, value: Any) -> tuple[str, str, bytes] | None:
         return None
 
 
-def _rows(global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
-          sessions: Iterable[tuple[str, dict[str, Any]]],
-          tabs: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, bytes]]:
+def _rows(
+    global_state: dict[str, Any],
+    signals: Iterable[tuple[str, str, Any]],
+    sessions: Iterable[tuple[str, dict[str, Any]]],
+    tabs: Iterable[tuple[str, dict[str, Any]]],
+) -> list[tuple[str, str, bytes]]:
     rows = [r for r in (_encode("global", k, v) for k, v in global_state.items()) if r]
     rows += [r for r in (_encode("signal", f"{scope}\0{name}", v) for scope, name, v in signals) if r]
     rows += [r for r in (_encode("session", sid, data) for sid, data in sessions) if r]
@@ -54,8 +57,14 @@ def _rows(global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
     return rows
 
 
-def save_state(path: str | Path, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
-               sessions: Iterable[tuple[str, dict[str, Any]]], tabs: Iterable[tuple[str, dict[str, Any]]] = ()) -> int:
+def save_state(
+    path: str | Path,
+    *,
+    global_state: dict[str, Any],
+    signals: Iterable[tuple[str, str, Any]],
+    sessions: Iterable[tuple[str, dict[str, Any]]],
+    tabs: Iterable[tuple[str, dict[str, Any]]] = (),
+) -> int:
     """Replace the file's contents with this state in one transaction; return the rows written."""
     rows = _rows(global_state, signals, sessions, tabs)
     with closing(sqlite3.connect(path)) as db, db:  # closing() closes; the inner block commits
@@ -97,17 +106,25 @@ def _decode_rows(rows: Iterable[tuple[str, str, Any]], separator: str) -> State:
 
 _DB_SCHEMA = "CREATE TABLE IF NOT EXISTS pyvia_state (kind TEXT, key TEXT, value TEXT, PRIMARY KEY (kind, key))"
 
-async def save_state_to_db(db: Database, *, global_state: dict[str, Any], signals: Iterable[tuple[str, str, Any]],
-                           sessions: Iterable[tuple[str, dict[str, Any]]],
-                           tabs: Iterable[tuple[str, dict[str, Any]]] = ()) -> int:
+
+async def save_state_to_db(
+    db: Database,
+    *,
+    global_state: dict[str, Any],
+    signals: Iterable[tuple[str, str, Any]],
+    sessions: Iterable[tuple[str, dict[str, Any]]],
+    tabs: Iterable[tuple[str, dict[str, Any]]] = (),
+) -> int:
     """``save_state`` into the app's database (SQLite or PostgreSQL), in one transaction."""
     rows = _rows(global_state, signals, sessions, tabs)
     async with db.transaction() as tx:
         await tx.execute(_DB_SCHEMA)
         await tx.execute("DELETE FROM pyvia_state")
         if rows:
-            await tx.executemany("INSERT INTO pyvia_state (kind, key, value) VALUES ($1, $2, $3)",
-                                 [(kind, key.replace("\0", "\n"), value.decode()) for kind, key, value in rows])
+            await tx.executemany(
+                "INSERT INTO pyvia_state (kind, key, value) VALUES ($1, $2, $3)",
+                [(kind, key.replace("\0", "\n"), value.decode()) for kind, key, value in rows],
+            )
     return len(rows)
 
 

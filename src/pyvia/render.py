@@ -94,8 +94,13 @@ _FETCH_EVENTS = FETCH_EVENTS % orjson.dumps(FILTER_DOWN).decode()
 
 
 def bootstrap_head(
-    signals: Mapping[str, Any], bundle_url: str, integrity: str, sse_url: str, close_url: str,
-    *, nonce: str | None = None,
+    signals: Mapping[str, Any],
+    bundle_url: str,
+    integrity: str,
+    sse_url: str,
+    close_url: str,
+    *,
+    nonce: str | None = None,
 ) -> str:
     """The tags that seed the tab's signals, load Datastar and keep the stream open.
 
@@ -106,7 +111,7 @@ def bootstrap_head(
     """
     before, after = _boot_tags(bundle_url, integrity, sse_url, close_url)
     nonce_attr = f' nonce="{html.escape(nonce)}"' if nonce else ""
-    return f'{before}{signals_attr(signals)}{after}{nonce_attr}></script>'
+    return f"{before}{signals_attr(signals)}{after}{nonce_attr}></script>"
 
 
 @functools.lru_cache(maxsize=64)
@@ -114,8 +119,10 @@ def _boot_tags(bundle_url: str, integrity: str, sse_url: str, close_url: str) ->
     """What :func:`bootstrap_head` writes around the seed and the nonce: the same for every page
     of an app, so escaped once (the seed and the nonce are a page's own)."""
     get = f"@get('{sse_url}', {{filterSignals: {{include: /^via_ctx$/}}, {_STREAM_OPTIONS}}}).catch(() => {{}})"
-    post = (f"@post('{sse_url}', {{filterSignals: {{exclude: /(^|\\.)_(?!via_snap)/}}, {_STREAM_OPTIONS}}})"
-            ".catch(() => {})")
+    post = (
+        f"@post('{sse_url}', {{filterSignals: {{exclude: /(^|\\.)_(?!via_snap)/}}, {_STREAM_OPTIONS}}})"
+        ".catch(() => {})"
+    )
     after = (
         f'" data-init="{html.escape(get)}" '
         f'data-on:datastar-fetch="{html.escape(_FETCH_EVENTS)}" '
@@ -158,13 +165,14 @@ def _shell_bytes(lang: str, title: str, foot: str) -> tuple[bytes, bytes, bytes]
     """The shell before the head, between the head and the view, and after the view, encoded."""
     top, _, rest = _SHELL.partition("{head}")
     middle, _, bottom = rest.partition("{content}")
-    return (top.format(lang=lang, title=html.escape(title)).encode(), middle.format(view_id=VIEW_ID).encode(),
-            bottom.format(foot=foot).encode())
+    return (
+        top.format(lang=lang, title=html.escape(title)).encode(),
+        middle.format(view_id=VIEW_ID).encode(),
+        bottom.format(foot=foot).encode(),
+    )
 
 
-def build_document(
-    content: str, *, title: str, head: str, foot: str, lang: str = "en"
-) -> str:
+def build_document(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> str:
     """Wrap a fragment view in the shell, or inject ``head``/``foot`` into a full document."""
     if not is_document(content):
         return _SHELL.format(

@@ -16,7 +16,15 @@ from pyvia.errors import RouteError
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RESERVED_PREFIXES = (
-    "/_sse", "/_action/", "/_session/", "/_download/", "/_via", "/datastar.js", "/_health", "/_ready", "/metrics",
+    "/_sse",
+    "/_action/",
+    "/_session/",
+    "/_download/",
+    "/_via",
+    "/datastar.js",
+    "/_health",
+    "/_ready",
+    "/metrics",
 )
 
 Middleware = Callable[..., Any]
@@ -52,8 +60,9 @@ def compile_route(
 ) -> Route:
     if not pattern.startswith("/"):
         raise RouteError(f"route pattern {pattern!r} must start with '/'")
-    if any(pattern == p.rstrip("/") or pattern.startswith(p if p.endswith("/") else p + "/")
-           for p in _RESERVED_PREFIXES):
+    if any(
+        pattern == p.rstrip("/") or pattern.startswith(p if p.endswith("/") else p + "/") for p in _RESERVED_PREFIXES
+    ):
         raise RouteError(f"route pattern {pattern!r} collides with a path pyvia reserves ({_RESERVED_PREFIXES})")
     names = tuple(_PLACEHOLDER.findall(pattern))
     if len(set(names)) != len(names):

@@ -78,8 +78,9 @@ class Scope:
         '*' or '%' in a name is escaped, so distinct names are distinct scopes and a name is never a
         pattern. ``Scope.custom("room", "*")`` is not the pattern ``room:*``; write that as is."""
         if not isinstance(kind, str) or not _KIND.match(kind) or kind in (TAB, ROUTE, SESSION, GLOBAL):
-            raise DeclarationError(f"scope kind {kind!r} must match [A-Za-z][A-Za-z0-9]* and not be a built-in one, "
-                                   "like 'room'")
+            raise DeclarationError(
+                f"scope kind {kind!r} must match [A-Za-z][A-Za-z0-9]* and not be a built-in one, like 'room'"
+            )
         if not names:
             raise DeclarationError(f"Scope.custom({kind!r}) needs at least one name")
         parts = [kind]
@@ -108,8 +109,12 @@ def check_custom(scope: str) -> str:
         raise DeclarationError(
             f"scope {scope!r} must be tab, route, session, global or non-empty parts joined by ':' "
             f"(at most {_MAX_SCOPE} characters, no control characters), like 'room:lobby'"
-            + ("; a '*' makes it a pattern, which only app.broadcast takes: for a name holding one, "
-               "use Scope.custom('room', name)" if star else "")
+            + (
+                "; a '*' makes it a pattern, which only app.broadcast takes: for a name holding one, "
+                "use Scope.custom('room', name)"
+                if star
+                else ""
+            )
         )
     if scope.split(":", 1)[0] in (TAB, ROUTE, SESSION) and ":" in scope:
         raise DeclarationError(f"scope {scope!r}: the prefixes tab:, route: and session: are pyvia's")
@@ -172,10 +177,10 @@ class SharedSignal(Signal[T]):
 
     __slots__ = ("scope",)
 
-    def __init__(self, scope: ScopeState, name: str, initial: T, *, writable: bool,
-                 max_length: int | None = None) -> None:
-        super().__init__(name, initial, writable=writable, max_length=max_length,
-                         key=signal_key(scope.name, name))
+    def __init__(
+        self, scope: ScopeState, name: str, initial: T, *, writable: bool, max_length: int | None = None
+    ) -> None:
+        super().__init__(name, initial, writable=writable, max_length=max_length, key=signal_key(scope.name, name))
         self.scope = scope
 
     @property
@@ -249,8 +254,9 @@ class ScopeState:
         self.kept = False  # asked for outside a context: survives having no members
         self.last_flush = 0.0
 
-    def signal(self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None,
-               new: bool = False) -> SharedSignal[T]:
+    def signal(
+        self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None, new: bool = False
+    ) -> SharedSignal[T]:
         """The scope's signal ``name``, declared now with ``initial`` unless it exists. ``new``: the
         scope was made by the request declaring it (a session just made), so no other worker
         can hold a value yet."""
@@ -259,7 +265,8 @@ class ScopeState:
             if existing.writable != writable:
                 raise DeclarationError(
                     f"signal {name!r} of scope {self.name!r} is declared both writable and server-owned; "
-                    "declare it the same way everywhere (app.signal included)")
+                    "declare it the same way everywhere (app.signal included)"
+                )
             return existing
         restored = self.registry.restored.pop((self.name, name), _MISSING)
         if restored is not _MISSING:

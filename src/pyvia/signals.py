@@ -71,8 +71,9 @@ class Signal(Generic[T]):
 
     __slots__ = ("_changed", "_sent", "_value", "id", "max_length", "name", "revision", "writable")
 
-    def __init__(self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None,
-                 key: str | None = None) -> None:
+    def __init__(
+        self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None, key: str | None = None
+    ) -> None:
         self.name = name
         self.id = wire_id(key or name, writable)
         self._value: T = initial

@@ -73,17 +73,37 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 _STAND_IN_CACHE_CONTROL = "no-cache"
 
 MIME_TYPES: dict[str, str] = {
-    "html": "text/html; charset=utf-8", "htm": "text/html; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+    "htm": "text/html; charset=utf-8",
     "css": "text/css; charset=utf-8",
-    "js": "text/javascript; charset=utf-8", "mjs": "text/javascript; charset=utf-8",
-    "json": "application/json", "map": "application/json", "webmanifest": "application/manifest+json",
-    "txt": "text/plain; charset=utf-8", "md": "text/markdown; charset=utf-8", "csv": "text/csv; charset=utf-8",
-    "xml": "application/xml", "rss": "application/rss+xml", "atom": "application/atom+xml",
-    "svg": "image/svg+xml", "wasm": "application/wasm",
-    "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
-    "avif": "image/avif", "ico": "image/x-icon",
-    "woff2": "font/woff2", "woff": "font/woff", "ttf": "font/ttf", "otf": "font/otf",
-    "pdf": "application/pdf", "mp4": "video/mp4", "webm": "video/webm", "mp3": "audio/mpeg",
+    "js": "text/javascript; charset=utf-8",
+    "mjs": "text/javascript; charset=utf-8",
+    "json": "application/json",
+    "map": "application/json",
+    "webmanifest": "application/manifest+json",
+    "txt": "text/plain; charset=utf-8",
+    "md": "text/markdown; charset=utf-8",
+    "csv": "text/csv; charset=utf-8",
+    "xml": "application/xml",
+    "rss": "application/rss+xml",
+    "atom": "application/atom+xml",
+    "svg": "image/svg+xml",
+    "wasm": "application/wasm",
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+    "avif": "image/avif",
+    "ico": "image/x-icon",
+    "woff2": "font/woff2",
+    "woff": "font/woff",
+    "ttf": "font/ttf",
+    "otf": "font/otf",
+    "pdf": "application/pdf",
+    "mp4": "video/mp4",
+    "webm": "video/webm",
+    "mp3": "audio/mpeg",
 }
 
 
@@ -115,8 +135,21 @@ class _Variant:
 class _Entry:
     """A file (or an in-memory asset) held in memory with its variants."""
 
-    __slots__ = ("checked_at", "compressible", "digest", "fs_path", "identity", "ino", "last_modified",
-                 "mime", "modified_at", "mtime_ns", "size", "stand_in", "variants")
+    __slots__ = (
+        "checked_at",
+        "compressible",
+        "digest",
+        "fs_path",
+        "identity",
+        "ino",
+        "last_modified",
+        "mime",
+        "modified_at",
+        "mtime_ns",
+        "size",
+        "stand_in",
+        "variants",
+    )
 
     def __init__(self, data: bytes, mime: str, modified_at: float, cache_control: str) -> None:
         self.mime = mime
@@ -199,8 +232,9 @@ class _Precompressor:
 
     __slots__ = ("_executor", "_futures", "_lock", "_own", "levels", "max_size", "negotiator")
 
-    def __init__(self, executor: concurrent.futures.Executor | None, levels: Levels, max_size: int,
-                 negotiator: Negotiator) -> None:
+    def __init__(
+        self, executor: concurrent.futures.Executor | None, levels: Levels, max_size: int, negotiator: Negotiator
+    ) -> None:
         self._executor = executor
         self._own = executor is None
         self._futures: set[concurrent.futures.Future[bytes]] = set()
@@ -215,7 +249,8 @@ class _Precompressor:
             return
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="pyvia-precompress", initializer=_lower_priority)
+                max_workers=1, thread_name_prefix="pyvia-precompress", initializer=_lower_priority
+            )
         for coding in self.negotiator.preference:
             pending.add(coding)
             try:
@@ -225,19 +260,25 @@ class _Precompressor:
                 continue
             with self._lock:
                 self._futures.add(future)
-            future.add_done_callback(functools.partial(self._done, entry=entry, coding=coding,
-                                                       cache_control=cache_control, pending=pending))
+            future.add_done_callback(
+                functools.partial(self._done, entry=entry, coding=coding, cache_control=cache_control, pending=pending)
+            )
 
-    def _done(self, future: concurrent.futures.Future[bytes], entry: _Entry, coding: str, cache_control: str,
-              pending: set[str]) -> None:
+    def _done(
+        self,
+        future: concurrent.futures.Future[bytes],
+        entry: _Entry,
+        coding: str,
+        cache_control: str,
+        pending: set[str],
+    ) -> None:
         with self._lock:
             self._futures.discard(future)
         try:
             if not future.cancelled():
                 entry.install(coding, future.result(), cache_control)
         except Exception:
-            log.exception("precompressing %s (%s) failed; sending it uncompressed", entry.fs_path or "an asset",
-                          coding)
+            log.exception("precompressing %s (%s) failed; sending it uncompressed", entry.fs_path or "an asset", coding)
         finally:
             pending.discard(coding)
 
@@ -282,8 +323,17 @@ class StaticFiles:
     how long a changed or deleted file may still be served; 0 stats on every request.
     """
 
-    __slots__ = ("_cache_control", "_clock", "_files", "_pre", "_root", "_root_real", "check_interval",
-                 "max_file_size", "prefix")
+    __slots__ = (
+        "_cache_control",
+        "_clock",
+        "_files",
+        "_pre",
+        "_root",
+        "_root_real",
+        "check_interval",
+        "max_file_size",
+        "prefix",
+    )
 
     def __init__(
         self,
@@ -329,7 +379,7 @@ class StaticFiles:
         prefix = self.prefix
         if not path.startswith(prefix):
             return None
-        rel = path[len(prefix):]
+        rel = path[len(prefix) :]
         file = self._files.get(rel)
         if file is None or self.check_interval <= 0 or self._clock() - file.entry.checked_at >= self.check_interval:
             if file is None:
@@ -379,8 +429,9 @@ class StaticFiles:
         return {
             "files": len(files),
             # list(): executor threads may add variants meanwhile (copying the values is atomic)
-            "bytes": sum(len(f.entry.identity.body) + sum(len(v.body) for v in list(f.entry.variants.values()))
-                         for f in files),
+            "bytes": sum(
+                len(f.entry.identity.body) + sum(len(v.body) for v in list(f.entry.variants.values())) for f in files
+            ),
             "pending": sum(len(f.pending) for f in files),
         }
 
@@ -439,8 +490,12 @@ class StaticFiles:
             if not stat.S_ISREG(st.st_mode):
                 return None
             if st.st_size > self.max_file_size:
-                log.warning("static file %s is not served: %d bytes is over max_file_size (%d)",
-                            rel, st.st_size, self.max_file_size)
+                log.warning(
+                    "static file %s is not served: %d bytes is over max_file_size (%d)",
+                    rel,
+                    st.st_size,
+                    self.max_file_size,
+                )
                 return None
             return f.read(), st
 

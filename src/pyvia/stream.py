@@ -60,6 +60,7 @@ def _abort(sink: StreamSink) -> None:
     elif not sink.is_closed:
         sink.close()
 
+
 _streams = count(1)  # numbers each stream's epoch within the process
 
 
@@ -123,8 +124,13 @@ class Outflow:
         if self.congested:
             if not was:
                 self.cap_hits += 1
-                log.warning("tab sockets hold %d bytes (cap max_unsent_bytes=%d, %d of them for closed streams): "
-                            "holding view frames, dropping what readers too far behind hold", measured, cap, orphaned)
+                log.warning(
+                    "tab sockets hold %d bytes (cap max_unsent_bytes=%d, %d of them for closed streams): "
+                    "holding view frames, dropping what readers too far behind hold",
+                    measured,
+                    cap,
+                    orphaned,
+                )
             for sink in draining:
                 _abort(sink)
             draining = []
@@ -143,8 +149,24 @@ class Outflow:
 class Stream:
     """Outbound frames for one tab."""
 
-    __slots__ = ("encoder", "epoch", "held_view", "last_event", "last_write", "lost", "max_buffer", "outflow",
-                 "over_since", "pending", "pending_size", "replay", "replays", "seq", "sink", "view_size")
+    __slots__ = (
+        "encoder",
+        "epoch",
+        "held_view",
+        "last_event",
+        "last_write",
+        "lost",
+        "max_buffer",
+        "outflow",
+        "over_since",
+        "pending",
+        "pending_size",
+        "replay",
+        "replays",
+        "seq",
+        "sink",
+        "view_size",
+    )
 
     def __init__(self, max_buffer: int, outflow: Outflow | None = None, replays: Replays | None = None) -> None:
         self.outflow = outflow if outflow is not None else Outflow()
@@ -172,8 +194,9 @@ class Stream:
     def is_connected(self) -> bool:
         return self.sink is not None
 
-    def attach(self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None,
-               replay: list[bytes] | None = None) -> None:
+    def attach(
+        self, sink: StreamSink, now: float, encoder: StreamEncoder | None = None, replay: list[bytes] | None = None
+    ) -> None:
         """Take a new sink (a newer stream of the same tab replaces an older one, and is aborted:
         what its peer has not read, in the process or in the kernel, is obsolete).
 

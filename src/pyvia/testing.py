@@ -270,8 +270,15 @@ class TestClient:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: App, *, raise_server_exceptions: bool = True, origin: str = _ORIGIN,
-                 accept_encoding: str | None = None, settings: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        raise_server_exceptions: bool = True,
+        origin: str = _ORIGIN,
+        accept_encoding: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         """``settings`` replaces some of the app's options (``{"db_url": ...}``) for this client's
         run only: the app gets its own back at :meth:`close` (pyvia.overrides)."""
         self.app = app
@@ -344,7 +351,8 @@ class TestClient:
         """Let async views that are rendering finish, so a request's frames are all in when it returns."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(
-                ctx._pending is not None for app in _apps(self.app) for ctx in app.contexts.values()):
+            ctx._pending is not None for app in _apps(self.app) for ctx in app.contexts.values()
+        ):
             self.loop.run_until_complete(asyncio.sleep(0.001))
             self.clock.run_due()
 
@@ -365,7 +373,7 @@ class TestClient:
             path = unquote(path)  # as the servers give the core its path: percent-decoded
         base = self.app.config.base_path
         if base != "/" and path.startswith(base):
-            path = "/" + path[len(base):]  # what a mounting front end or proxy does
+            path = "/" + path[len(base) :]  # what a mounting front end or proxy does
         hdrs = Headers([("host", "testserver")])
         if json is not None:
             body = orjson.dumps(json)
@@ -460,8 +468,9 @@ class Tab:
             patch = orjson.loads(decoded_body(result))
             _merge(self.signals, patch)
             if protocol.REVIVE_SIGNAL in patch:
-                payload = {k: v for k, v in self.signals.items()
-                           if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL}
+                payload = {
+                    k: v for k, v in self.signals.items() if not k.startswith("_") or k == protocol.SNAPSHOT_SIGNAL
+                }
                 self.last_event_id = None  # a new request of the page's: Datastar sends no id with it
                 result = self.client.request("POST", self.sse_url, json=payload)
         if isinstance(result, StreamResponse):
@@ -547,7 +556,7 @@ class Tab:
 
     def new_events(self) -> list[Event]:
         """Events received since the last call."""
-        out = self.events[self._seen:]
+        out = self.events[self._seen :]
         self._seen = len(self.events)
         return out
 
@@ -596,8 +605,14 @@ class Tab:
         if len(matches) != 1:
             raise AssertionError(f"{selector!r} matched {len(matches)} elements, expected 1")
         el = matches[0]
-        expr = next((v for k, v in el.attrs.items()
-                     if k in (f"data-on:{event}", f"data-on-{event}") or k.startswith(f"data-on:{event}__")), None)
+        expr = next(
+            (
+                v
+                for k, v in el.attrs.items()
+                if k in (f"data-on:{event}", f"data-on-{event}") or k.startswith(f"data-on:{event}__")
+            ),
+            None,
+        )
         if expr is None:
             raise AssertionError(f"{selector!r} has no data-on:{event} attribute: {el!r}")
         m = _POST.search(expr)
@@ -656,7 +671,7 @@ def _element_span(markup: str, element_id: str) -> tuple[int, int, int, int] | N
 
 def _inner_of(markup: str, element_id: str) -> str:
     span = _element_span(markup, element_id)
-    return markup[span[1]:span[2]] if span else markup
+    return markup[span[1] : span[2]] if span else markup
 
 
 def _replace_by_id(markup: str, fragment: str) -> str:
@@ -666,7 +681,7 @@ def _replace_by_id(markup: str, fragment: str) -> str:
     span = _element_span(markup, m.group(1))
     if span is None:
         return markup
-    return markup[: span[0]] + fragment + markup[span[3]:]
+    return markup[: span[0]] + fragment + markup[span[3] :]
 
 
 _SIMPLE_ID = re.compile(r"#[\w-]+\Z")

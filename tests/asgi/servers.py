@@ -137,8 +137,14 @@ class ServerThread:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, 0))
         self.port = sock.getsockname()[1]
-        options = {"lifespan": "on", "log_config": None, "log_level": "warning", "access_log": False,
-                   "timeout_graceful_shutdown": 2, **self.options}
+        options = {
+            "lifespan": "on",
+            "log_config": None,
+            "log_level": "warning",
+            "access_log": False,
+            "timeout_graceful_shutdown": 2,
+            **self.options,
+        }
         server = uvicorn.Server(uvicorn.Config(self.app, **options))
         self._uvicorn = server
         watcher = asyncio.ensure_future(self._signal_ready(lambda: server.started))
@@ -200,9 +206,24 @@ class GranianProcess:
 
     def __enter__(self) -> GranianProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "granian", "--interface", "asgi", "--host", self.host, "--port",
-             str(self.port), "--workers", "1", "--log-level", "warning", self.target],
-            cwd=ROOT, env=self.env,
+            [
+                sys.executable,
+                "-m",
+                "granian",
+                "--interface",
+                "asgi",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--log-level",
+                "warning",
+                self.target,
+            ],
+            cwd=ROOT,
+            env=self.env,
         )
         try:
             wait_for_port(self.port, timeout=20)
@@ -243,20 +264,30 @@ def open_page(host: str, port: int, path: str = "/") -> tuple[RawResponse, dict[
     return page, seed, cookie
 
 
-def open_stream(host: str, port: int, signals: dict[str, Any], cookie: str,
-                path: str = "/_sse") -> tuple[RawClient, RawResponse]:
+def open_stream(
+    host: str, port: int, signals: dict[str, Any], cookie: str, path: str = "/_sse"
+) -> tuple[RawClient, RawResponse]:
     """Open a tab's stream and read its head; the caller reads the events and closes the client."""
     client = RawClient(host, port)
-    client.send(f"GET {path}?datastar={quote(json.dumps(signals))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                f"Cookie: {cookie}\r\n\r\n".encode())
+    client.send(
+        f"GET {path}?datastar={quote(json.dumps(signals))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Cookie: {cookie}\r\n\r\n".encode()
+    )
     return client, client.read_head()
 
 
-def post_action(host: str, port: int, name: str, signals: dict[str, Any], cookie: str,
-                prefix: str = "/_action/") -> RawResponse:
+def post_action(
+    host: str, port: int, name: str, signals: dict[str, Any], cookie: str, prefix: str = "/_action/"
+) -> RawResponse:
     """Post an action the way Datastar does: JSON signals, the page's Origin and Host."""
-    return request(host, port, "POST", prefix + name, body=json.dumps(signals).encode(), headers=(
-        f"Origin: http://{host}:{port}\r\nCookie: {cookie}\r\nContent-Type: application/json\r\n"))
+    return request(
+        host,
+        port,
+        "POST",
+        prefix + name,
+        body=json.dumps(signals).encode(),
+        headers=(f"Origin: http://{host}:{port}\r\nCookie: {cookie}\r\nContent-Type: application/json\r\n"),
+    )
 
 
 def read_events(client: RawClient, until: bytes, timeout: float = 5.0) -> bytes:

@@ -62,13 +62,29 @@ class Peer:
         return b"".join(m.get("body", b"") for m in self.sent[1:])
 
 
-def http_scope(path: str = "/", method: str = "GET", *, headers: list[tuple[bytes, bytes]] | None = None,
-               query: bytes = b"", root_path: str = "", **extra: Any) -> dict[str, Any]:
+def http_scope(
+    path: str = "/",
+    method: str = "GET",
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    query: bytes = b"",
+    root_path: str = "",
+    **extra: Any,
+) -> dict[str, Any]:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": query, "root_path": root_path,
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": root_path,
         "headers": headers if headers is not None else [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80), **extra,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+        **extra,
     }
 
 
@@ -82,10 +98,12 @@ def call(adapter: ASGIApp, scope: dict[str, Any], peer: Peer) -> Awaitable[None]
 
 def run(adapter: ASGIApp, scope: dict[str, Any], *messages: dict[str, Any]) -> Peer:
     """One exchange, start to end, on a fresh event loop."""
+
     async def main() -> Peer:
         peer = Peer(*messages)
         await call(adapter, scope, peer)
         return peer
+
     return asyncio.run(main())
 
 
@@ -95,17 +113,24 @@ def echo_app(**options: Any) -> App:
 
     @app.not_found
     def seen(request: Request) -> Response:
-        return Response.json({
-            "method": request.method, "path": request.path, "query": request.query_string,
-            "headers": list(request.headers), "body": request.body.decode("latin-1"),
-            "client": request.client, "scheme": request.scheme,
-        })
+        return Response.json(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query_string,
+                "headers": list(request.headers),
+                "body": request.body.decode("latin-1"),
+                "client": request.client,
+                "scheme": request.scheme,
+            }
+        )
 
     return app
 
 
 def echoed(peer: Peer) -> dict[str, Any]:
     import orjson
+
     return orjson.loads(peer.body)  # type: ignore[no-any-return]
 
 
@@ -113,14 +138,23 @@ def echoed(peer: Peer) -> dict[str, Any]:
 
 
 def test_the_core_gets_the_request_as_the_native_server_builds_it() -> None:
-    scope = http_scope("/caf\u00e9 au lait", "POST", query=b"q=%C3%A9t%C3%A9&x",
-                       headers=[(b"Host", b"example.org"), (b"X-Name", b"caf\xe9"), (b"cookie", b"a=1"),
-                                (b"cookie", b"b=2")], scheme="https", client=("192.0.2.7", 4444))
+    scope = http_scope(
+        "/caf\u00e9 au lait",
+        "POST",
+        query=b"q=%C3%A9t%C3%A9&x",
+        headers=[(b"Host", b"example.org"), (b"X-Name", b"caf\xe9"), (b"cookie", b"a=1"), (b"cookie", b"b=2")],
+        scheme="https",
+        client=("192.0.2.7", 4444),
+    )
     peer = run(asgi(echo_app()), scope, body(b"one,", more=True), body(b"", more=True), body(b"two"))
     assert echoed(peer) == {
-        "method": "POST", "path": "/caf\u00e9 au lait", "query": "q=%C3%A9t%C3%A9&x",
+        "method": "POST",
+        "path": "/caf\u00e9 au lait",
+        "query": "q=%C3%A9t%C3%A9&x",
         "headers": [["host", "example.org"], ["x-name", "caf\u00e9"], ["cookie", "a=1"], ["cookie", "b=2"]],
-        "body": "one,two", "client": "192.0.2.7", "scheme": "https",
+        "body": "one,two",
+        "client": "192.0.2.7",
+        "scheme": "https",
     }
 
 
@@ -131,28 +165,35 @@ def test_a_request_without_client_or_scheme_gets_defaults() -> None:
     assert (seen["client"], seen["scheme"]) == ("", "http")
 
 
-@pytest.mark.parametrize(("path", "root_path", "expected"), [
-    ("/live/x", "/live", "/x"),  # Starlette >= 0.33, uvicorn --root-path: the prefix stays in path
-    ("/x", "/live", "/x"),  # older Starlette: the prefix was taken off path
-    ("/live", "/live", "/"),
-    ("/live/", "/live", "/"),
-    ("/live/x", "/live/", "/x"),
-    ("/lively", "/live", "/lively"),  # not a path segment: kept
-    ("/a/live/x", "/a/live", "/x"),  # nested mounts
-])
+@pytest.mark.parametrize(
+    ("path", "root_path", "expected"),
+    [
+        ("/live/x", "/live", "/x"),  # Starlette >= 0.33, uvicorn --root-path: the prefix stays in path
+        ("/x", "/live", "/x"),  # older Starlette: the prefix was taken off path
+        ("/live", "/live", "/"),
+        ("/live/", "/live", "/"),
+        ("/live/x", "/live/", "/x"),
+        ("/lively", "/live", "/lively"),  # not a path segment: kept
+        ("/a/live/x", "/a/live", "/x"),  # nested mounts
+    ],
+)
 def test_the_mount_prefix_is_stripped_in_both_conventions(path: str, root_path: str, expected: str) -> None:
     adapter = asgi(echo_app(base_path=root_path.rstrip("/") or "/"))
     assert echoed(run(adapter, http_scope(path, root_path=root_path), body()))["path"] == expected
 
 
-@pytest.mark.parametrize(("root_path", "base_path", "path", "expected"), [
-    (None, "/live", "/live/x", "/x"),  # default: the app's base_path, for proxies that keep the prefix
-    (None, "/live", "/x", "/x"),  # a proxy that strips it
-    ("", "/live", "/live/x", "/live/x"),  # turned off
-    ("/api", "/", "/api/x", "/x"),
-])
-def test_without_a_scope_root_path_the_adapter_strips_its_own(root_path: str | None, base_path: str, path: str,
-                                                              expected: str) -> None:
+@pytest.mark.parametrize(
+    ("root_path", "base_path", "path", "expected"),
+    [
+        (None, "/live", "/live/x", "/x"),  # default: the app's base_path, for proxies that keep the prefix
+        (None, "/live", "/x", "/x"),  # a proxy that strips it
+        ("", "/live", "/live/x", "/live/x"),  # turned off
+        ("/api", "/", "/api/x", "/x"),
+    ],
+)
+def test_without_a_scope_root_path_the_adapter_strips_its_own(
+    root_path: str | None, base_path: str, path: str, expected: str
+) -> None:
     adapter = ASGIApp(echo_app(base_path=base_path), root_path=root_path)
     assert echoed(run(adapter, http_scope(path), body()))["path"] == expected
 
@@ -163,8 +204,10 @@ def test_a_mount_prefix_the_app_does_not_know_is_logged_once(caplog: pytest.LogC
         run(adapter, http_scope("/live/x", root_path="/live"), body())
         run(adapter, http_scope("/live/y", root_path="/live"), body())
     warnings = [r.getMessage() for r in caplog.records if r.name == "pyvia.asgi"]
-    assert warnings == ["pyvia app mounted at '/live' but its base_path is '/': the URLs it gives the browser "
-                        "(stream, actions, bundle) miss the prefix; create it with App(base_path='/live')"]
+    assert warnings == [
+        "pyvia app mounted at '/live' but its base_path is '/': the URLs it gives the browser "
+        "(stream, actions, bundle) miss the prefix; create it with App(base_path='/live')"
+    ]
 
 
 def test_bad_options_are_refused() -> None:
@@ -222,8 +265,15 @@ def routes_app() -> App:
 
     @app.route("GET", "/text")
     def text() -> Response:
-        return Response.text("hello", headers=[("Content-Length", "999"), ("Connection", "keep-alive"),
-                                               ("Transfer-Encoding", "chunked"), ("X-Thing", "1")])
+        return Response.text(
+            "hello",
+            headers=[
+                ("Content-Length", "999"),
+                ("Connection", "keep-alive"),
+                ("Transfer-Encoding", "chunked"),
+                ("X-Thing", "1"),
+            ],
+        )
 
     @app.route("GET", "/empty")
     def empty() -> Response:
@@ -246,8 +296,11 @@ def routes_app() -> App:
 
 def test_the_app_s_framing_headers_are_replaced_by_the_real_length() -> None:
     peer = run(asgi(routes_app()), http_scope("/text"), body())
-    assert peer.sent[0]["headers"] == [(b"content-type", b"text/plain; charset=utf-8"), (b"x-thing", b"1"),
-                                       (b"content-length", b"5")]
+    assert peer.sent[0]["headers"] == [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"x-thing", b"1"),
+        (b"content-length", b"5"),
+    ]
     assert peer.body == b"hello"
 
 
@@ -334,8 +387,12 @@ def test_concurrent_first_requests_start_the_app_once() -> None:
 def test_lifespan_starts_and_stops_the_app() -> None:
     stub = Stub(lambda request: Response.text("ok"))
     adapter = ASGIApp(stub, shutdown_budget=0.5)  # type: ignore[arg-type]
-    peer = run(adapter, {"type": "lifespan", "asgi": {"version": "3.0"}},
-               {"type": "lifespan.startup"}, {"type": "lifespan.shutdown"})
+    peer = run(
+        adapter,
+        {"type": "lifespan", "asgi": {"version": "3.0"}},
+        {"type": "lifespan.startup"},
+        {"type": "lifespan.shutdown"},
+    )
     assert [m["type"] for m in peer.sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert (stub.started, stub.stopped) == (1, [0.5])
 
@@ -355,8 +412,12 @@ def test_a_shutdown_over_its_budget_is_cut_short(caplog: pytest.LogCaptureFixtur
 
     stub.shutdown = slow  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, logger="pyvia.asgi"):
-        peer = run(ASGIApp(stub, shutdown_budget=0.05), {"type": "lifespan"},  # type: ignore[arg-type]
-                   {"type": "lifespan.startup"}, {"type": "lifespan.shutdown"})
+        peer = run(
+            ASGIApp(stub, shutdown_budget=0.05),
+            {"type": "lifespan"},  # type: ignore[arg-type]
+            {"type": "lifespan.startup"},
+            {"type": "lifespan.shutdown"},
+        )
     assert peer.sent[-1]["type"] == "lifespan.shutdown.complete"
     assert "app.shutdown() did not finish within 0.05 s" in caplog.text
 
@@ -431,7 +492,11 @@ def test_events_written_while_a_send_is_held_are_counted_then_sent_as_one_messag
     peer = asyncio.run(main())
     assert peer.status == 200 and peer.headers[b"content-type"] == b"text/event-stream"
     assert [(m["body"], m["more_body"]) for m in peer.sent[1:]] == [
-        (b"first\n\n", True), (b"a\n\nbb\n\n", True), (b"c\n\n", True), (b"", False)]
+        (b"first\n\n", True),
+        (b"a\n\nbb\n\n", True),
+        (b"c\n\n", True),
+        (b"", False),
+    ]
     assert tab.closed == 0  # the core closed it: nothing to tell the core
 
 

@@ -24,7 +24,7 @@ def parse(stream: str) -> list[tuple[str, list[str]]]:
         if not block:
             continue
         lines = block.split("\n")
-        kind = next((line[len("event: "):] for line in lines if line.startswith("event: ")), "message")
+        kind = next((line[len("event: ") :] for line in lines if line.startswith("event: ")), "message")
         events.append((kind, [line for line in lines if not line.startswith("event: ")]))
     return events
 
@@ -47,8 +47,9 @@ def test_selector_and_mode_come_in_another_order_with_the_same_meaning() -> None
 def test_an_sdk_event_is_a_str_with_whole_events_and_optional_id_and_retry_lines() -> None:
     event = SSE.patch_signals({"n": 1}, event_id="7", retry_duration=5000, only_if_missing=True)
     assert isinstance(event, DatastarEvent) and isinstance(event, str) and event.endswith("\n\n")
-    assert parse(event) == [("datastar-patch-signals",
-                             ["id: 7", "retry: 5000", "data: onlyIfMissing true", 'data: signals {"n":1}'])]
+    assert parse(event) == [
+        ("datastar-patch-signals", ["id: 7", "retry: 5000", "data: onlyIfMissing true", 'data: signals {"n":1}'])
+    ]
 
 
 def test_the_sdk_lets_a_line_break_in_a_selector_forge_a_second_event() -> None:
@@ -59,8 +60,12 @@ def test_the_sdk_lets_a_line_break_in_a_selector_forge_a_second_event() -> None:
 
 
 def test_sdk_events_cross_the_asgi_stream_unchanged() -> None:
-    events = [SSE.patch_elements('<div id="a">1</div>'), SSE.patch_signals({"x": [1, 2]}),
-              SSE.remove_elements("#old"), SSE.execute_script("console.log('hi')")]
+    events = [
+        SSE.patch_elements('<div id="a">1</div>'),
+        SSE.patch_signals({"x": [1, 2]}),
+        SSE.remove_elements("#old"),
+        SSE.execute_script("console.log('hi')"),
+    ]
     app = App()
 
     @app.route("GET", "/sdk")

@@ -184,12 +184,18 @@ def test_a_chunked_body_is_cut_off_at_the_limit() -> None:
     app, _ = hooked_app()
     with serving(ASGIApp(app, max_body=1000)) as server, RawClient(server.host, server.port) as client:
         chunk = b"y" * 600
-        client.send(b"POST /size HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    + b"%x\r\n%b\r\n" % (len(chunk), chunk) * 2 + b"0\r\n\r\n")
+        client.send(
+            b"POST /size HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%b\r\n" % (len(chunk), chunk) * 2
+            + b"0\r\n\r\n"
+        )
         assert client.read_response().status == 413
     with serving(ASGIApp(app, max_body=1200)) as server, RawClient(server.host, server.port) as client:
-        client.send(b"POST /size HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    + b"%x\r\n%b\r\n" % (len(chunk), chunk) * 2 + b"0\r\n\r\n")
+        client.send(
+            b"POST /size HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%b\r\n" % (len(chunk), chunk) * 2
+            + b"0\r\n\r\n"
+        )
         assert client.read_response().body == b'{"size":1200}'
 
 
@@ -215,8 +221,9 @@ def test_head_of_a_stream_sends_its_head_and_never_opens_it() -> None:
 
     @app.route("GET", "/events")
     def events() -> StreamResponse:
-        return StreamResponse(list(SSE_HEADERS), on_open=lambda sink: calls.append("open"),
-                              on_close=lambda: calls.append("close"))
+        return StreamResponse(
+            list(SSE_HEADERS), on_open=lambda sink: calls.append("open"), on_close=lambda: calls.append("close")
+        )
 
     with serving(asgi(app)) as server, RawClient(server.host, server.port) as client:
         client.send(b"HEAD /events HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -230,8 +237,10 @@ def test_head_of_a_stream_sends_its_head_and_never_opens_it() -> None:
 def test_websocket_handshakes_are_refused() -> None:
     app, _ = hooked_app()
     with serving(asgi(app), ws="wsproto") as server, RawClient(server.host, server.port) as client:
-        client.send(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        client.send(
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         assert client.read_head().status == 403
 
 
@@ -253,8 +262,10 @@ def test_a_compressed_stream_is_flushed_event_by_event(counter_server: ServerThr
     _, seed, cookie = open_page(host, port)
     signals = {"via_ctx": seed["via_ctx"], "step": 1}
     client = RawClient(host, port)
-    client.send(f"GET /_sse?datastar={quote(json.dumps(signals))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                f"Cookie: {cookie}\r\nAccept-Encoding: br\r\n\r\n".encode())
+    client.send(
+        f"GET /_sse?datastar={quote(json.dumps(signals))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Cookie: {cookie}\r\nAccept-Encoding: br\r\n\r\n".encode()
+    )
     with client:
         head = client.read_head()
         assert head.header("content-encoding") == "br"
@@ -287,8 +298,10 @@ def test_a_tab_that_stops_reading_is_cut_off_by_the_core() -> None:
         sock.connect((host, port))
         client = RawClient.__new__(RawClient)
         client.sock, client.buffer = sock, b""
-        client.send(f"GET /_sse?datastar={quote(json.dumps({'via_ctx': ctx_id}))} HTTP/1.1\r\n"
-                    f"Host: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        client.send(
+            f"GET /_sse?datastar={quote(json.dumps({'via_ctx': ctx_id}))} HTTP/1.1\r\n"
+            f"Host: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode()
+        )
         server.wait_for(lambda: app.contexts[ctx_id].state is State.CONNECTED)
         floods = 0
         while floods < 60 and not server.call(lambda: app.contexts[ctx_id].stream.sink is None):

@@ -20,8 +20,14 @@ def bench(*argv: str, timeout: float = 120.0) -> tuple[int, str, list[dict[str, 
     """``python -m bench ARGV`` serving this checkout's pyvia: exit code, output, the raw JSON lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYVIA_")}
     server = ["--pyvia-src", str(ROOT / "src")] if argv[0] != "calibrate" else []
-    done = subprocess.run([sys.executable, "-m", "bench", *argv, *server], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", *argv, *server],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = done.stdout + done.stderr
     found = re.search(r"^# raw results: (\S+)$", out, re.M)
     assert found, out
@@ -63,8 +69,9 @@ def test_hammer_counts_every_action_on_the_shared_counter() -> None:
 
 
 def test_hammer_on_a_private_counter_checks_the_other_tabs_see_nothing() -> None:
-    code, out, records = bench("hammer", "--app", "examples.counter:app", "-k", "60", "-c", "4", "-o", "3",
-                               "-r", "1", "--warmup", "0")
+    code, out, records = bench(
+        "hammer", "--app", "examples.counter:app", "-k", "60", "-c", "4", "-o", "3", "-r", "1", "--warmup", "0"
+    )
     assert code == 0, out
     rep = next(r for r in records if r["type"] == "rep")
     assert rep["observers"] == 1 and rep["net_increment"] == 60 and rep["isolation_leaks"] == 0
@@ -72,8 +79,9 @@ def test_hammer_on_a_private_counter_checks_the_other_tabs_see_nothing() -> None
 
 
 def test_hammer_marks_server_errors_dirty() -> None:
-    code, out, records = bench("hammer", "--app", "tests.bench.apps:failing", "-k", "50", "-c", "5", "-o", "2",
-                               "-r", "1", "--warmup", "0")
+    code, out, records = bench(
+        "hammer", "--app", "tests.bench.apps:failing", "-k", "50", "-c", "5", "-o", "2", "-r", "1", "--warmup", "0"
+    )
     assert code == 1, out
     rep = next(r for r in records if r["type"] == "rep")
     assert rep["non2xx"] == {"500": 10} and rep["http_ok"] == 40 and rep["dirty"]
@@ -82,8 +90,23 @@ def test_hammer_marks_server_errors_dirty() -> None:
 
 
 def test_hammer_catches_a_lost_update_behind_200s() -> None:
-    code, out, records = bench("hammer", "--app", "tests.bench.apps:lossy", "-k", "50", "-c", "5", "-o", "2",
-                               "-r", "1", "--warmup", "0", "--timeout", "1")
+    code, out, records = bench(
+        "hammer",
+        "--app",
+        "tests.bench.apps:lossy",
+        "-k",
+        "50",
+        "-c",
+        "5",
+        "-o",
+        "2",
+        "-r",
+        "1",
+        "--warmup",
+        "0",
+        "--timeout",
+        "1",
+    )
     assert code == 1, out
     rep = next(r for r in records if r["type"] == "rep")
     assert rep["http_ok"] == 50 and rep["net_increment"] == 40 and not rep["exact"] and rep["dirty"]
@@ -108,8 +131,9 @@ def test_tabs_phases_on_private_and_shared_counters() -> None:
     assert churn["phase"] == "churn" and churn["visitors"] == 5 and not churn["failures"]
     assert private["phase"] == "private" and private["ok"] == private["sent"] == 40 and private["never_seen"] == 0
     assert private["seen_p50_ms"] > 0 and rep["rss_after_close_kb"] > 0
-    code, out, records = bench("tabs", "--app", "examples.shared_counter:app", *small, "--bc-rates", "10",
-                               "--tab-rates", "10")
+    code, out, records = bench(
+        "tabs", "--app", "examples.shared_counter:app", *small, "--bc-rates", "10", "--tab-rates", "10"
+    )
     assert code == 1, out  # the shared counter has no private signal: that phase is reported, the run dirty
     rep = next(r for r in records if r["type"] == "rep")
     shared, skipped = sorted(rep["phases"], key=lambda p: "skipped" in p)

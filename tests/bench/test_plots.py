@@ -34,8 +34,14 @@ def test_the_committed_svgs_show_the_current_figures() -> None:
 
 def _run(tmp_path: Path, name: str, command: str, summary: dict) -> Path:
     path = tmp_path / f"{name}.jsonl"
-    prov = {"type": "provenance", "command": command, "git_sha": "0" * 40, "time": "t", "loadavg_at_start": ["0"],
-            "settings": {"app": "examples.counter:app"}}
+    prov = {
+        "type": "provenance",
+        "command": command,
+        "git_sha": "0" * 40,
+        "time": "t",
+        "loadavg_at_start": ["0"],
+        "settings": {"app": "examples.counter:app"},
+    }
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in (prov, {"type": "summary", **summary})))
     return path
 

@@ -9,8 +9,13 @@ from pyvia import App, Context, Scope
 preference = tuple(os.environ.get("TEST_COMPRESSION", "zstd,br,gzip").split(","))
 idle_release = float(os.environ.get("TEST_IDLE_RELEASE", "60"))
 
-compressed = App(title="Compressed", compression_preference=preference, encoder_idle_release=idle_release,
-                 sweep_interval=0.2, keep_alive=0.6)
+compressed = App(
+    title="Compressed",
+    compression_preference=preference,
+    encoder_idle_release=idle_release,
+    sweep_interval=0.2,
+    keep_alive=0.6,
+)
 
 
 @compressed.page("/")

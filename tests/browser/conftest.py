@@ -17,10 +17,16 @@ __all__ = ["Proxy", "ServerProcess", "free_port", "wait_for_port"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # pages in background tabs must not be throttled: tests drive several at once
-    "--disable-renderer-backgrounding", "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-background-timer-throttling",
     "--disable-backgrounding-occluded-windows",
 ]
 

@@ -84,8 +84,9 @@ class LatencyProxy:
         try:
             while data := await reader.read(65536):
                 if from_client:
-                    self.request_lines.extend(line for line in data.split(b"\r\n")
-                                              if line[:5] in (b"GET /", b"POST ", b"HEAD "))
+                    self.request_lines.extend(
+                        line for line in data.split(b"\r\n") if line[:5] in (b"GET /", b"POST ", b"HEAD ")
+                    )
                 queue.put_nowait((time.monotonic() + self.delay, data))
         except ConnectionError:
             pass

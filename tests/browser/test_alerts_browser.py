@@ -41,17 +41,24 @@ def alert_app(**options: object) -> App:
         def upload() -> None:
             saved.value += 1
 
-        c.view(lambda: html(
-            '<input id="name" {bind}><button id="save" data-on:click="{save}">save</button>'
-            '<button id="boom" data-on:click="{boom}">boom</button>'
-            '<button id="busy" data-on:click="{busy}">busy</button>'
-            '<button id="bad" data-on:click="{bad}">bad</button>'
-            '<form id="up" enctype="multipart/form-data" data-on:submit__prevent="{up}">'
-            '<input id="file" type="file" name="file"><button id="send">send</button></form>'
-            '<p>saved <b id="saved" data-text="{saved}"></b></p>',
-            bind=name.bind(), save=save, boom=boom, busy=busy, saved=saved.ref(),
-            bad="@post('/_action/nope', {requestCancellation: 'disabled'})",
-            up=raw_form_post(upload.url)))
+        c.view(
+            lambda: html(
+                '<input id="name" {bind}><button id="save" data-on:click="{save}">save</button>'
+                '<button id="boom" data-on:click="{boom}">boom</button>'
+                '<button id="busy" data-on:click="{busy}">busy</button>'
+                '<button id="bad" data-on:click="{bad}">bad</button>'
+                '<form id="up" enctype="multipart/form-data" data-on:submit__prevent="{up}">'
+                '<input id="file" type="file" name="file"><button id="send">send</button></form>'
+                '<p>saved <b id="saved" data-text="{saved}"></b></p>',
+                bind=name.bind(),
+                save=save,
+                boom=boom,
+                busy=busy,
+                saved=saved.ref(),
+                bad="@post('/_action/nope', {requestCancellation: 'disabled'})",
+                up=raw_form_post(upload.url),
+            )
+        )
 
     return app
 
@@ -74,8 +81,9 @@ def _open(browser: Browser, proxy: LatencyProxy) -> Page:
     return page
 
 
-def test_each_failure_shows_its_message_and_the_alert_goes_when_the_tab_recovers(browser: Browser,
-                                                                                 served: LatencyProxy) -> None:
+def test_each_failure_shows_its_message_and_the_alert_goes_when_the_tab_recovers(
+    browser: Browser, served: LatencyProxy
+) -> None:
     page = _open(browser, served)
     try:
         alert = page.get_by_role("alert")
@@ -112,8 +120,9 @@ def test_each_failure_shows_its_message_and_the_alert_goes_when_the_tab_recovers
 def test_an_upload_past_the_servers_body_limit_says_it_is_too_large(browser: Browser, served: LatencyProxy) -> None:
     page = _open(browser, served)
     try:
-        page.locator("#file").set_input_files({"name": "big.bin", "mimeType": "application/octet-stream",
-                                               "buffer": b"\0" * (17 << 20)})
+        page.locator("#file").set_input_files(
+            {"name": "big.bin", "mimeType": "application/octet-stream", "buffer": b"\0" * (17 << 20)}
+        )
         page.locator("#send").click()
         expect(page.get_by_role("alert")).to_contain_text(DEFAULT_MESSAGES["413"])
     finally:
@@ -132,8 +141,7 @@ def test_a_rate_limit_shows_how_long_to_wait(browser: Browser) -> None:
             page.close()
 
 
-def test_a_lost_stream_says_it_is_reconnecting_and_goes_once_it_is_back(browser: Browser,
-                                                                        served: LatencyProxy) -> None:
+def test_a_lost_stream_says_it_is_reconnecting_and_goes_once_it_is_back(browser: Browser, served: LatencyProxy) -> None:
     page = _open(browser, served)
     try:
         served.go_down()
@@ -161,8 +169,7 @@ def test_the_alert_can_be_dismissed(browser: Browser, served: LatencyProxy) -> N
 
 def test_an_app_draws_its_own_alert_with_its_own_words(browser: Browser) -> None:
     def banner(e: ErrorChannel) -> str:
-        return html('<p id="banner" role="alert" data-show="{}">Oops: <span data-text="{}"></span></p>',
-                    e.show, e.text)
+        return html('<p id="banner" role="alert" data-show="{}">Oops: <span data-text="{}"></span></p>', e.show, e.text)
 
     app = alert_app(error_view=banner, error_messages={500: "We broke it."})
     with running_server(app) as (_, port), latency_proxy(port, delay=0.01) as proxy:

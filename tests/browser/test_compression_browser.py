@@ -16,16 +16,35 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return str(cert), str(key)
 
 
 def serve(coding: str, certificate: tuple[str, str], idle_release: float = 60) -> ServerProcess:
-    server = ServerProcess("tests.browser.apps:compressed", free_port(), tls=certificate,
-                           env={"TEST_COMPRESSION": coding, "TEST_IDLE_RELEASE": str(idle_release)})
+    server = ServerProcess(
+        "tests.browser.apps:compressed",
+        free_port(),
+        tls=certificate,
+        env={"TEST_COMPRESSION": coding, "TEST_IDLE_RELEASE": str(idle_release)},
+    )
     server.start()
     return server
 
@@ -60,8 +79,9 @@ def test_board_works_over_a_compressed_stream(browser: Browser, certificate: tup
 
 
 @pytest.mark.parametrize("coding", ["zstd", "gzip"])
-def test_released_encoder_then_a_new_one_decode_in_chromium(browser: Browser, certificate: tuple[str, str],
-                                                            coding: str) -> None:
+def test_released_encoder_then_a_new_one_decode_in_chromium(
+    browser: Browser, certificate: tuple[str, str], coding: str
+) -> None:
     server = serve(coding, certificate, idle_release=0.5)
     context = browser.new_context(ignore_https_errors=True)
     page = context.new_page()
@@ -83,8 +103,9 @@ def test_released_encoder_then_a_new_one_decode_in_chromium(browser: Browser, ce
 
 
 @pytest.mark.parametrize("coding", ["zstd", "gzip"])
-def test_connect_frame_then_the_tabs_own_frames_decode_in_chromium(browser: Browser, certificate: tuple[str, str],
-                                                                   coding: str) -> None:
+def test_connect_frame_then_the_tabs_own_frames_decode_in_chromium(
+    browser: Browser, certificate: tuple[str, str], coding: str
+) -> None:
     server = serve(coding, certificate)
     context = browser.new_context(ignore_https_errors=True)
     page = context.new_page()

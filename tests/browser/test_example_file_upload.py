@@ -27,10 +27,13 @@ def test_upload_list_and_download(browser: Browser) -> None:
         # two files in one post; the request is held so the in-flight state can be seen
         held: list[Route] = []
         page.route("**/_action/upload", lambda route: held.append(route))
-        page.set_input_files("#picker", [
-            {"name": "hello.txt", "mimeType": "text/plain", "buffer": b"hello world"},
-            {"name": "data.bin", "mimeType": "application/octet-stream", "buffer": bytes(range(256)) * 40},
-        ])
+        page.set_input_files(
+            "#picker",
+            [
+                {"name": "hello.txt", "mimeType": "text/plain", "buffer": b"hello world"},
+                {"name": "data.bin", "mimeType": "application/octet-stream", "buffer": bytes(range(256)) * 40},
+            ],
+        )
         page.click("#send")
         expect(page.locator("#progress")).to_be_visible()
         expect(page.locator("#progress span")).to_have_text("Uploading 2 file(s), 10.0 KiB…")
@@ -49,8 +52,10 @@ def test_upload_list_and_download(browser: Browser) -> None:
 
         # too large: refused in the browser, nothing is sent
         sent = len(posts)
-        page.set_input_files("#picker", {"name": "big.bin", "mimeType": "application/octet-stream",
-                                         "buffer": b"x" * (2 * 1024 * 1024 + 1)})
+        page.set_input_files(
+            "#picker",
+            {"name": "big.bin", "mimeType": "application/octet-stream", "buffer": b"x" * (2 * 1024 * 1024 + 1)},
+        )
         page.click("#send")
         expect(page.locator("#status")).to_have_text("Over the 2.0 MiB limit per file: big.bin. Nothing was sent.")
         expect(page.locator("#status")).to_have_class("error")

@@ -28,8 +28,7 @@ def test_search_as_you_type(browser: Browser) -> None:
 
         page.locator("#q").press_sequentially("north", delay=30)
         expect(page.locator("#count")).to_have_text(str(len(search_places("north"))))
-        expect(page.locator("#results li").first).to_have_text(
-            "".join(search_places("north")[0]))
+        expect(page.locator("#results li").first).to_have_text("".join(search_places("north")[0]))
         expect(page.locator("#results mark").first).to_have_text("North", ignore_case=True)
         expect(page.locator("#q")).to_be_focused()
         expect(page.locator("#q")).to_have_value("north")

@@ -14,8 +14,9 @@ def cell(page: Page, row: int, col: int) -> Locator:
 
 
 def test_two_browsers_edit_the_same_sheet(browser: Browser, tmp_path: Path) -> None:
-    server = ServerProcess("examples.spreadsheet:app", free_port(),
-                           env={"PYVIA_SHEET_DB": str(tmp_path / "sheet.sqlite3")})
+    server = ServerProcess(
+        "examples.spreadsheet:app", free_port(), env={"PYVIA_SHEET_DB": str(tmp_path / "sheet.sqlite3")}
+    )
     server.start()
     context_a, context_b = browser.new_context(), browser.new_context()
     errors: list[str] = []

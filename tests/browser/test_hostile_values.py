@@ -34,7 +34,7 @@ HOSTILE = [
     "nul\x00char",
     "emoji 🐍🚀 \U0001f595JS_ not escaped _DS🚀 __escaped0",
     "/* comment */ // comment\n`template ${1}`",
-    "{\"json\": true}",
+    '{"json": true}',
 ]
 
 
@@ -54,13 +54,17 @@ def hostile_app(current: dict[str, str]) -> App:
             result.value = "same" if typed.value == current["value"] else "changed"
             patched.value = current["value"]  # back to the browser in a signal patch
 
-        c.view(lambda: f"""
+        c.view(
+            lambda: (
+                f"""
 <p id="shown" data-text="{shown.ref()}"></p>
 <p id="typed" data-text="{typed.ref()}"></p>
 <p id="patched" data-text="{patched.ref()}"></p>
 <p id="result" data-text="{result.ref()}"></p>
 <pre id="rendered">{html.escape(value)}</pre>
-<button id="check" data-on:click="{check}">check</button>""")
+<button id="check" data-on:click="{check}">check</button>"""
+            )
+        )
 
     return app
 
@@ -92,8 +96,9 @@ def _round_trip(browser: Browser, port: int, current: dict[str, str], value: str
     page.on("request", lambda r: elsewhere.append(r.url) if "/x" in r.url.split("?")[0][-3:] else None)
     try:
         page.goto(f"http://127.0.0.1:{port}/")
-        page.wait_for_function("document.getElementById('shown').textContent.length > 0 || "
-                               f"{len(value)} === 0", timeout=10_000)
+        page.wait_for_function(
+            f"document.getElementById('shown').textContent.length > 0 || {len(value)} === 0", timeout=10_000
+        )
         assert _text(page, "shown") == value  # the seed, evaluated by Datastar
         assert _text(page, "typed") == value
         assert _text(page, "rendered") == as_html_text(value)  # the view, escaped
@@ -112,8 +117,9 @@ def _round_trip(browser: Browser, port: int, current: dict[str, str], value: str
 
 
 @pytest.mark.parametrize("value", HOSTILE)
-def test_each_hostile_value_round_trips_and_runs_nothing(browser: Browser, served: tuple[int, dict[str, str]],
-                                                         value: str) -> None:
+def test_each_hostile_value_round_trips_and_runs_nothing(
+    browser: Browser, served: tuple[int, dict[str, str]], value: str
+) -> None:
     port, current = served
     _round_trip(browser, port, current, value)
 
@@ -132,7 +138,8 @@ def test_a_value_of_a_million_characters_round_trips(browser: Browser, served: t
 @example(";")
 @example("\n")
 @example("\r\nafter a line break")
-def test_generated_values_round_trip_and_run_nothing(browser: Browser, served: tuple[int, dict[str, str]],
-                                                     value: str) -> None:
+def test_generated_values_round_trip_and_run_nothing(
+    browser: Browser, served: tuple[int, dict[str, str]], value: str
+) -> None:
     port, current = served
     _round_trip(browser, port, current, value)

@@ -34,13 +34,25 @@ def start_caddy(app: str, tmp_path: Path, worker_ports: int | None = None) -> It
     server = ServerProcess(app, free_port(), extra=extra, env={"PYVIA_APP__TRUSTED_PROXIES": '["127.0.0.1"]'})
     server.start()
     port = free_port()
-    upstream = (f"127.0.0.1:{worker_ports} 127.0.0.1:{worker_ports + 1}" if worker_ports is not None
-                else f"127.0.0.1:{server.port}")
-    env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYVIA_SITE": f"https://127.0.0.1:{port}",
-           "PYVIA_UPSTREAM": upstream}
-    proc = subprocess.Popen(["caddy", "run", "--config", str(ROOT / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    upstream = (
+        f"127.0.0.1:{worker_ports} 127.0.0.1:{worker_ports + 1}"
+        if worker_ports is not None
+        else f"127.0.0.1:{server.port}"
+    )
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYVIA_SITE": f"https://127.0.0.1:{port}",
+        "PYVIA_UPSTREAM": upstream,
+    }
+    proc = subprocess.Popen(
+        ["caddy", "run", "--config", str(ROOT / "deploy" / "Caddyfile"), "--adapter", "caddyfile"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for_port(port, timeout=20)
         yield port, server
@@ -78,8 +90,11 @@ def _metric(port: int, name: str) -> float:
     with RawClient("127.0.0.1", port) as client:
         client.send(get("/metrics"))
         text = client.read_response().body.decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and line[len(name)] in " {,")
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and line[len(name)] in " {,"
+    )
 
 
 def open_tabs(context: BrowserContext, port: int, count: int, errors: list[str]) -> list[Page]:
@@ -146,8 +161,12 @@ def test_caddy_keeps_a_browser_on_one_worker_through_their_own_ports(
             expect(page.locator("#count")).to_have_text("2")
         streams = sorted([_metric(base, "pyvia_streams_open"), _metric(base + 1, "pyvia_streams_open")])
         assert streams == [0, 4], "the browser's four tabs live on one worker"
-        actions = sorted([_metric(base, 'pyvia_requests_total{kind="action"'),
-                          _metric(base + 1, 'pyvia_requests_total{kind="action"')])
+        actions = sorted(
+            [
+                _metric(base, 'pyvia_requests_total{kind="action"'),
+                _metric(base + 1, 'pyvia_requests_total{kind="action"'),
+            ]
+        )
         assert actions == [0, 8], "and every action reached that worker directly (none forwarded, none passed)"
     finally:
         context.close()

@@ -43,9 +43,13 @@ def test_tabs_keep_their_counts_across_a_reload_and_show_the_new_code(
             page.click("#inc")
             expect(page.locator("#text")).to_contain_text(f"count={n + 1} ")
     project.write("v2")
-    reload = subprocess.run([sys.executable, "-m", "pyvia", "reload"], cwd=tmp_path, capture_output=True,
-                            timeout=30, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
-                                             "PYVIA_SERVER__PID_FILE": "pyvia.pid"})
+    reload = subprocess.run(
+        [sys.executable, "-m", "pyvia", "reload"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYVIA_SERVER__PID_FILE": "pyvia.pid"},
+    )
     assert reload.returncode == 0, reload.stderr
     project.wait_for_log("reload done")
     for i, page in enumerate(pages):  # each tab revived on the new code, its count and the shared total intact

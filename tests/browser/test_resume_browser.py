@@ -37,14 +37,20 @@ def flowing(c: Context) -> None:
     def start() -> None:
         c.set_interval(add, 0.02)
 
-    c.view(lambda: '<button id="start" data-on:click="@post(\'/_action/start\')">start</button>'
-                   f'<span id="count" data-text="$_count">{count.value}</span>'
-                   '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(count.value)) + "</ul>")
+    c.view(
+        lambda: (
+            '<button id="start" data-on:click="@post(\'/_action/start\')">start</button>'
+            f'<span id="count" data-text="$_count">{count.value}</span>'
+            '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(count.value)) + "</ul>"
+        )
+    )
 
 
 @app.page("/routes")
 def routes_page(c: Context) -> None:
-    c.view(lambda: """
+    c.view(
+        lambda: (
+            """
 <div data-signals="{theme: 'light'}">
   <svg id="vis" width="10" height="10"></svg>
   <p id="theme" data-text="$theme"></p>
@@ -54,13 +60,14 @@ def routes_page(c: Context) -> None:
   <button id="sig2" data-on:click="@get('/sig2')">sig2</button>
   <button id="js" data-on:click="@get('/js')">js</button>
   <button id="stream" data-on:click="@get('/feed')">stream</button>
-</div>""")
+</div>"""
+        )
+    )
 
 
 @app.route("GET", "/frag")
 def frag(request: Request) -> Response:
-    return elements_response('<circle id="dot" cx="5" cy="5" r="4"/>', selector="#vis", mode="append",
-                             namespace="svg")
+    return elements_response('<circle id="dot" cx="5" cy="5" r="4"/>', selector="#vis", mode="append", namespace="svg")
 
 
 @app.route("GET", "/sig")
@@ -85,6 +92,7 @@ def feed(request: Request) -> DatastarResponse:
         for n in range(3):
             yield patch_elements(f'<li id="f{n}">{n}</li>', "#feed", "append")
             await asyncio.sleep(0.05)
+
     return DatastarResponse(events())
 
 

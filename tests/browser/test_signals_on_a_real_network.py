@@ -83,14 +83,18 @@ def chat_app(said: list[str]) -> App:
             c.sync_signals()
 
         c.set_interval(tick, 0.03)
-        c.view(lambda: f"""
+        c.view(
+            lambda: (
+                f"""
 <form id="f" data-on:submit__prevent="{send}">
   <input id="draft" autocomplete="off" {draft.bind()}><button id="send">Send</button>
 </form>
 <button id="ping" data-on:click="{ping}">ping</button>
 <p>ticks <span id="ticks" data-text="{ticks.ref()}"></span>,
    pings <span id="pings" data-text="{pings.ref()}"></span></p>
-<p>the server holds: <q id="held">{html.escape(draft.value)}</q></p>""")
+<p>the server holds: <q id="held">{html.escape(draft.value)}</q></p>"""
+            )
+        )
 
     return app
 

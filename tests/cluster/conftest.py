@@ -27,6 +27,7 @@ ENGINES = ["memory", "nats", "redis"]
 
 def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
     """Run a scenario on uvloop (the loop the server uses), failing after ``timeout`` s."""
+
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout)
 

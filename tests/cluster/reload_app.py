@@ -32,9 +32,13 @@ def page(c: Context) -> None:
     def fail() -> None:
         raise ValueError(f"the action failed in {VERSION}")
 
-    c.view(lambda: f"<main id='m'><p id='text'>{VERSION} count={count.value} total={total.value}</p>"
-                   f"<button id='inc' data-on:click=\"{escape(str(inc))}\">+</button>"
-                   f"<button id='fail' data-on:click=\"{escape(str(fail))}\">!</button></main>")
+    c.view(
+        lambda: (
+            f"<main id='m'><p id='text'>{VERSION} count={count.value} total={total.value}</p>"
+            f"<button id='inc' data-on:click=\"{escape(str(inc))}\">+</button>"
+            f"<button id='fail' data-on:click=\"{escape(str(fail))}\">!</button></main>"
+        )
+    )
 
 
 @app.page("/boom")

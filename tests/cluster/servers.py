@@ -44,11 +44,24 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> str:
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             *(("--appendonly", "yes", "--appendfsync", "always") if self.durable else ("--appendonly", "no")),
-             *(("--requirepass", self.password) if self.password is not None else ()),
-             "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                *(("--appendonly", "yes", "--appendfsync", "always") if self.durable else ("--appendonly", "no")),
+                *(("--requirepass", self.password) if self.password is not None else ()),
+                "--dir",
+                str(self.dir),
+                "--logfile",
+                str(self.dir / "redis.log"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -119,6 +119,7 @@ def test_unusual_keys_round_trip(backend: Backend) -> None:
 def test_increment_from_8_concurrent_tasks_on_two_engines_loses_nothing(backend: Backend) -> None:
     async def scenario() -> None:
         async with backend.open(2) as engines:
+
             async def bump(engine: Engine) -> list[int]:
                 return [await engine.increment("race", "count") for _ in range(25)]
 
@@ -151,6 +152,7 @@ def test_mutate_from_concurrent_tasks_keeps_every_append(backend: Backend) -> No
 
     async def scenario() -> None:
         async with backend.open(2) as engines:
+
             async def writer(n: int) -> None:
                 for i in range(10):
                     await engines[n % 2].mutate("race", "list", append(f"{n}-{i}"), b"[]")
@@ -208,7 +210,11 @@ def test_a_watch_sees_every_later_change_in_order_including_deletes(backend: Bac
             await writer.put("other-bucket", "x", b"not seen")
             await eventually(lambda: len(seen) >= 5, what="five changes")
             assert [(c.key, c.value) for c in seen] == [
-                ("room:lobby", b"1"), ("count", b"5"), ("room:lobby", b"2"), ("room:lobby", None), ("own", b"mine"),
+                ("room:lobby", b"1"),
+                ("count", b"5"),
+                ("room:lobby", b"2"),
+                ("room:lobby", None),
+                ("own", b"mine"),
             ]
             assert all(c.bucket == "scopes" for c in seen)
             assert seen[2].revision == revision
@@ -287,6 +293,7 @@ def test_unsubscribe_stops_delivery_and_publishing_to_nobody_is_fine(backend: Ba
 def test_request_reaches_the_server_of_a_subject_and_returns_its_reply(backend: Backend) -> None:
     async def scenario() -> None:
         async with backend.open(2) as (caller, owner):
+
             async def handle(payload: bytes) -> bytes:
                 return b"handled " + payload
 
@@ -324,6 +331,7 @@ def test_request_to_a_subject_nobody_serves_fails_at_once(backend: Backend) -> N
 def test_request_times_out_when_the_handler_does_not_answer_in_time(backend: Backend) -> None:
     async def scenario() -> None:
         async with backend.open(2) as (caller, owner):
+
             async def stuck(payload: bytes) -> bytes:
                 await asyncio.sleep(5)
                 return payload
@@ -341,6 +349,7 @@ def test_request_times_out_when_the_handler_does_not_answer_in_time(backend: Bac
 def test_a_failing_handler_answers_with_remote_error(backend: Backend) -> None:
     async def scenario() -> None:
         async with backend.open(2) as (caller, owner):
+
             def broken(payload: bytes) -> bytes:
                 raise ValueError("no such context")
 
@@ -354,19 +363,22 @@ def test_a_failing_handler_answers_with_remote_error(backend: Backend) -> None:
 # --- names and state ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("call", "args"), [
-    ("get", ("bad bucket", "k")),
-    ("get", ("b.c", "k")),
-    ("get", ("b", "")),
-    ("get", ("b", "has space")),
-    ("get", ("b", "new\nline")),
-    ("get", ("b", "x" * 1025)),
-    ("publish", ("a..b", b"")),
-    ("publish", ("a.*", b"")),
-    ("publish", ("room:lobby", b"")),
-    ("subscribe", ("a.>.b", print)),
-    ("subscribe", ("", print)),
-])
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        ("get", ("bad bucket", "k")),
+        ("get", ("b.c", "k")),
+        ("get", ("b", "")),
+        ("get", ("b", "has space")),
+        ("get", ("b", "new\nline")),
+        ("get", ("b", "x" * 1025)),
+        ("publish", ("a..b", b"")),
+        ("publish", ("a.*", b"")),
+        ("publish", ("room:lobby", b"")),
+        ("subscribe", ("a.>.b", print)),
+        ("subscribe", ("", print)),
+    ],
+)
 def test_bad_names_are_refused_before_anything_is_sent(backend: Backend, call: str, args: tuple[object, ...]) -> None:
     async def scenario() -> None:
         async with backend.open() as (engine,):

@@ -25,6 +25,7 @@ def handler(body: bytes) -> bytes | asyncio.Future[bytes]:
     if body == b"fail":
         raise ValueError("no")
     if body.startswith(b"later"):
+
         async def later() -> bytes:
             await asyncio.sleep(0.01)
             return body.upper()
@@ -39,8 +40,9 @@ def test_requests_are_answered_in_any_order_and_failures_come_back(tmp_path: Pat
         await server.start()
         assert stat.S_IMODE(os.stat(str(server.address)).st_mode) == 0o600
         client = DirectClient(server.address)
-        replies = await asyncio.gather(client.request(b"later-1", 2), client.request(b"abc", 2),
-                                       client.request(b"x" * 200_000, 2))
+        replies = await asyncio.gather(
+            client.request(b"later-1", 2), client.request(b"abc", 2), client.request(b"x" * 200_000, 2)
+        )
         assert replies == [b"LATER-1", b"cba", b"x" * 200_000]
         with pytest.raises(RuntimeError, match="ValueError"):
             await client.request(b"fail", 2)
@@ -153,8 +155,9 @@ def test_over_tcp_a_peer_that_proves_the_secret_is_served() -> None:
         host, port = server.address
         assert port != 0
         client = DirectClient((host, port), channel_key(b"the app secret", "app"))
-        replies = await asyncio.gather(client.request(b"later-1", 2), client.request(b"abc", 2),
-                                       client.request(b"x" * 200_000, 2))
+        replies = await asyncio.gather(
+            client.request(b"later-1", 2), client.request(b"abc", 2), client.request(b"x" * 200_000, 2)
+        )
         assert replies == [b"LATER-1", b"cba", b"x" * 200_000]
         assert client._conn is not None
         sock = client._conn.transport.get_extra_info("socket")
@@ -210,15 +213,19 @@ async def _raw_peer(address: object, sent: bytes) -> tuple[bytes, bool]:
     return received, True
 
 
-@pytest.mark.parametrize(("sent", "why"), [
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "not a pyvia direct channel"),
-    (b"pyvia-d1" + b"n" * 16 + b"p" * 32, "wrong secret"),
-    (b"pyvia-d1" + b"n" * 16 + b"p" * 33, "more bytes than a handshake"),
-    (b"pyvia-d1" + b"n" * 16 + b"p" * 1_000_000, "more bytes than a handshake"),
-    (b"pyvia-d1", "no handshake in time"),
-])
-def test_over_tcp_the_server_cuts_off_what_is_not_a_handshake(sent: bytes, why: str, caplog: pytest.LogCaptureFixture,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("sent", "why"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "not a pyvia direct channel"),
+        (b"pyvia-d1" + b"n" * 16 + b"p" * 32, "wrong secret"),
+        (b"pyvia-d1" + b"n" * 16 + b"p" * 33, "more bytes than a handshake"),
+        (b"pyvia-d1" + b"n" * 16 + b"p" * 1_000_000, "more bytes than a handshake"),
+        (b"pyvia-d1", "no handshake in time"),
+    ],
+)
+def test_over_tcp_the_server_cuts_off_what_is_not_a_handshake(
+    sent: bytes, why: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(direct, "HANDSHAKE_TIMEOUT", 0.3)
 
     async def scenario() -> None:
@@ -238,6 +245,7 @@ def test_over_tcp_the_server_cuts_off_what_is_not_a_handshake(sent: bytes, why: 
 
 def test_over_tcp_the_proof_is_an_hmac_of_both_nonces_under_the_derived_key() -> None:
     """A peer written from the module docstring alone gets in: the handshake is what it says."""
+
     async def scenario() -> None:
         server = DirectServer(("127.0.0.1", 0), handler, KEY)
         await server.start()

@@ -19,8 +19,9 @@ def _redis(url: str, *command: str) -> bytes:
     """One command over RESP, without a client library: the reply's raw bytes."""
     host, port = re.match(r"redis://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
     with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(f"*{len(command)}\r\n".encode() + b"".join(
-            f"${len(part)}\r\n{part}\r\n".encode() for part in command))
+        sock.sendall(
+            f"*{len(command)}\r\n".encode() + b"".join(f"${len(part)}\r\n{part}\r\n".encode() for part in command)
+        )
         data = b""
         while not data.endswith(b"\r\n") or (data.startswith(b"$") and data.count(b"\r\n") < 2):
             data += sock.recv(65536)
@@ -39,8 +40,12 @@ def _directory_entries(url: str, prefix: str) -> int:
 
 def test_new_tabs_and_their_end_read_nothing_from_the_engine(redis_url: str) -> None:
     prefix = "t" + secrets.token_hex(6)
-    env = {ENGINE_URL_ENV: redis_url, "PYVIA_APP__ENGINE_PREFIX": prefix, "PYVIA_APP__CLEANUP_DELAY": "0.2",
-           "PYVIA_APP__SWEEP_INTERVAL": "0.1"}
+    env = {
+        ENGINE_URL_ENV: redis_url,
+        "PYVIA_APP__ENGINE_PREFIX": prefix,
+        "PYVIA_APP__CLEANUP_DELAY": "0.2",
+        "PYVIA_APP__SWEEP_INTERVAL": "0.1",
+    }
     node = ServerProcess(APP, free_port(), env=env)
     node.start()
     try:

@@ -89,8 +89,10 @@ class Machines:
 def machines(nats_url: str) -> Iterator[Machines]:
     prefix = "t" + secrets.token_hex(6)
     env = {"PYVIA_APP__ENGINE_PREFIX": prefix, "PYVIA_APP__CLUSTER_DIRECT": "false", ENGINE_URL_ENV: ""}
-    nodes = [ServerProcess(APP, free_port(), SECRET, extra=("--engine", nats_url, "--cluster-address", "127.0.0.1"),
-                           env=env) for _ in range(2)]
+    nodes = [
+        ServerProcess(APP, free_port(), SECRET, extra=("--engine", nats_url, "--cluster-address", "127.0.0.1"), env=env)
+        for _ in range(2)
+    ]
     watch = EngineWatch(nats_url, prefix)
     try:
         serve(nodes)
@@ -178,11 +180,16 @@ def test_a_tab_whose_machine_died_is_revived_where_its_action_lands(machines: Ma
     tab.close()
 
 
-def test_a_killed_workers_directory_entries_are_swept_once_its_revival_window_is_over(server_backend: Backend,
-                                                                                    ) -> None:
+def test_a_killed_workers_directory_entries_are_swept_once_its_revival_window_is_over(
+    server_backend: Backend,
+) -> None:
     prefix = "t" + secrets.token_hex(6)
-    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": prefix,
-           "PYVIA_APP__CLUSTER_DIRECT": "false", "PYVIA_APP__REVIVAL_WINDOW": "2"}
+    env = {
+        ENGINE_URL_ENV: server_backend.url,
+        "PYVIA_APP__ENGINE_PREFIX": prefix,
+        "PYVIA_APP__CLUSTER_DIRECT": "false",
+        "PYVIA_APP__REVIVAL_WINDOW": "2",
+    }
     nodes = [ServerProcess(APP, free_port(), env=env) for _ in range(2)]
     reader = EngineWatch(server_backend.url, prefix, forwards=False)
     try:
@@ -210,6 +217,7 @@ def test_a_killed_workers_directory_entries_are_swept_once_its_revival_window_is
 
 def _ping(port: int, prefix: str) -> bool:
     """Whether a node's worker answers on ``port`` over the TCP channel."""
+
     async def ask() -> bytes:
         client = DirectClient(("127.0.0.1", port), channel_key(SECRET.encode(), prefix))
         try:
@@ -229,8 +237,13 @@ def test_with_a_port_each_worker_serves_its_own_and_a_reload_takes_the_next_ones
     base = free_ports(4)
     while port in range(base, base + 4):
         port = free_port()
-    node = ServerProcess(APP, port, SECRET, env={"PYVIA_APP__ENGINE_PREFIX": prefix, ENGINE_URL_ENV: ""},
-                         extra=("--engine", nats_url, "--workers", "2", "--cluster-address", f"127.0.0.1:{base}"))
+    node = ServerProcess(
+        APP,
+        port,
+        SECRET,
+        env={"PYVIA_APP__ENGINE_PREFIX": prefix, ENGINE_URL_ENV: ""},
+        extra=("--engine", nats_url, "--workers", "2", "--cluster-address", f"127.0.0.1:{base}"),
+    )
     try:
         serve([node])
         deadline = time.monotonic() + 20

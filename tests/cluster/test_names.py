@@ -12,43 +12,49 @@ from pyvia.cluster.nats import decode_key, encode_key
 from pyvia.scopes import Scope
 
 
-@pytest.mark.parametrize("name", [
-    "global",
-    Scope.session("0123456789abcdef0123456789abcdef"),
-    "route:/",
-    "route:/items/{id}",
-    "route:/a-b_c.d/~x",
-    "room:lobby",
-    "room:lobby-2:table-7",
-    "room:*",
-    "route:/chat/*",
-    "*",
-    Scope.custom("room", "my room"),  # any text is a name: the browser ids made from it are escaped
-    Scope.custom("room", "<script>"),
-    Scope.custom("room", "café", "a:b*c"),
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "global",
+        Scope.session("0123456789abcdef0123456789abcdef"),
+        "route:/",
+        "route:/items/{id}",
+        "route:/a-b_c.d/~x",
+        "room:lobby",
+        "room:lobby-2:table-7",
+        "room:*",
+        "route:/chat/*",
+        "*",
+        Scope.custom("room", "my room"),  # any text is a name: the browser ids made from it are escaped
+        Scope.custom("room", "<script>"),
+        Scope.custom("room", "café", "a:b*c"),
+    ],
+)
 def test_scopes_the_core_makes_are_valid_on_the_wire(name: str) -> None:
     assert valid_wire_scope(name)
 
 
-@pytest.mark.parametrize("name", [
-    "",
-    "x" * 257,
-    "tab",
-    "route",
-    "session",
-    "tab:abc",
-    "session:not-hex",
-    "session:0123",
-    "route:items",  # a route pattern starts with '/'
-    "route:/a b",
-    "room:lobby\n",
-    "room:lob\x00by",
-    "room::lobby",
-    "room:**",
-    None,
-    42,
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "x" * 257,
+        "tab",
+        "route",
+        "session",
+        "tab:abc",
+        "session:not-hex",
+        "session:0123",
+        "route:items",  # a route pattern starts with '/'
+        "route:/a b",
+        "room:lobby\n",
+        "room:lob\x00by",
+        "room::lobby",
+        "room:**",
+        None,
+        42,
+    ],
+)
 def test_anything_else_from_the_engine_is_rejected(name: object) -> None:
     assert not valid_wire_scope(name)
 
@@ -60,20 +66,23 @@ def test_patterns_can_be_refused_where_only_concrete_scopes_make_sense() -> None
     assert valid_wire_scope("room:lobby", allow_pattern=False)
 
 
-@pytest.mark.parametrize(("pattern", "subject", "expected"), [
-    ("a.b", "a.b", True),
-    ("a.b", "a.b.c", False),
-    ("a.*", "a.b", True),
-    ("a.*", "a.b.c", False),
-    ("a.*", "a", False),
-    ("a.>", "a.b", True),
-    ("a.>", "a.b.c", True),
-    ("a.>", "a", False),
-    ("*.b", "a.b", True),
-    (">", "a", True),
-    ("a.*.c", "a.b.c", True),
-    ("a.*.c", "a.b.d", False),
-])
+@pytest.mark.parametrize(
+    ("pattern", "subject", "expected"),
+    [
+        ("a.b", "a.b", True),
+        ("a.b", "a.b.c", False),
+        ("a.*", "a.b", True),
+        ("a.*", "a.b.c", False),
+        ("a.*", "a", False),
+        ("a.>", "a.b", True),
+        ("a.>", "a.b.c", True),
+        ("a.>", "a", False),
+        ("*.b", "a.b", True),
+        (">", "a", True),
+        ("a.*.c", "a.b.c", True),
+        ("a.*.c", "a.b.d", False),
+    ],
+)
 def test_subjects_match_as_in_nats(pattern: str, subject: str, expected: bool) -> None:
     assert subject_matches(pattern, subject) is expected
 

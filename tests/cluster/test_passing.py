@@ -30,9 +30,14 @@ from tests.processes import ServerProcess
 
 
 def test_request_bytes_rebuild_what_the_owner_parses() -> None:
-    request = Request("POST", "/_action/say hi", "x=1&y=%20", Headers([
-        ("Host", "h:1"), ("Transfer-Encoding", "chunked"), ("Cookie", "a=b"), ("Expect", "100-continue")]),
-        b'{"via_ctx":"c"}', "10.0.0.1")
+    request = Request(
+        "POST",
+        "/_action/say hi",
+        "x=1&y=%20",
+        Headers([("Host", "h:1"), ("Transfer-Encoding", "chunked"), ("Cookie", "a=b"), ("Expect", "100-continue")]),
+        b'{"via_ctx":"c"}',
+        "10.0.0.1",
+    )
     data = request_bytes(request)
     assert data is not None
     seen: dict[str, object] = {"headers": []}
@@ -117,6 +122,7 @@ def test_a_connection_moves_once_the_receiver_took_it(tmp_path: Path) -> None:
 
 def test_many_offers_at_once_are_all_answered(tmp_path: Path) -> None:
     """More offers than a datagram queue holds (net.unix.max_dgram_qlen is 10 by default)."""
+
     async def scenario() -> None:
         adopted: list[socket.socket] = []
         receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(sock))
@@ -140,11 +146,13 @@ def test_many_offers_at_once_are_all_answered(tmp_path: Path) -> None:
 def test_a_busier_receiver_refuses_a_balanced_offer(tmp_path: Path) -> None:
     """A stream is offered balanced: a receiver holding more connections than the sender (by more
     than one) refuses it, and the sender takes the tab over instead."""
+
     async def scenario() -> None:
         adopted: list[socket.socket] = []
         loads = {"receiver": 10, "sender": 5}
-        receiver = ConnectionPost(str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(sock),
-                                  lambda: loads["receiver"])
+        receiver = ConnectionPost(
+            str(tmp_path / "a.pass"), lambda sock, preface: adopted.append(sock), lambda: loads["receiver"]
+        )
         sender = ConnectionPost(str(tmp_path / "b.pass"), None, lambda: loads["sender"])
         receiver.start()
         sender.start()
@@ -193,8 +201,11 @@ def test_a_stopping_receiver_refuses_what_is_still_queued(tmp_path: Path) -> Non
 def local_nodes(server_backend: Backend, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
     """Two nodes of one machine: the direct channel between them is on, so connections can move.
     ``@pytest.mark.parametrize("local_nodes", [{...}], indirect=True)`` adds to their environment."""
-    env = {ENGINE_URL_ENV: server_backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
-           **getattr(request, "param", {})}
+    env = {
+        ENGINE_URL_ENV: server_backend.url,
+        "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
+        **getattr(request, "param", {}),
+    }
     nodes: list[ServerProcess] = start_nodes(env)
     try:
         yield nodes
@@ -211,9 +222,12 @@ def two_local_nodes(local_nodes: list[ServerProcess]) -> tuple[int, int]:
 
 def _action(client: RawClient, port: int, tab: Tab, name: str, extra: str = "") -> int:
     body = json.dumps(tab.payload()).encode()
-    client.send(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
-                f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                f"{extra}\r\n".encode() + body)
+    client.send(
+        f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
+        f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"{extra}\r\n".encode()
+        + body
+    )
     return client.read_response().status
 
 
@@ -308,8 +322,9 @@ def test_a_proxy_connection_follows_its_tabs_and_revives_one_whose_worker_died(l
     tab.close()
 
 
-@pytest.mark.parametrize("local_nodes", [{"PYVIA_APP__ACTION_RATE": "0.01", "PYVIA_APP__ACTION_BURST": "4"}],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "local_nodes", [{"PYVIA_APP__ACTION_RATE": "0.01", "PYVIA_APP__ACTION_BURST": "4"}], indirect=True
+)
 def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes) -> None:
     """Behind a proxy, a tab's actions after its first go straight to its worker: the rate limit
     happens there, and each action takes one token, not one on each worker. A forged Origin is
@@ -325,8 +340,11 @@ def test_a_relayed_action_is_checked_and_counted_once_where_it_runs(local_nodes)
         tab.wait_for(rf'"_pid":{pid_a},"_notes":1\b')
         foreign = proxied.replace("X-Forwarded-For", "Origin: https://evil.example\r\nX-Forwarded-For")
         body = json.dumps({"via_ctx": tab.ctx}).encode()
-        client.send(f"POST /_action/note HTTP/1.1\r\nHost: {HOST}:{b}\r\nCookie: {tab.cookie}\r\n"
-                    f"Content-Type: application/json\r\n{foreign}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        client.send(
+            f"POST /_action/note HTTP/1.1\r\nHost: {HOST}:{b}\r\nCookie: {tab.cookie}\r\n"
+            f"Content-Type: application/json\r\n{foreign}Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         assert client.read_response().status == 403
         statuses = [_action(client, b, tab, "note", proxied) for _ in range(4)]
         assert statuses == [200, 200, 200, 429], "4 tokens: the first action and 3 more"

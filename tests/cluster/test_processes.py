@@ -15,8 +15,12 @@ from tests.processes import ROOT
 
 def race(backend: Backend, op: str, processes: int, count: int) -> bytes | None:
     procs = [
-        subprocess.Popen([sys.executable, "-m", "tests.cluster.hammer", backend.url, backend.prefix, op, str(count),
-                          f"p{n}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.cluster.hammer", backend.url, backend.prefix, op, str(count), f"p{n}"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for n in range(processes)
     ]
     try:

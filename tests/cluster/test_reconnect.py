@@ -45,8 +45,9 @@ def test_the_engine_reconnects_after_the_server_restarts_on_the_same_port(kind: 
             assert loop.time() - started < 0.5  # refused at once, not after a timeout
 
             server.start()  # same port
-            await eventually(lambda: engine.is_connected and owner.is_connected, timeout=15,
-                             what="is_connected going true again")
+            await eventually(
+                lambda: engine.is_connected and owner.is_connected, timeout=15, what="is_connected going true again"
+            )
             # nats-py reports connected before it runs the reconnected callback that counts it
             await eventually(lambda: engine.status().reconnects >= 1, timeout=5, what="the reconnect counted")
             assert engine.status().reconnects == 1

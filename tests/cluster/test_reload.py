@@ -39,11 +39,18 @@ class Project:
         self.folder = folder
         self.port = free_port()
         self.write("v1")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RELOAD_TEST_STATE": str(folder / "state.db"),
-               "PYVIA_SECRET": "reload-test-secret", "PYTHONPATH": os.pathsep.join(sys.path)}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "RELOAD_TEST_STATE": str(folder / "state.db"),
+            "PYVIA_SECRET": "reload-test-secret",
+            "PYTHONPATH": os.pathsep.join(sys.path),
+        }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pyvia", "run", "reload_app:app", "--port", str(self.port), *options],
-            cwd=folder, env=env, stderr=subprocess.PIPE,
+            cwd=folder,
+            env=env,
+            stderr=subprocess.PIPE,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -63,8 +70,9 @@ class Project:
         return "".join(self.lines)
 
     def wait_for_log(self, needle: str, timeout: float = 20.0, count: int = 1) -> None:
-        wait_until(lambda: self.log().count(needle) >= count or self.proc.poll() is not None, timeout,
-                   f"log line {needle!r}")
+        wait_until(
+            lambda: self.log().count(needle) >= count or self.proc.poll() is not None, timeout, f"log line {needle!r}"
+        )
         assert self.log().count(needle) >= count, self.log()
 
     def workers(self) -> set[int]:
@@ -144,19 +152,24 @@ class Tab:
         """Open the stream as the page does: a GET with the context id, then, when the server asks
         for it, a POST with the writable signals and the snapshot."""
         query = quote(json.dumps({"via_ctx": self.signals["via_ctx"]}))
-        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-                    f"Cookie: {self.cookie}\r\n\r\n".encode())
+        client.send(
+            f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nCookie: {self.cookie}\r\n\r\n".encode()
+        )
         head = client.read_head()
         if head.status != 200 or head.header("content-type") != "application/json":
             return head
         answer = client.read_exact(int(head.header("content-length") or 0))
         with self.lock:
             self.signals.update(json.loads(answer))
-            body = json.dumps({k: v for k, v in self.signals.items()
-                               if not k.startswith("_") or k == "_via_snap"}).encode()
-        client.send(f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nOrigin: http://{HOST}:{self.port}\r\n"
-                    f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            body = json.dumps(
+                {k: v for k, v in self.signals.items() if not k.startswith("_") or k == "_via_snap"}
+            ).encode()
+        client.send(
+            f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nOrigin: http://{HOST}:{self.port}\r\n"
+            f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         return client.read_head()
 
     def _run(self) -> None:
@@ -196,16 +209,21 @@ class Tab:
     def act(self, name: str) -> RawResponse:
         with self.lock:
             body = json.dumps(self._sent()).encode()
-        return request(self.port, (
-            f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nOrigin: http://{HOST}:{self.port}\r\n"
-            f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode() + body)
+        return request(
+            self.port,
+            (
+                f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\nOrigin: http://{HOST}:{self.port}\r\n"
+                f"Cookie: {self.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body,
+        )
 
     def wait(self, check: Callable[[Tab], bool], what: str, timeout: float = 10.0) -> None:
         with self.lock:
             if not self.lock.wait_for(lambda: check(self), timeout):
-                raise AssertionError(f"{what}: the tab holds {self.signals}, view {self.view!r}, "
-                                     f"failures {self.failures}")
+                raise AssertionError(
+                    f"{what}: the tab holds {self.signals}, view {self.view!r}, failures {self.failures}"
+                )
 
     def close(self) -> None:
         self.done.set()
@@ -254,9 +272,13 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
         assert request(running.port, b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n").body.startswith(b"v1 ")
         assert "watching" not in running.log()
 
-        reload = subprocess.run([sys.executable, "-m", "pyvia", "reload", "--pid-file", str(pid_file)],
-                                cwd=running.folder, capture_output=True, timeout=30,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        reload = subprocess.run(
+            [sys.executable, "-m", "pyvia", "reload", "--pid-file", str(pid_file)],
+            cwd=running.folder,
+            capture_output=True,
+            timeout=30,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
         assert reload.returncode == 0, reload.stderr
         assert f"sent SIGHUP to the supervisor (pid {running.proc.pid})" in reload.stdout.decode()
         while "reload done" not in running.log():  # actions keep flowing during the reload
@@ -264,8 +286,9 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
             assert running.proc.poll() is None, running.log()
         round_of_actions()
         for i, tab in enumerate(tabs):
-            tab.wait(lambda t, n=acted[i]: f"v2 count={n} total={sum(acted)}" in t.view,
-                     f"tab {i} revived on the new code")
+            tab.wait(
+                lambda t, n=acted[i]: f"v2 count={n} total={sum(acted)}" in t.view, f"tab {i} revived on the new code"
+            )
     finally:
         stop.set()
         poller.join()
@@ -273,7 +296,7 @@ def test_a_reload_under_load_runs_the_new_code_and_every_tab_revives_with_its_si
             tab.close()
 
     assert failures == []
-    assert seen[0] == "v1" and seen[-1] == "v2" and "v1" not in seen[seen.index("v2"):]  # one switch
+    assert seen[0] == "v1" and seen[-1] == "v2" and "v1" not in seen[seen.index("v2") :]  # one switch
     for i, tab in enumerate(tabs):
         assert tab.failures == [], tab.failures
         assert tab.signals["_count"] == acted[i]

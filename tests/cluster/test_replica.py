@@ -19,8 +19,10 @@ def test_a_replica_reads_once_then_follows_changes_from_other_workers(backend: B
             await other.put("scopes", "not-read-here", b"x")
             await other.delete("scopes", "room:absent")
             await other.put("scopes", "room:absent", b"now here")
-            await eventually(lambda: changed == [("room:lobby", b"2"), ("room:absent", b"now here")],
-                             what="the changes of the keys read here")
+            await eventually(
+                lambda: changed == [("room:lobby", b"2"), ("room:absent", b"now here")],
+                what="the changes of the keys read here",
+            )
             assert replica.peek("not-read-here") is None
             held = replica.peek("room:lobby")
             assert held is not None and held[0] == b"2"
@@ -50,6 +52,7 @@ def test_what_an_increment_left_is_held_unless_a_change_came_meanwhile(backend: 
     """An increment tells its value, not its revision: held at the revision read before it, it
     stands in for the older value until a change comes; it never replaces a change that came
     while it ran (which may be newer)."""
+
     async def scenario() -> None:
         async with backend.open(2) as (mine, other):
             replica = Replica(mine, "scopes")
@@ -61,8 +64,13 @@ def test_what_an_increment_left_is_held_unless_a_change_came_meanwhile(backend: 
             replica.assume("room:lobby", b"2", since)  # as if the increment's answer came first
             assert replica.peek("room:lobby") == (b"2", since)
             await other.put("scopes", "room:lobby", b"7")
-            await eventually(lambda: replica.peek("room:lobby") == (b"7", replica.revision_of("room:lobby")) and
-                             replica.revision_of("room:lobby") != since, what="a newer change")
+            await eventually(
+                lambda: (
+                    replica.peek("room:lobby") == (b"7", replica.revision_of("room:lobby"))
+                    and replica.revision_of("room:lobby") != since
+                ),
+                what="a newer change",
+            )
             replica.assume("room:lobby", b"3", since)  # too late: a change came since
             assert (replica.peek("room:lobby") or (b"", 0))[0] == b"7"
             replica.assume("room:absent", b"9", None)  # a key not read here stays unread

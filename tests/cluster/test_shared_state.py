@@ -68,17 +68,21 @@ class Tab:
         self.stream = RawClient(HOST, port, timeout=0.5)
         _streams.append(self.stream)
         query = quote(json.dumps({"via_ctx": self.ctx}))
-        self.stream.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
-                         f"Cookie: {self.cookie}\r\n\r\n".encode())
+        self.stream.send(
+            f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {self.cookie}\r\n\r\n".encode()
+        )
         head = self.stream.read_head()
         if head.status == 200 and head.header("content-type") == "application/json":
             self.stream.close()  # the server asks for the snapshot: the page posts it
             self.stream = RawClient(HOST, port, timeout=0.5)
             _streams.append(self.stream)
             body = json.dumps({"via_ctx": self.ctx, "_via_snap": self.snapshot}).encode()
-            self.stream.send(f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {self.cookie}\r\n"
-                             f"Origin: http://{HOST}:{port}\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            self.stream.send(
+                f"POST /_sse HTTP/1.1\r\nHost: {HOST}:{port}\r\nCookie: {self.cookie}\r\n"
+                f"Origin: http://{HOST}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             head = self.stream.read_head()
         assert head.status == 200, head.status
         self.received = b""
@@ -105,7 +109,7 @@ class Tab:
 
     def _keep_snapshots(self) -> None:
         text = self.received.decode(errors="replace")
-        for found in re.finditer(r"data: signals (\{.*\})\n", text[self._read:]):
+        for found in re.finditer(r"data: signals (\{.*\})\n", text[self._read :]):
             snapshot = json.loads(found.group(1)).get("_via_snap")
             if snapshot is not None:
                 self.snapshot = snapshot
@@ -155,8 +159,11 @@ def forwarded_by(port: int) -> dict[str, int]:
 def engine_env(backend: Backend) -> dict[str, str]:
     """Each test its own namespace on the shared engine server. The nodes stand for two machines:
     no direct channel between them, everything goes through the engine."""
-    return {ENGINE_URL_ENV: backend.url, "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
-            "PYVIA_APP__CLUSTER_DIRECT": "false"}
+    return {
+        ENGINE_URL_ENV: backend.url,
+        "PYVIA_APP__ENGINE_PREFIX": "t" + secrets.token_hex(6),
+        "PYVIA_APP__CLUSTER_DIRECT": "false",
+    }
 
 
 def start_nodes(env: dict[str, str]) -> list[ServerProcess]:
@@ -242,9 +249,11 @@ def test_list_appends_from_both_nodes_lose_nothing(two_nodes) -> None:
         for i in range(25):
             statuses.append(tab.act(port, "add", item=f"{prefix}{i}"))
 
-    threads = [threading.Thread(target=append, args=(tabs[0], a, "a")),
-               threading.Thread(target=append, args=(tabs[1], b, "b")),
-               threading.Thread(target=append, args=(tabs[0], b, "c"))]  # forwarded from b to a
+    threads = [
+        threading.Thread(target=append, args=(tabs[0], a, "a")),
+        threading.Thread(target=append, args=(tabs[1], b, "b")),
+        threading.Thread(target=append, args=(tabs[0], b, "c")),
+    ]  # forwarded from b to a
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -418,9 +427,12 @@ def test_presence_counts_the_tabs_of_every_node(two_nodes) -> None:
 async def _post(port: int, tab: Tab, name: str) -> int:
     reader, writer = await asyncio.open_connection(HOST, port)
     body = json.dumps(tab.payload()).encode()
-    writer.write(f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
-                 f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                 f"Connection: close\r\n\r\n".encode() + body)
+    writer.write(
+        f"POST /_action/{name} HTTP/1.1\r\nHost: {HOST}:{port}\r\nOrigin: http://{HOST}:{port}\r\n"
+        f"Cookie: {tab.cookie}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"Connection: close\r\n\r\n".encode()
+        + body
+    )
     status = await reader.readline()
     writer.close()
     return int(status.split()[1])

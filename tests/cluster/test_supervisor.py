@@ -58,7 +58,9 @@ class Cluster:
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pyvia", "run", app, "--port", str(self.port), "--workers", str(workers), *extra],
-            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stderr=subprocess.PIPE,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -151,8 +153,11 @@ def test_a_killed_worker_is_restarted(pid_cluster: Cluster) -> None:
     before = pid_cluster.workers()
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
-    wait_until(lambda: len(pid_cluster.workers()) == 2 and victim not in pid_cluster.workers(), 10,
-               "a new worker in place of the killed one")
+    wait_until(
+        lambda: len(pid_cluster.workers()) == 2 and victim not in pid_cluster.workers(),
+        10,
+        "a new worker in place of the killed one",
+    )
     pid_cluster.wait_for_log(f"(pid {victim}) was killed by SIGKILL")
     assert "restarting in 0.5 s" in pid_cluster.log()
     survivor = (set(before) - {victim}).pop()
@@ -223,10 +228,23 @@ def test_a_worker_that_cannot_start_stops_the_supervisor(tmp_path: Path) -> None
         "if os.environ.get('PYVIA_WORKER_ID'):\n    raise SystemExit(3)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pyvia", "run", "crashing:app", "--workers", "2", "--port", str(free_port()),
-         "--engine", "redis://127.0.0.1:1/0"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "pyvia",
+            "run",
+            "crashing:app",
+            "--workers",
+            "2",
+            "--port",
+            str(free_port()),
+            "--engine",
+            "redis://127.0.0.1:1/0",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=60,
     )
     assert proc.returncode == 1
-    assert b"exited with status 3 before accepting connections, 3 times in a row, and no worker serves" \
-        in proc.stderr
+    assert b"exited with status 3 before accepting connections, 3 times in a row, and no worker serves" in proc.stderr

@@ -81,7 +81,22 @@ def test_a_tab_kept_on_one_worker_is_served_there_alone(cluster: tuple[Cluster, 
 
 
 def test_a_port_range_past_the_last_port_is_refused() -> None:
-    done = subprocess.run([sys.executable, "-m", "pyvia", "run", "tests.cluster.shared_app:app", "--workers", "2",
-                           "--worker-ports", "65535"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyvia",
+            "run",
+            "tests.cluster.shared_app:app",
+            "--workers",
+            "2",
+            "--worker-ports",
+            "65535",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "--worker-ports 65535 leaves no room for 2 ports" in done.stderr

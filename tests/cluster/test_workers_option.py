@@ -27,11 +27,14 @@ def run_cli(argv: list[str]) -> int:
     return int(stopped.value.code or 0)
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--workers", "0"], "--workers takes a positive number or 'auto', got '0'"),
-    (["--workers", "2", "--engine", "memory://"], "the memory engine lives in one process"),
-    (["--engine", "ftp://x"], "must start with memory://, nats://"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "0"], "--workers takes a positive number or 'auto', got '0'"),
+        (["--workers", "2", "--engine", "memory://"], "the memory engine lives in one process"),
+        (["--engine", "ftp://x"], "must start with memory://, nats://"),
+    ],
+)
 def test_bad_worker_and_engine_options_get_one_line(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -50,11 +53,14 @@ def test_one_worker_with_an_engine_is_supervised_and_the_engine_goes_to_the_work
     assert (config.workers, config.engine_url) == (1, "nats://10.1.2.3:4222")  # in the worker's environment
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--engine", "nats://x", "--cluster-address", "0.0.0.0"], "not 0.0.0.0 or ::"),
-    (["--engine", "nats://x", "--cluster-address", "10.0.0.5:http"], "expected HOST or HOST:PORT"),
-    (["--cluster-address", "10.0.0.5"], "give --engine nats://... or redis://..."),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine", "nats://x", "--cluster-address", "0.0.0.0"], "not 0.0.0.0 or ::"),
+        (["--engine", "nats://x", "--cluster-address", "10.0.0.5:http"], "expected HOST or HOST:PORT"),
+        (["--cluster-address", "10.0.0.5"], "give --engine nats://... or redis://..."),
+    ],
+)
 def test_a_bad_cluster_address_gets_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["run", "examples.counter:app", *argv]) == 2
     err = capsys.readouterr().err
@@ -68,10 +74,16 @@ def test_the_cluster_address_goes_to_the_workers(monkeypatch: pytest.MonkeyPatch
     assert configs[0].cluster_address == "[fd00::5]:7700"  # in the worker's environment, PYVIA_CLUSTER_ADDRESS
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("10.0.0.5", ("10.0.0.5", 0)), ("10.0.0.5:7700", ("10.0.0.5", 7700)), ("node-1.lan:9", ("node-1.lan", 9)),
-    ("[fd00::5]:7700", ("fd00::5", 7700)), ("fd00::5", ("fd00::5", 0)),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("10.0.0.5", ("10.0.0.5", 0)),
+        ("10.0.0.5:7700", ("10.0.0.5", 7700)),
+        ("node-1.lan:9", ("node-1.lan", 9)),
+        ("[fd00::5]:7700", ("fd00::5", 7700)),
+        ("fd00::5", ("fd00::5", 0)),
+    ],
+)
 def test_a_cluster_address_is_a_host_and_an_optional_port(value: str, expected: tuple[str, int]) -> None:
     assert cluster_host_port(value) == expected
     assert Config(cluster_address=value).cluster_address == value

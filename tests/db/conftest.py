@@ -25,6 +25,7 @@ BACKENDS = ["sqlite", "postgresql"]
 
 def run(coro: Awaitable[T], timeout: float = 60.0) -> T:
     """Run a scenario on uvloop (the loop the server uses), failing after ``timeout`` s."""
+
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout)
 

@@ -56,10 +56,24 @@ class PostgresServer:
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.dir} "
-                   "-c fsync=off -c max_connections=100")
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.dir / "server.log"), "-w",
-                  "-t", "60", "start", timeout=90)
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.dir} "
+            "-c fsync=off -c max_connections=100"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+            timeout=90,
+        )
         return self.url
 
     def stop(self) -> None:

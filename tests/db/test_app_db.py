@@ -109,13 +109,16 @@ def test_an_unreachable_postgresql_is_a_503_and_the_app_stays_ready() -> None:
         assert ("retry-after", "1") in response.headers
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("mysql://root@localhost/app", "unknown database scheme 'mysql'"),
-    ("sqlite:///:memory:", "in-memory SQLite database cannot be shared"),
-    ("sqlite://host/app.db", "names a file, not a host"),
-    ("postgresql://u:hunter2@/app", "no host"),
-    ("postgresql://u:hunter2@db:99999/app", "port is not a number"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://root@localhost/app", "unknown database scheme 'mysql'"),
+        ("sqlite:///:memory:", "in-memory SQLite database cannot be shared"),
+        ("sqlite://host/app.db", "names a file, not a host"),
+        ("postgresql://u:hunter2@/app", "no host"),
+        ("postgresql://u:hunter2@db:99999/app", "port is not a number"),
+    ],
+)
 def test_a_bad_url_is_refused_when_the_app_is_made(url: str, message: str) -> None:
     with pytest.raises(ConfigError, match="keyword argument db_url") as refused:
         App(db_url=url)
@@ -159,9 +162,14 @@ def test_without_a_url_app_db_says_how_to_set_one() -> None:
 
 def test_pyvia_run_refuses_an_unopenable_sqlite_file_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "dbapp.py").write_text("from pyvia import App\napp = App(db_url='sqlite:///nowhere/app.db')\n")
-    done = subprocess.run([sys.executable, "-m", "pyvia", "run", "dbapp:app", "--port", str(free_port())],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pyvia", "run", "dbapp:app", "--port", str(free_port())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 2
     assert "pyvia run: error: [db] url 'sqlite:///nowhere/app.db': the folder 'nowhere' does not exist" in done.stderr
     assert "Traceback" not in done.stderr

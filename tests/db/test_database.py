@@ -16,8 +16,9 @@ SCHEMA = "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
 
 async def with_items(db: Database) -> None:
     await db.execute(SCHEMA)
-    await db.executemany("INSERT INTO items (id, name, qty) VALUES ($1, $2, $3)",
-                         [(1, "apple", 3), (2, "pear", 0), (3, "plum", 7)])
+    await db.executemany(
+        "INSERT INTO items (id, name, qty) VALUES ($1, $2, $3)", [(1, "apple", 3), (2, "pear", 0), (3, "plum", 7)]
+    )
 
 
 def test_create_read_update_delete(backend: Backend) -> None:
@@ -26,8 +27,10 @@ def test_create_read_update_delete(backend: Backend) -> None:
         try:
             await with_items(db)
             rows = await db.fetch("SELECT id, name, qty FROM items WHERE qty > $1 ORDER BY id", 0)
-            assert [dict(r) for r in rows] == [{"id": 1, "name": "apple", "qty": 3},
-                                               {"id": 3, "name": "plum", "qty": 7}]
+            assert [dict(r) for r in rows] == [
+                {"id": 1, "name": "apple", "qty": 3},
+                {"id": 3, "name": "plum", "qty": 7},
+            ]
             row = await db.fetchrow("SELECT name, qty FROM items WHERE id = $1", 3)
             assert (row["name"], row[1]) == ("plum", 7)
             assert await db.fetchrow("SELECT name FROM items WHERE id = $1", 99) is None
@@ -39,8 +42,10 @@ def test_create_read_update_delete(backend: Backend) -> None:
             assert [tuple(r) for r in rows] == [("apple", 13), ("plum", 7)]
             # a parameter is bound, never formatted: quotes and "$1" inside a literal stay text
             await db.execute("INSERT INTO items (id, name) VALUES ($1, $2)", 4, "o'hara; DROP TABLE items")
-            assert await db.fetchval("SELECT name FROM items WHERE id = $1 AND name <> '$1'", 4) == \
-                "o'hara; DROP TABLE items"
+            assert (
+                await db.fetchval("SELECT name FROM items WHERE id = $1 AND name <> '$1'", 4)
+                == "o'hara; DROP TABLE items"
+            )
         finally:
             await db.close()
 
@@ -66,6 +71,7 @@ def test_constraint_violations_raise_integrity_error_on_both(backend: Backend) -
 
 def test_fifty_concurrent_write_transactions_all_commit(backend: Backend) -> None:
     """Never "database is locked": the write permit queues SQLite's writers in the process."""
+
     async def scenario() -> None:
         db = backend.database()
         try:
@@ -164,7 +170,10 @@ def test_an_exception_rolls_the_transaction_back(backend: Backend) -> None:
                         await inner.execute("INSERT INTO items (id, name) VALUES ($1, $2)", 5, "apple")
                 await db.execute("UPDATE items SET qty = 300 WHERE id = 2")  # db.* in the block joins it
             assert [tuple(r) for r in await db.fetch("SELECT id, qty FROM items ORDER BY id")] == [
-                (1, 100), (2, 300), (3, 7)]
+                (1, 100),
+                (2, 300),
+                (3, 7),
+            ]
             with pytest.raises(UsageError, match="has ended"):
                 await tx.execute("DELETE FROM items")
         finally:
@@ -177,8 +186,16 @@ def test_transaction_statements_are_refused_outside_the_helper(backend: Backend)
     async def scenario() -> None:
         db = backend.database()
         try:
-            for sql in ("BEGIN", "begin immediate", "COMMIT", "END", "ROLLBACK", " /* x */ SAVEPOINT a",
-                        "RELEASE a", "START TRANSACTION"):
+            for sql in (
+                "BEGIN",
+                "begin immediate",
+                "COMMIT",
+                "END",
+                "ROLLBACK",
+                " /* x */ SAVEPOINT a",
+                "RELEASE a",
+                "START TRANSACTION",
+            ):
                 with pytest.raises(UsageError, match=r"async with db.transaction\(\)"):
                     await db.execute(sql)
             assert await db.fetchval("SELECT 1") == 1
@@ -191,6 +208,7 @@ def test_transaction_statements_are_refused_outside_the_helper(backend: Backend)
 def test_a_full_pool_queues_then_times_out_with_a_clear_error(backend: Backend) -> None:
     """SQLite has one write permit; PostgreSQL ``pool_size`` connections. Past them a caller
     waits ``timeout`` and is told why; once they are free, everything works again."""
+
     async def scenario() -> None:
         db = backend.database(pool_size=2, timeout=0.3)
         try:
@@ -236,8 +254,10 @@ def test_a_broken_connection_is_never_handed_out_again(backend: Backend) -> None
             else:
                 admin = await asyncpg.connect(backend.url)
                 try:
-                    await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                    await admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
                 finally:
                     await admin.close()
             # every read succeeds: a broken connection is replaced, the read run again on a fresh one
@@ -292,12 +312,15 @@ def test_on_open_runs_once_per_open_before_the_first_statement(backend: Backend)
 def test_cancelled_callers_always_give_their_permits_back(backend: Backend) -> None:
     """Callers cancelled while they wait, while their statement runs, or inside a transaction
     leave every checkout and the write permit free: afterwards the whole pool still works."""
+
     async def scenario() -> None:
         db = backend.database(pool_size=2, timeout=5)
         try:
             await with_items(db)
-            slow = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) "
-                    "SELECT count(*) FROM n")
+            slow = (
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000) "
+                "SELECT count(*) FROM n"
+            )
 
             async def in_transaction() -> None:
                 async with db.transaction() as tx:

@@ -45,11 +45,20 @@ def make_app(calls: list[tuple[str, object]]) -> App:
         def move(to: Move, how: Literal["fast", "slow"] = "slow", weights: list[float] | None = None) -> None:
             calls.append(("move", (to, how, weights)))
 
-        c.view(lambda: html(
-            "<ul>{items}</ul>{paint}",
-            items=(html('<li><button data-on:click="{act}">{title}</button></li>',
-                        act=toggle(item_id=i["id"]), title=i["title"]) for i in items),
-            paint=html('<button id="red" data-on:click="{}">red</button>', paint(colour=Colour.RED))))
+        c.view(
+            lambda: html(
+                "<ul>{items}</ul>{paint}",
+                items=(
+                    html(
+                        '<li><button data-on:click="{act}">{title}</button></li>',
+                        act=toggle(item_id=i["id"]),
+                        title=i["title"],
+                    )
+                    for i in items
+                ),
+                paint=html('<button id="red" data-on:click="{}">red</button>', paint(colour=Colour.RED)),
+            )
+        )
 
     return app
 
@@ -80,20 +89,24 @@ def test_dataclasses_literals_lists_and_optionals_are_converted() -> None:
         assert calls == [("move", (Move(1, 2), "fast", [1.0, 2.5])), ("move", (Move(0, 0, "x"), "slow", None))]
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("/_action/toggle", "action 'toggle' needs its argument 'item_id'"),
-    ("/_action/toggle?item_id=abc", "action 'toggle' argument 'item_id' is not JSON: 'abc'"),
-    ('/_action/toggle?item_id="3"', "action 'toggle' argument 'item_id' must be an int, not \"3\""),
-    ("/_action/toggle?item_id=1.5", "action 'toggle' argument 'item_id' must be an int, not 1.5"),
-    ("/_action/toggle?item_id=true", "action 'toggle' argument 'item_id' must be an int, not true"),
-    ("/_action/toggle?item_id=99999999999999999999999", "must be an int"),
-    ('/_action/paint?colour="green"', "action 'paint' argument 'colour' must be a Colour, not \"green\""),
-    ('/_action/move?to={"row":1}', "action 'move' argument 'to' must be a Move"),
-    ('/_action/move?to={"row":1,"col":2,"extra":0}', "must be a Move"),
-    ('/_action/move?to={"row":1,"col":2}&how="sideways"', "argument 'how' must be"),
-])
-def test_a_missing_or_ill_typed_argument_answers_400_naming_it_and_the_action_does_not_run(url: str,
-                                                                                         message: str) -> None:
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("/_action/toggle", "action 'toggle' needs its argument 'item_id'"),
+        ("/_action/toggle?item_id=abc", "action 'toggle' argument 'item_id' is not JSON: 'abc'"),
+        ('/_action/toggle?item_id="3"', "action 'toggle' argument 'item_id' must be an int, not \"3\""),
+        ("/_action/toggle?item_id=1.5", "action 'toggle' argument 'item_id' must be an int, not 1.5"),
+        ("/_action/toggle?item_id=true", "action 'toggle' argument 'item_id' must be an int, not true"),
+        ("/_action/toggle?item_id=99999999999999999999999", "must be an int"),
+        ('/_action/paint?colour="green"', "action 'paint' argument 'colour' must be a Colour, not \"green\""),
+        ('/_action/move?to={"row":1}', "action 'move' argument 'to' must be a Move"),
+        ('/_action/move?to={"row":1,"col":2,"extra":0}', "must be a Move"),
+        ('/_action/move?to={"row":1,"col":2}&how="sideways"', "argument 'how' must be"),
+    ],
+)
+def test_a_missing_or_ill_typed_argument_answers_400_naming_it_and_the_action_does_not_run(
+    url: str, message: str
+) -> None:
     calls: list[tuple[str, object]] = []
     with TestClient(make_app(calls), raise_server_exceptions=False) as client:
         tab = client.open("/")

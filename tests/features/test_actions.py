@@ -69,8 +69,9 @@ def test_decorator_forms_and_explicit_names() -> None:
     with TestClient(make_app()) as client:
         tab = client.open("/")
         assert set(tab.context.actions) >= {"inc", "named_by_decorator", "set_hundred", "slow"}
-        assert str(tab.context.actions["inc"]) == ("@post('/_action/inc', {requestCancellation: 'disabled', "
-                                                    "filterSignals: {exclude: $_via_filter}})")
+        assert str(tab.context.actions["inc"]) == (
+            "@post('/_action/inc', {requestCancellation: 'disabled', filterSignals: {exclude: $_via_filter}})"
+        )
         tab.action("named_by_decorator")
         assert tab.signals["count"] == 10
         tab.action("set_hundred")

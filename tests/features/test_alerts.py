@@ -119,10 +119,13 @@ def test_an_app_draws_its_own_alert() -> None:
         assert 'id="via-alert"' not in tab.page
 
 
-@pytest.mark.parametrize(("messages", "error"), [
-    ({"600": "x"}, "a status from 400 to 599"),
-    ({"lost": 3}, "must be a str"),
-])
+@pytest.mark.parametrize(
+    ("messages", "error"),
+    [
+        ({"600": "x"}, "a status from 400 to 599"),
+        ({"lost": 3}, "must be a str"),
+    ],
+)
 def test_bad_words_are_a_config_error(messages: object, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         App(error_messages=messages)

@@ -24,16 +24,28 @@ def make_app(**options: object) -> App:
         def inc() -> None:
             n.increment()
 
-        c.view(lambda: "<ul id='cells'>" + "".join(f"<li class='{'on' if (i * n.value) % 3 else 'off'}'>{i}</li>"
-                                                    for i in range(300)) + "</ul>", share_render=True)
+        c.view(
+            lambda: (
+                "<ul id='cells'>"
+                + "".join(f"<li class='{'on' if (i * n.value) % 3 else 'off'}'>{i}</li>" for i in range(300))
+                + "</ul>"
+            ),
+            share_render=True,
+        )
 
     return app
 
 
-@pytest.mark.parametrize(("accept", "coding"), [
-    (BROWSER, "zstd"), ("br, gzip", "br"), ("gzip", "gzip"), ("zstd;q=0, br;q=0.5, gzip;q=0.4", "br"),
-    (None, "identity"),
-])
+@pytest.mark.parametrize(
+    ("accept", "coding"),
+    [
+        (BROWSER, "zstd"),
+        ("br, gzip", "br"),
+        ("gzip", "gzip"),
+        ("zstd;q=0, br;q=0.5, gzip;q=0.4", "br"),
+        (None, "identity"),
+    ],
+)
 def test_streams_are_negotiated_and_decode_event_by_event(accept: str | None, coding: str) -> None:
     app = make_app()
     with TestClient(app, accept_encoding=accept) as client:
@@ -107,8 +119,11 @@ def test_idle_stream_releases_its_encoder_and_keeps_working(coding: str) -> None
 
 def test_over_budget_brotli_tabs_are_asked_to_reconnect_and_zstd_and_gzip_tabs_keep_their_stream() -> None:
     app = make_app(encoder_budget=1)
-    with TestClient(app, accept_encoding="br") as client, TestClient(app, accept_encoding="zstd") as zclient, \
-            TestClient(app, accept_encoding="gzip") as gclient:
+    with (
+        TestClient(app, accept_encoding="br") as client,
+        TestClient(app, accept_encoding="zstd") as zclient,
+        TestClient(app, accept_encoding="gzip") as gclient,
+    ):
         br_tab, z_tab, g_tab = client.open("/"), zclient.open("/"), gclient.open("/")
         br_tab.action("inc")
         app.flush_broadcasts()

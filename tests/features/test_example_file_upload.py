@@ -43,8 +43,14 @@ def multipart(fields: dict[str, str], files: list[tuple[str, str, str, bytes]]) 
     for name, value in fields.items():
         out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
     for name, filename, ctype, data in files:
-        out += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+        out += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n"
+            ).encode()
+            + data
+            + b"\r\n"
+        )
     out += f"--{boundary}--\r\n".encode()
     return bytes(out), f"multipart/form-data; boundary={boundary}"
 
@@ -75,7 +81,9 @@ def test_several_files_in_one_post_are_listed_with_size_and_type() -> None:
         assert tab.signals["_status"] == "Uploaded 2 files (2.0 KiB)." and tab.signals["_failed"] is False
         listed = tab.signals["_session__files"]
         assert [(f["name"], f["size"], f["type"]) for f in listed] == [
-            ("notes.txt", 5, "text/plain"), ("<data>.bin", 2048, "application/octet-stream")]
+            ("notes.txt", 5, "text/plain"),
+            ("<data>.bin", 2048, "application/octet-stream"),
+        ]
         assert names(tab) == ["notes.txt", "&lt;data&gt;.bin"]  # escaped
         assert "2.0 KiB" in tab.html and "text/plain" in tab.html
 

@@ -72,8 +72,13 @@ def test_unknown_options_are_ignored() -> None:
             assert tab.post(url).status == 200
         for url in ("/_action/vote", "/_action/vote?key=nope", "/_action/vote?key=1"):  # no key, or not a str
             assert tab.post(url).status == 400
-        tab.action("vote", session__choice="", route__votes_dark=1000,  # what a tampered browser sends
-                   _session__choice="", _route__votes_dark=1000)
+        tab.action(
+            "vote",
+            session__choice="",
+            route__votes_dark=1000,  # what a tampered browser sends
+            _session__choice="",
+            _route__votes_dark=1000,
+        )
         assert all(sig.value == 0 for sig in votes.values())
         assert tab.signals["_session__choice"] == ""
         tab.click("#vote-offline")  # a real vote still counts

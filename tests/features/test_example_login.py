@@ -42,8 +42,10 @@ def fresh_copy(name: str) -> ModuleType:
 def log_in(tab: Tab, username: str, password: str) -> Response:
     """Post the login form as Datastar does (``contentType: 'form'``): fields, not signals."""
     (form,) = tab.find("form#login-form")
-    posted = re.fullmatch(r"@post\('([^']+)', \{contentType: 'form', requestCancellation: 'disabled'\}\)",
-                          form.attrs["data-on:submit__prevent"])
+    posted = re.fullmatch(
+        r"@post\('([^']+)', \{contentType: 'form', requestCancellation: 'disabled'\}\)",
+        form.attrs["data-on:submit__prevent"],
+    )
     assert posted, form.attrs
     (ctx_field,) = tab.find("input[name=via_ctx]")
     body = urlencode({"via_ctx": ctx_field.attrs["value"], "username": username, "password": password}).encode()

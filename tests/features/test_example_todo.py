@@ -123,9 +123,14 @@ def test_bad_ids_change_nothing(database: Path) -> None:
         tab.submit("#add-form", draft="keep")
         assert tab.post("/_action/delete?item_id=99").status == 200  # gone already (another tab): nothing to do
         assert tab.post("/_action/toggle?item_id=-1").status == 200  # no such row: nothing to do
-        for url in ("/_action/toggle?item_id=abc", "/_action/delete", "/_action/toggle?item_id=1.5",
-                    "/_action/toggle?item_id=" + "9" * 23, "/_action/delete?item_id=%C2%B2",
-                    "/_action/toggle?id=1"):
+        for url in (
+            "/_action/toggle?item_id=abc",
+            "/_action/delete",
+            "/_action/toggle?item_id=1.5",
+            "/_action/toggle?item_id=" + "9" * 23,
+            "/_action/delete?item_id=%C2%B2",
+            "/_action/toggle?id=1",
+        ):
             response = tab.post(url)
             assert response.status == 400 and "'item_id'" in response.body.decode(), url
         assert rows(database) == [(1, "keep", 0)]

@@ -79,7 +79,11 @@ def test_the_index_lists_rooms_with_their_players_and_goes_to_a_new_one() -> Non
         client.open("/room/lobby")
         app.flush_broadcasts()
         assert re.findall(r'<a href="/room/(\w+)">\w+</a> <span class="count">(\d+) here', index.html) == [
-            ("chess", "1"), ("lobby", "1"), ("marathon", "0"), ("sprint", "0")]
+            ("chess", "1"),
+            ("lobby", "1"),
+            ("marathon", "0"),
+            ("sprint", "0"),
+        ]
         assert "No room here" in client.open("/room/Not-A-Room").html
 
 

@@ -23,6 +23,7 @@ def make_app(log: list[str]) -> App:
         def start() -> None:
             def tick() -> None:
                 ticks.value += 1
+
             c.set_interval(tick, 1.0)
 
         @c.action
@@ -130,8 +131,11 @@ def test_idle_stream_gets_a_keep_alive_comment() -> None:
         assert tab.writes == before
         client.clock.advance(10)
         assert tab.writes == before + 1  # a comment: no event parsed
-        assert tab.new_events()[-1].signals == {"_disconnected": False, "_via_filter": protocol.FILTER_OPEN,
-                                                "_via_lost": False}
+        assert tab.new_events()[-1].signals == {
+            "_disconnected": False,
+            "_via_filter": protocol.FILTER_OPEN,
+            "_via_lost": False,
+        }
 
 
 def test_destroyed_context_leaves_no_reference_cycle() -> None:

@@ -30,8 +30,14 @@ EXAMPLES: dict[str, tuple[Callable[[Context], None], str]] = {
         'event: datastar-patch-elements\ndata: elements <div id="feed"><span>1</span></div>\n\n',
     ),
     "patch-elements every option": (
-        lambda c: c.patch_elements('<div id="feed">\n    <span>1</span>\n</div>', "#feed", "inner",
-                                   use_view_transition=True, event_id="123", retry=2000),
+        lambda c: c.patch_elements(
+            '<div id="feed">\n    <span>1</span>\n</div>',
+            "#feed",
+            "inner",
+            use_view_transition=True,
+            event_id="123",
+            retry=2000,
+        ),
         "event: datastar-patch-elements\nid: 123\nretry: 2000\ndata: mode inner\ndata: selector #feed\n"
         'data: useViewTransition true\ndata: elements <div id="feed">\ndata: elements     <span>1</span>\n'
         "data: elements </div>\n\n",
@@ -69,8 +75,9 @@ EXAMPLES: dict[str, tuple[Callable[[Context], None], str]] = {
         'event: datastar-patch-elements\ndata: elements <p id="a">1</p>\n\n',
     ),
     "patch-signals minimal": (
-        lambda c: c.patch_signals({"output": "Patched Output Test", "show": True, "input": "Test",
-                                   "user": {"name": "", "email": ""}}),
+        lambda c: c.patch_signals(
+            {"output": "Patched Output Test", "show": True, "input": "Test", "user": {"name": "", "email": ""}}
+        ),
         f"event: datastar-patch-signals\ndata: signals {SIGNALS}\n\n",
     ),
     "patch-signals every option": (
@@ -95,16 +102,17 @@ EXAMPLES: dict[str, tuple[Callable[[Context], None], str]] = {
         "data: elements <script>console.log('Here')</script>\n\n",
     ),
     "execute-script every option": (
-        lambda c: c.exec_script("console.log('Here')", attributes=['type="application/javascript"'],
-                                event_id="123", retry=2000),
+        lambda c: c.exec_script(
+            "console.log('Here')", attributes=['type="application/javascript"'], event_id="123", retry=2000
+        ),
         "event: datastar-patch-elements\nid: 123\nretry: 2000\ndata: mode append\ndata: selector body\n"
-        "data: elements <script type=\"application/javascript\" data-effect=\"el.remove()\">console.log('Here')"
+        'data: elements <script type="application/javascript" data-effect="el.remove()">console.log(\'Here\')'
         "</script>\n\n",
     ),
     "execute-script attributes as a mapping": (
         lambda c: c.exec_script("import('/m.js')", attributes={"type": "module", "data-x": 'a"b'}),
         "event: datastar-patch-elements\ndata: mode append\ndata: selector body\n"
-        "data: elements <script type=\"module\" data-x=\"a&quot;b\" data-effect=\"el.remove()\">import('/m.js')"
+        'data: elements <script type="module" data-x="a&quot;b" data-effect="el.remove()">import(\'/m.js\')'
         "</script>\n\n",
     ),
 }
@@ -158,4 +166,5 @@ def test_the_option_lines_come_in_the_spec_s_order(server: tuple[str, int]) -> N
     assert chunk.startswith(
         b"event: datastar-patch-elements\nid: 123\nretry: 2000\ndata: selector #feed\ndata: mode inner\n"
         b'data: useViewTransition true\ndata: elements <div id="feed">\ndata: elements     <span>1</span>\n'
-        b"data: elements </div>\n\n")
+        b"data: elements </div>\n\n"
+    )

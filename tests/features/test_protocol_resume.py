@@ -64,8 +64,11 @@ def list_app(**options: object) -> App:
 def applied(tab: Tab) -> list[tuple[str, str | None, str, str, dict[str, object]]]:
     """What the page applied: every event but those the stream opens with (each tab's snapshot is
     signed for its own id, so it is left out)."""
-    return [(e.type, e.selector, e.mode, e.elements, {k: v for k, v in e.signals.items() if k != "_via_snap"})
-            for e in tab.events if "_disconnected" not in e.signals]
+    return [
+        (e.type, e.selector, e.mode, e.elements, {k: v for k, v in e.signals.items() if k != "_via_snap"})
+        for e in tab.events
+        if "_disconnected" not in e.signals
+    ]
 
 
 def frame_seqs(tab: Tab) -> list[int]:
@@ -233,11 +236,16 @@ def test_replay_counts_in_metrics() -> None:
         tab.disconnect()
         tab.reconnect()
         text = client.get("/metrics").body.decode()
-    for line in ("pyvia_stream_resumes_total 1", "pyvia_stream_replayed_frames_total 1", "pyvia_replay_buffers 1",
-                 "pyvia_stream_full_renders_total 0"):
+    for line in (
+        "pyvia_stream_resumes_total 1",
+        "pyvia_stream_replayed_frames_total 1",
+        "pyvia_replay_buffers 1",
+        "pyvia_stream_full_renders_total 0",
+    ):
         assert line in text.splitlines(), line
-    assert any(line.startswith("pyvia_replay_buffer_bytes ") and float(line.split()[1]) > 0
-               for line in text.splitlines())
+    assert any(
+        line.startswith("pyvia_replay_buffer_bytes ") and float(line.split()[1]) > 0 for line in text.splitlines()
+    )
 
 
 @pytest.mark.parametrize("coding", ["zstd", "br", "gzip"])
@@ -296,8 +304,11 @@ def test_a_socket_cut_mid_burst_resumes_with_only_the_missing_frames(server: tup
     assert ids[0] == (epoch, last + 1), "the resumed stream starts right after the page's last frame"
     assert [seq for _, seq in ids] == list(range(last + 1, last + 1 + len(ids)))  # none twice, none skipped
     assert not any("selector #via-view" in e.data for e in resumed), "no full render"
-    assert burst_items(tab.received) == burst_items(ref.received) == [
-        f'elements <li id="i{n}">{n}</li>' for n in range(BURST)]
+    assert (
+        burst_items(tab.received)
+        == burst_items(ref.received)
+        == [f'elements <li id="i{n}">{n}</li>' for n in range(BURST)]
+    )
 
 
 def test_after_a_restart_the_tab_is_revived_as_before() -> None:
@@ -308,8 +319,12 @@ def test_after_a_restart_the_tab_is_revived_as_before() -> None:
         tab.open_stream()
         tab.read_frame()
         tab.action("step")
-        snapshot = next(json.loads(line[len("signals "):]) for e in tab.read_frame()
-                        for line in e.data if line.startswith("signals "))["_via_snap"]
+        snapshot = next(
+            json.loads(line[len("signals ") :])
+            for e in tab.read_frame()
+            for line in e.data
+            if line.startswith("signals ")
+        )["_via_snap"]
         got = tab.last_event_id
         tab.close_stream()
         server.restart()
@@ -317,15 +332,20 @@ def test_after_a_restart_the_tab_is_revived_as_before() -> None:
         # for the snapshot, and the page reopens its stream with a POST (no id: a new request).
         with RawClient("127.0.0.1", server.port) as client:
             query = quote(json.dumps({"via_ctx": tab.ctx}))
-            client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: x\r\nCookie: {tab.cookie}\r\n"
-                        f"last-event-id: {got}\r\n\r\n".encode())
+            client.send(
+                f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: x\r\nCookie: {tab.cookie}\r\n"
+                f"last-event-id: {got}\r\n\r\n".encode()
+            )
             answer = client.read_response()
         assert answer.header("content-type") == "application/json" and "_via_revive" in json.loads(answer.body)
         body = json.dumps({"via_ctx": tab.ctx, "_via_snap": snapshot}).encode()
         with RawClient("127.0.0.1", server.port) as client:
-            client.send(f"POST /_sse HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nCookie: {tab.cookie}\r\n"
-                        f"Origin: http://127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
-                        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            client.send(
+                f"POST /_sse HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nCookie: {tab.cookie}\r\n"
+                f"Origin: http://127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             assert client.read_head().status == 200
             text = client.read_chunk().decode()
         assert 'data: elements <ul id="list"><li id="i0">0</li></ul>' in text  # a full render, revived

@@ -33,14 +33,17 @@ def test_sdk_events_reach_the_tab() -> None:
         assert tab.signals["sdk"] == 1
 
 
-@pytest.mark.parametrize("bad", [
-    "event: datastar-patch-elements\ndata: selector #x\nevent: datastar-patch-signals\n\n",
-    "event: something-else\ndata: x\n\n",
-    "event: datastar-patch-signals\ndata: signals {}\n",
-    "event: datastar-patch-signals\r\ndata: signals {}\n\n",
-    "data: signals {}\n\n",
-    "event: datastar-patch-signals\nnot a field\n\n",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "event: datastar-patch-elements\ndata: selector #x\nevent: datastar-patch-signals\n\n",
+        "event: something-else\ndata: x\n\n",
+        "event: datastar-patch-signals\ndata: signals {}\n",
+        "event: datastar-patch-signals\r\ndata: signals {}\n\n",
+        "data: signals {}\n\n",
+        "event: datastar-patch-signals\nnot a field\n\n",
+    ],
+)
 def test_malformed_or_forged_raw_events_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         check_events(bad)

@@ -197,8 +197,14 @@ def test_a_stream_and_an_action_reviving_a_tab_at_once_run_its_handler_once() ->
         assert tab.context is None and runs == ["handler"]  # the page view
         runs.clear()
         cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
-        headers = Headers([("host", "testserver"), ("origin", "http://testserver"), ("cookie", cookie),
-                           ("content-type", "application/json")])
+        headers = Headers(
+            [
+                ("host", "testserver"),
+                ("origin", "http://testserver"),
+                ("cookie", cookie),
+                ("content-type", "application/json"),
+            ]
+        )
         body = orjson.dumps({"via_ctx": tab.id, "_via_snap": tab.signals["_via_snap"]})
         stream = Request("POST", "/_sse", headers=headers, body=body, client="127.0.0.1")
         action = Request("POST", "/_action/inc", headers=headers, body=body, client="127.0.0.1")

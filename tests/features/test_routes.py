@@ -32,6 +32,7 @@ def make_app() -> App:
         c.view(lambda: f'<p id="u">user {user_id + 1}</p>')
 
     with app.group("/admin", middleware=[auth]) as admin:
+
         @admin.page("/")
         def dashboard(c: Context) -> None:
             hits = c.signal(0, "hits")
@@ -140,13 +141,14 @@ def test_multipart_upload_and_one_shot_download() -> None:
         tab = client.open("/files")
         boundary = "XyZ"
         body = (
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"via_ctx\"\r\n\r\n{tab.id}\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"doc\"; filename=\"a.txt\"\r\n"
+            f'--{boundary}\r\nContent-Disposition: form-data; name="via_ctx"\r\n\r\n{tab.id}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="note"\r\n\r\nhello\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="doc"; filename="a.txt"\r\n'
             f"Content-Type: text/plain\r\n\r\n12345\r\n--{boundary}--\r\n"
         ).encode()
-        response = client.post("/_action/upload", body=body,
-                               headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+        response = client.post(
+            "/_action/upload", body=body, headers={"content-type": f"multipart/form-data; boundary={boundary}"}
+        )
         assert response.status == 200
         assert tab.signals["_name"] == "a.txt:5:hello"
         tab.action("export")
@@ -193,10 +195,13 @@ def test_several_files_under_one_field_and_the_per_tab_connect_hook() -> None:
         b = "B0"
         parts = [f'--{b}\r\nContent-Disposition: form-data; name="via_ctx"\r\n\r\n{tab.id}\r\n']
         for name, data in (("a.txt", "1"), ("b.txt", "22")):
-            parts.append(f'--{b}\r\nContent-Disposition: form-data; name="docs"; filename="{name}"\r\n'
-                         f"Content-Type: text/plain\r\n\r\n{data}\r\n")
+            parts.append(
+                f'--{b}\r\nContent-Disposition: form-data; name="docs"; filename="{name}"\r\n'
+                f"Content-Type: text/plain\r\n\r\n{data}\r\n"
+            )
         body = ("".join(parts) + f"--{b}--\r\n").encode()
-        response = client.post("/_action/upload", body=body,
-                               headers={"content-type": f"multipart/form-data; boundary={b}"})
+        response = client.post(
+            "/_action/upload", body=body, headers={"content-type": f"multipart/form-data; boundary={b}"}
+        )
         assert response.status == 200
         assert tab.signals["_names"] == "a.txt:1,b.txt:2"

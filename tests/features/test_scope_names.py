@@ -25,8 +25,14 @@ def make_app() -> App:
         def say(text: str) -> None:
             said.value = [*said.value, text]
 
-        c.view(lambda: html('<h1 id="name">{}</h1><ul>{}</ul><button id="hi" data-on:click="{}">hi</button>',
-                            name, (html("<li>{}</li>", t) for t in said.value), say(text=f"hi from {name}")))
+        c.view(
+            lambda: html(
+                '<h1 id="name">{}</h1><ul>{}</ul><button id="hi" data-on:click="{}">hi</button>',
+                name,
+                (html("<li>{}</li>", t) for t in said.value),
+                say(text=f"hi from {name}"),
+            )
+        )
 
     return app
 

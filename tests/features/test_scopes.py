@@ -298,10 +298,19 @@ def test_concurrent_async_increments_lose_nothing() -> None:
             async def one(ctx_id: str) -> None:
                 import orjson
 
-                req = Request("POST", "/_action/add", headers=Headers([
-                    ("host", "testserver"), ("origin", "http://testserver"), ("content-type", "application/json"),
-                    ("cookie", f"via_session_id={client.cookies['via_session_id']}")]),
-                    body=orjson.dumps({"via_ctx": ctx_id}))
+                req = Request(
+                    "POST",
+                    "/_action/add",
+                    headers=Headers(
+                        [
+                            ("host", "testserver"),
+                            ("origin", "http://testserver"),
+                            ("content-type", "application/json"),
+                            ("cookie", f"via_session_id={client.cookies['via_session_id']}"),
+                        ]
+                    ),
+                    body=orjson.dumps({"via_ctx": ctx_id}),
+                )
                 result = app.handle(req)
                 response = await result if asyncio.iscoroutine(result) else result
                 assert response.status == 200

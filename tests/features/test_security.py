@@ -49,8 +49,9 @@ def make_app(**options: object) -> App:
 
 def post(client: TestClient, tab_id: str, *, headers: dict[str, str], body: dict | None = None) -> int:
     payload = json.dumps(body or {"via_ctx": tab_id}).encode()
-    return client.request("POST", "/_action/inc", body=payload,
-                          headers={"content-type": "application/json", **headers}).status
+    return client.request(
+        "POST", "/_action/inc", body=payload, headers={"content-type": "application/json", **headers}
+    ).status
 
 
 def test_cross_origin_and_origin_less_actions_are_refused() -> None:
@@ -62,17 +63,33 @@ def test_cross_origin_and_origin_less_actions_are_refused() -> None:
     app = make_app()
     with TestClient(app) as client:
         tab = client.open("/")
-        req = Request("POST", "/_action/inc", headers=Headers([
-            ("host", "testserver"), ("content-type", "application/json"),
-            ("cookie", f"via_session_id={client.cookies['via_session_id']}")]),
-            body=json.dumps({"via_ctx": tab.id}).encode())
+        req = Request(
+            "POST",
+            "/_action/inc",
+            headers=Headers(
+                [
+                    ("host", "testserver"),
+                    ("content-type", "application/json"),
+                    ("cookie", f"via_session_id={client.cookies['via_session_id']}"),
+                ]
+            ),
+            body=json.dumps({"via_ctx": tab.id}).encode(),
+        )
         assert app.handle(req).status == 403  # no Origin at all
     with TestClient(make_app(dev=True)) as client:
         tab = client.open("/")
-        req_ok = Request("POST", "/_action/inc", headers=Headers([
-            ("host", "testserver"), ("content-type", "application/json"),
-            ("cookie", f"via_session_id={client.cookies['via_session_id']}")]),
-            body=json.dumps({"via_ctx": tab.id}).encode())
+        req_ok = Request(
+            "POST",
+            "/_action/inc",
+            headers=Headers(
+                [
+                    ("host", "testserver"),
+                    ("content-type", "application/json"),
+                    ("cookie", f"via_session_id={client.cookies['via_session_id']}"),
+                ]
+            ),
+            body=json.dumps({"via_ctx": tab.id}).encode(),
+        )
         assert client.app.handle(req_ok).status == 200  # dev mode accepts it
 
 

@@ -11,8 +11,13 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 def make_app(**options: object) -> App:
-    app = App(template_dir=TEMPLATES, title="Views", head=['<link rel="stylesheet" href="/app.css">'],
-              foot=["<footer>app foot</footer>"], **options)
+    app = App(
+        template_dir=TEMPLATES,
+        title="Views",
+        head=['<link rel="stylesheet" href="/app.css">'],
+        foot=["<footer>app foot</footer>"],
+        **options,
+    )
 
     @app.page("/list")
     def listing(c: Context) -> None:
@@ -64,8 +69,10 @@ def test_template_gets_signals_and_actions_by_name_and_escapes() -> None:
         tab = client.open("/list")
         assert "<h2>Items</h2>" in tab.page
         assert "&lt;b&gt;a&lt;/b&gt;" in tab.html
-        assert ('data-on:click="@post(&#39;/_action/add&#39;, {requestCancellation: &#39;disabled&#39;, '
-                'filterSignals: {exclude: $_via_filter}})"') in tab.html
+        assert (
+            'data-on:click="@post(&#39;/_action/add&#39;, {requestCancellation: &#39;disabled&#39;, '
+            'filterSignals: {exclude: $_via_filter}})"'
+        ) in tab.html
         assert "<title>Views</title>" in tab.page
         assert '<link rel="stylesheet" href="/app.css">' in tab.page
         assert "<footer>app foot</footer>" in tab.page
@@ -137,5 +144,7 @@ def test_the_test_client_applies_every_patch_mode_at_an_id() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
         tab.action("edit")
-        assert tab.html == ('<p>top</p><ul id="list"><li>a</li><li>b</li></ul><p>bottom</p>'
-                            '<span id="x">new</span><div id="box">inner</div>')
+        assert tab.html == (
+            '<p>top</p><ul id="list"><li>a</li><li>b</li></ul><p>bottom</p>'
+            '<span id="x">new</span><div id="box">inner</div>'
+        )

@@ -78,8 +78,10 @@ class WireTab:
         client = RawClient(self.host, self.port)
         query = quote(json.dumps({"via_ctx": self.ctx}))
         resume = f"last-event-id: {last_event_id}\r\n" if last_event_id else ""
-        client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                    f"Cookie: {self.cookie}\r\n{resume}\r\n".encode())
+        client.send(
+            f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Cookie: {self.cookie}\r\n{resume}\r\n".encode()
+        )
         head = client.read_head()
         self.stream = client
         self._pending = b""
@@ -90,7 +92,7 @@ class WireTab:
         assert self.stream is not None
         chunk = self._pending + self.stream.read_chunk()
         events = parse_sse(chunk)
-        self._pending = chunk[chunk.rfind(b"\n\n") + 2:] if b"\n\n" in chunk else chunk
+        self._pending = chunk[chunk.rfind(b"\n\n") + 2 :] if b"\n\n" in chunk else chunk
         assert self._pending == b"", f"a frame split across writes: {chunk!r}"
         for event in events:
             if event.id is not None:
@@ -105,9 +107,12 @@ class WireTab:
     def action(self, name: str, **signals: object) -> int:
         body = json.dumps({"via_ctx": self.ctx, **signals}).encode()
         with RawClient(self.host, self.port) as client:
-            client.send(f"POST /_action/{name} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                        f"Origin: http://{self.host}:{self.port}\r\nCookie: {self.cookie}\r\n"
-                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            client.send(
+                f"POST /_action/{name} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Origin: http://{self.host}:{self.port}\r\nCookie: {self.cookie}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             return client.read_response().status
 
     def close_stream(self) -> None:

@@ -27,17 +27,45 @@ from pyvia.compress import (
 from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                         HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
-_TOKENS = st.sampled_from(["br", "BR", "zstd", "gzip", "x-gzip", "identity", "*", "deflate", ";", ",", "q=", "q=0",
-                           "q=1", "q=0.5", "q=1.5", "q=-1", "q=nan", "q=inf", " ", "\t", "=", "\x00", "é"])
+_TOKENS = st.sampled_from(
+    [
+        "br",
+        "BR",
+        "zstd",
+        "gzip",
+        "x-gzip",
+        "identity",
+        "*",
+        "deflate",
+        ";",
+        ",",
+        "q=",
+        "q=0",
+        "q=1",
+        "q=0.5",
+        "q=1.5",
+        "q=-1",
+        "q=nan",
+        "q=inf",
+        " ",
+        "\t",
+        "=",
+        "\x00",
+        "é",
+    ]
+)
 accept_encoding = st.lists(st.one_of(_TOKENS, st.text(max_size=6)), max_size=16).map("".join)
 
 
 @FUZZ
-@given(header=accept_encoding, preference=st.permutations(list(CODINGS)).flatmap(
-    lambda p: st.integers(1, 3).map(lambda n: tuple(p[:n]))))
+@given(
+    header=accept_encoding,
+    preference=st.permutations(list(CODINGS)).flatmap(lambda p: st.integers(1, 3).map(lambda n: tuple(p[:n]))),
+)
 def test_negotiation_always_answers_a_coding_it_can_make(header: str, preference: tuple[str, ...]) -> None:
     coding = negotiate(header, preference)
     assert coding in (*preference, IDENTITY)
@@ -62,6 +90,7 @@ def _decoder(coding: str) -> Callable[[bytes], bytes]:
             while more := d.process(b""):
                 out += more
             return out
+
         return feed
     if coding == GZIP:
         return zlib.decompressobj(wbits=31).decompress
@@ -76,14 +105,20 @@ def _decoder(coding: str) -> Callable[[bytes], bytes]:
             data = state["d"].unused_data
             state["d"] = zstandard.ZstdDecompressor().decompressobj()
         return out
+
     return feed_zstd
 
 
 @FUZZ
-@given(coding=st.sampled_from(CODINGS), events=st.lists(st.binary(max_size=3000) | st.text(max_size=500).map(
-    str.encode), max_size=20), releases=st.sets(st.integers(0, 19)), window=st.none() | st.integers(10, 20))
-def test_every_event_decodes_at_once_whatever_it_holds(coding: str, events: list[bytes], releases: set[int],
-                                                       window: int | None) -> None:
+@given(
+    coding=st.sampled_from(CODINGS),
+    events=st.lists(st.binary(max_size=3000) | st.text(max_size=500).map(str.encode), max_size=20),
+    releases=st.sets(st.integers(0, 19)),
+    window=st.none() | st.integers(10, 20),
+)
+def test_every_event_decodes_at_once_whatever_it_holds(
+    coding: str, events: list[bytes], releases: set[int], window: int | None
+) -> None:
     encoder = StreamEncoder(coding, window=window)
     feed = _decoder(coding)
     for i, event in enumerate(events):
@@ -108,8 +143,31 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-_PATH_PARTS = st.sampled_from(["/", "..", ".", "%2e", "%2E", "%2f", "%5c", "\\", "\x00", "a", "b", "c.txt", "ok.css",
-                               ".env", "env", "secret.txt", "link", "%", "%00", ".well-known", "//"])
+_PATH_PARTS = st.sampled_from(
+    [
+        "/",
+        "..",
+        ".",
+        "%2e",
+        "%2E",
+        "%2f",
+        "%5c",
+        "\\",
+        "\x00",
+        "a",
+        "b",
+        "c.txt",
+        "ok.css",
+        ".env",
+        "env",
+        "secret.txt",
+        "link",
+        "%",
+        "%00",
+        ".well-known",
+        "//",
+    ]
+)
 
 
 @FUZZ

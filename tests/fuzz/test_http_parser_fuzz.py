@@ -35,8 +35,9 @@ RESPONSE_HEAD = re.compile(rb"HTTP/1\.1 (\d{3}) [^\r\n]*\r\n((?:[^\r\n]+\r\n)*)\
 class App:
     def handle(self, request: Request) -> Response | StreamResponse:
         if request.path == "/s":
-            return StreamResponse([("content-type", "text/event-stream")], lambda sink: sink.write(b"data: 1\n\n"),
-                                  lambda: None)
+            return StreamResponse(
+                [("content-type", "text/event-stream")], lambda sink: sink.write(b"data: 1\n\n"), lambda: None
+            )
         return Response(200, [("content-type", "text/plain")], b"ok:%d" % len(request.body))
 
     async def startup(self) -> None:
@@ -74,9 +75,9 @@ def mutated_requests(draw: st.DrawFn) -> bytes:
         if op == "insert":
             data[at:at] = chunk
         elif op == "delete":
-            del data[at:at + len(chunk)]
+            del data[at : at + len(chunk)]
         else:
-            data[at:at + len(chunk)] = chunk
+            data[at : at + len(chunk)] = chunk
     return bytes(data)
 
 
@@ -152,7 +153,7 @@ def check_output(transport: FakeTransport) -> None:
         at = 0
         while at < len(write):
             match = RESPONSE_HEAD.match(write, at)
-            assert match, write[at:at + 80]
+            assert match, write[at : at + 80]
             status = int(match.group(1))
             assert status in ALLOWED, write
             headers = dict(line.split(b": ", 1) for line in match.group(2).split(b"\r\n") if line)
@@ -162,7 +163,7 @@ def check_output(transport: FakeTransport) -> None:
                 at = len(write)  # the first event may share the write with the head
             elif b"content-length" in headers:
                 length = int(headers[b"content-length"])
-                if status != 200 or write[at:at + 3] == b"ok:":
+                if status != 200 or write[at : at + 3] == b"ok:":
                     at += length
             if status >= 400:
                 assert headers.get(b"connection") == b"close"
@@ -222,8 +223,18 @@ class RecordingApp(App):
         return super().handle(request)
 
 
-NAMES = [b"Host", b"Content-Type", b"Accept", b"Cookie", b"User-Agent", b"X-Id", b"Connection", b"Content-Length",
-         b"Transfer-Encoding", b"Expect"]
+NAMES = [
+    b"Host",
+    b"Content-Type",
+    b"Accept",
+    b"Cookie",
+    b"User-Agent",
+    b"X-Id",
+    b"Connection",
+    b"Content-Length",
+    b"Transfer-Encoding",
+    b"Expect",
+]
 ODD_BYTES = [b" ", b"\t", b"\x00", b":", b"_", b"\xff", b"(", b"\r", b"\n", b"\x0b", b"\x7f", b"-"]
 SAFE_VALUE = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC0123456789-_.;=/ ", max_size=12)
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
@@ -241,7 +252,7 @@ def _chunked(body: bytes, sizes: list[int], upper: bool, extension: bool, traile
     for size in sizes:
         if at >= len(body):
             break
-        piece = body[at:at + size]
+        piece = body[at : at + size]
         at += len(piece)
         head = (b"%X" if upper else b"%x") % len(piece)
         out.append(head + (b";ext=1" if extension else b"") + b"\r\n" + piece + b"\r\n")
@@ -302,19 +313,51 @@ def mutated_request(draw: st.DrawFn) -> Built:
             name, _, value = lines[at].partition(b": ")
             lines[at] = name + b": " + _insert(draw, value, draw(st.sampled_from(ODD_BYTES)))
         elif kind == "length":
-            value = draw(st.sampled_from([b"0", b"1", b"5", b"-1", b"+3", b"3 3", b"0x10", b"99999999999999999999",
-                                          b"3, 3", str(len(body)).encode(), str(len(body) + 1).encode()]))
+            value = draw(
+                st.sampled_from(
+                    [
+                        b"0",
+                        b"1",
+                        b"5",
+                        b"-1",
+                        b"+3",
+                        b"3 3",
+                        b"0x10",
+                        b"99999999999999999999",
+                        b"3, 3",
+                        str(len(body)).encode(),
+                        str(len(body) + 1).encode(),
+                    ]
+                )
+            )
             lines.insert(at, draw(st.sampled_from(NAMES[7:8])) + b": " + value)
         elif kind == "coding":
-            value = draw(st.sampled_from([b"chunked", b"gzip", b"gzip, chunked", b"chunked, gzip", b"identity",
-                                          b"CHUNKED", b" chunked", b"chunked ", b"xchunked", b"chunked;q=1"]))
+            value = draw(
+                st.sampled_from(
+                    [
+                        b"chunked",
+                        b"gzip",
+                        b"gzip, chunked",
+                        b"chunked, gzip",
+                        b"identity",
+                        b"CHUNKED",
+                        b" chunked",
+                        b"chunked ",
+                        b"xchunked",
+                        b"chunked;q=1",
+                    ]
+                )
+            )
             lines.insert(at, b"Transfer-Encoding: " + value)
         elif kind == "chunk":
             size = draw(st.sampled_from([b"ffffffffffffffffff", b"-1", b"g", b"", b" 1", b"1 ", b"0", b"40", b"1;"]))
             body = size + b"\r\n" + body
         elif kind == "version":
-            version = draw(st.sampled_from([b"HTTP/1.0", b"HTTP/1.2", b"HTTP/2.0", b"http/1.1", b"HTTP/1.1 ",
-                                            b"HTTP/11", b"HTTP/0.9"]))
+            version = draw(
+                st.sampled_from(
+                    [b"HTTP/1.0", b"HTTP/1.2", b"HTTP/2.0", b"http/1.1", b"HTTP/1.1 ", b"HTTP/11", b"HTTP/0.9"]
+                )
+            )
             method, _, rest = lines[0].partition(b" ")
             target = rest.rpartition(b" ")[0]
             lines[0] = method + b" " + target + b" " + version
@@ -436,18 +479,43 @@ def test_regressions_are_answered_or_refused() -> None:
 # lenient than h11: what the app is handed, h11 reads the same way (this server may refuse more).
 
 SPACES = [b" ", b" ", b" ", b"  ", b"\t", b" \t"]
-HEAD_TARGETS = [b"/", b"/a?b=1", b"/a%00b", b"/a%20b", b"http://example.com/x", b"http://user@example.com/",
-                b"http://[::1]:8/", b"*", b"//x", b"/\xff"]
-HOSTS = [b"example.com", b"example.com:80", b" example.com ", b"\xa0example.com\xa0", b"exa mple.com", b"",
-         b"[::1]", b"example.com\x0b", b"EXAMPLE.COM.", b"a_b.example"]
+HEAD_TARGETS = [
+    b"/",
+    b"/a?b=1",
+    b"/a%00b",
+    b"/a%20b",
+    b"http://example.com/x",
+    b"http://user@example.com/",
+    b"http://[::1]:8/",
+    b"*",
+    b"//x",
+    b"/\xff",
+]
+HOSTS = [
+    b"example.com",
+    b"example.com:80",
+    b" example.com ",
+    b"\xa0example.com\xa0",
+    b"exa mple.com",
+    b"",
+    b"[::1]",
+    b"example.com\x0b",
+    b"EXAMPLE.COM.",
+    b"a_b.example",
+]
 LENGTHS = [b"0", b"000", b"0" * 25 + b"1", b"1" * 25, b"-1", b"+1", b"1,1", b" 1 ", b"1 1", b"0x1", b"\xd9\xa1"]
 
 
 @st.composite
 def odd_heads(draw: st.DrawFn) -> bytes:
     method = draw(st.sampled_from([b"GET", b"POST", b"OPTIONS", b"PUT"]))
-    line = (method + draw(st.sampled_from(SPACES)) + draw(st.sampled_from(HEAD_TARGETS)) + draw(st.sampled_from(SPACES))
-            + draw(st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"])))
+    line = (
+        method
+        + draw(st.sampled_from(SPACES))
+        + draw(st.sampled_from(HEAD_TARGETS))
+        + draw(st.sampled_from(SPACES))
+        + draw(st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"]))
+    )
     headers = []
     for host in draw(st.lists(st.sampled_from(HOSTS), max_size=2)):
         headers.append(b"Host: " + host)
@@ -484,8 +552,12 @@ def never_more_lenient_than_h11(data: bytes, cuts: list[int]) -> None:
     check_connection(chunks)
     app, transport = _served(chunks)
     theirs = _h11_requests(data)
-    assert app.seen == theirs[: len(app.seen)], ("served what h11 reads otherwise, or not at all", data, app.seen,
-                                                 theirs)
+    assert app.seen == theirs[: len(app.seen)], (
+        "served what h11 reads otherwise, or not at all",
+        data,
+        app.seen,
+        theirs,
+    )
     check_output(transport)
 
 

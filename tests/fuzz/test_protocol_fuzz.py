@@ -78,8 +78,12 @@ def test_patch_signals_is_one_event_that_round_trips(signals: dict[str, object])
 
 
 _json_ish = st.lists(
-    st.one_of(st.binary(max_size=8), st.sampled_from([b"{", b"}", b"[", b"]", b'"', b":", b",", b"1", b"null",
-                                                     b"\\u", b"\\ud800", b"1e999", b"-", b"\xff"])),
+    st.one_of(
+        st.binary(max_size=8),
+        st.sampled_from(
+            [b"{", b"}", b"[", b"]", b'"', b":", b",", b"1", b"null", b"\\u", b"\\ud800", b"1e999", b"-", b"\xff"]
+        ),
+    ),
     max_size=40,
 ).map(b"".join)
 
@@ -117,8 +121,8 @@ _part_pieces = st.sampled_from(
         f"--{_BOUNDARY}\r\n",
         f"--{_BOUNDARY}--\r\n",
         f"\r\n--{_BOUNDARY}",
-        "Content-Disposition: form-data; name=\"a\"\r\n",
-        "Content-Disposition: form-data; name=\"f\"; filename=\"x.bin\"\r\n",
+        'Content-Disposition: form-data; name="a"\r\n',
+        'Content-Disposition: form-data; name="f"; filename="x.bin"\r\n',
         "Content-Disposition: form-data\r\n",
         "Content-Type: text/plain\r\n",
         "Content-Transfer-Encoding: base64\r\n",

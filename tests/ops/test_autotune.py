@@ -46,9 +46,16 @@ def test_cgroup_v2_quota_and_memory(fake: tuple[Path, Path]) -> None:
 
 def test_cgroup_v2_max_means_no_limit_and_v1_is_not_consulted(fake: tuple[Path, Path]) -> None:
     cgroup, proc = fake
-    tree(cgroup, {"cpu.max": "max 100000\n", "memory.max": "max\n",
-                  "cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-                  "memory/memory.limit_in_bytes": f"{GiB}\n"})
+    tree(
+        cgroup,
+        {
+            "cpu.max": "max 100000\n",
+            "memory.max": "max\n",
+            "cpu,cpuacct/cpu.cfs_quota_us": "50000\n",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "memory/memory.limit_in_bytes": f"{GiB}\n",
+        },
+    )
     found = limits(cgroup, proc, cpus=4)
     assert (found.cpus, found.cpu_source) == (4.0, "host")
     assert (found.memory, found.memory_source) == (16384000 * 1024, "host")
@@ -57,9 +64,15 @@ def test_cgroup_v2_max_means_no_limit_and_v1_is_not_consulted(fake: tuple[Path, 
 def test_cgroup_v2_own_cgroup_and_the_tightest_limit_up_the_hierarchy(fake: tuple[Path, Path]) -> None:
     cgroup, proc = fake
     tree(proc, {"self/cgroup": "0::/system.slice/app.service\n"})
-    tree(cgroup, {"system.slice/memory.max": f"{512 * MiB}\n", "system.slice/cpu.max": "max 100000\n",
-                  "system.slice/app.service/memory.max": "max\n",
-                  "system.slice/app.service/cpu.max": "50000 100000\n"})
+    tree(
+        cgroup,
+        {
+            "system.slice/memory.max": f"{512 * MiB}\n",
+            "system.slice/cpu.max": "max 100000\n",
+            "system.slice/app.service/memory.max": "max\n",
+            "system.slice/app.service/cpu.max": "50000 100000\n",
+        },
+    )
     found = limits(cgroup, proc)
     assert (found.cpus, found.cpu_source) == (0.5, "cgroup v2")
     assert (found.memory, found.memory_source) == (512 * MiB, "cgroup v2")
@@ -68,8 +81,14 @@ def test_cgroup_v2_own_cgroup_and_the_tightest_limit_up_the_hierarchy(fake: tupl
 def test_cgroup_v1_quota_and_memory(fake: tuple[Path, Path]) -> None:
     cgroup, proc = fake
     tree(proc, {"self/cgroup": "4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n1:name=systemd:/docker/abc\n"})
-    tree(cgroup, {"cpu,cpuacct/cpu.cfs_quota_us": "250000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-                  "memory/memory.limit_in_bytes": f"{256 * MiB}\n"})
+    tree(
+        cgroup,
+        {
+            "cpu,cpuacct/cpu.cfs_quota_us": "250000\n",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "memory/memory.limit_in_bytes": f"{256 * MiB}\n",
+        },
+    )
     found = limits(cgroup, proc)
     assert (found.cpus, found.cpu_source) == (2.5, "cgroup v1")
     assert (found.memory, found.memory_source) == (256 * MiB, "cgroup v1")
@@ -77,8 +96,14 @@ def test_cgroup_v1_quota_and_memory(fake: tuple[Path, Path]) -> None:
 
 def test_cgroup_v1_unlimited_falls_back_to_the_host(fake: tuple[Path, Path]) -> None:
     cgroup, proc = fake
-    tree(cgroup, {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n",
-                  "memory/memory.limit_in_bytes": "9223372036854771712\n"})
+    tree(
+        cgroup,
+        {
+            "cpu/cpu.cfs_quota_us": "-1\n",
+            "cpu/cpu.cfs_period_us": "100000\n",
+            "memory/memory.limit_in_bytes": "9223372036854771712\n",
+        },
+    )
     found = limits(cgroup, proc, cpus=6)
     assert (found.cpus, found.cpu_source) == (6.0, "host")
     assert (found.memory, found.memory_source) == (16384000 * 1024, "host")
@@ -95,10 +120,18 @@ def test_no_cgroup_and_no_proc_is_the_host_count_and_unknown_memory(tmp_path: Pa
     assert (found.cpus, found.cpu_source, found.memory, found.memory_source) == (1.0, "host", None, "unknown")
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("25000 100000", 0.25), ("max 100000", None), ("MAX", None), ("0 100000", None), ("10 0", None), ("x y", None),
-    ("200000", 2.0),
-])
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("25000 100000", 0.25),
+        ("max 100000", None),
+        ("MAX", None),
+        ("0 100000", None),
+        ("10 0", None),
+        ("x y", None),
+        ("200000", 2.0),
+    ],
+)
 def test_parse_cpu_max(text: str, cpus: float | None) -> None:
     assert autotune.parse_cpu_max(text) == cpus
 
@@ -113,9 +146,14 @@ def test_parse_memory() -> None:
 
 
 def make_limits(cpus: float, memory: int | None, *, quota: bool = True, host_cpus: int = 16) -> Limits:
-    return Limits(cpus=cpus, cpu_source="cgroup v2" if quota else "host", memory=memory,
-                  memory_source="cgroup v2" if memory is not None else "unknown", host_cpus=host_cpus,
-                  host_memory=None)
+    return Limits(
+        cpus=cpus,
+        cpu_source="cgroup v2" if quota else "host",
+        memory=memory,
+        memory_source="cgroup v2" if memory is not None else "unknown",
+        host_cpus=host_cpus,
+        host_memory=None,
+    )
 
 
 def test_profile_from_a_quota_and_a_memory_limit() -> None:
@@ -129,13 +167,16 @@ def test_profile_from_a_quota_and_a_memory_limit() -> None:
     assert profile.pinned == frozenset()
 
 
-@pytest.mark.parametrize(("cpus", "memory", "quota", "host_cpus", "workers", "source"), [
-    (0.25, 320 * MiB, True, 16, 1, "cgroup quota"),
-    (2.0, 4 * GiB, True, 16, 2, "cgroup quota"),
-    (8.0, 512 * MiB, False, 8, 3, "memory"),        # (512 - 64) / 128 MiB per worker at least
-    (64.0, 64 * GiB, False, 64, 32, "host cpus"),    # clamped to 32
-    (4.0, None, False, 4, 3, "memory"),              # unknown memory counts as 512 MiB
-])
+@pytest.mark.parametrize(
+    ("cpus", "memory", "quota", "host_cpus", "workers", "source"),
+    [
+        (0.25, 320 * MiB, True, 16, 1, "cgroup quota"),
+        (2.0, 4 * GiB, True, 16, 2, "cgroup quota"),
+        (8.0, 512 * MiB, False, 8, 3, "memory"),  # (512 - 64) / 128 MiB per worker at least
+        (64.0, 64 * GiB, False, 64, 32, "host cpus"),  # clamped to 32
+        (4.0, None, False, 4, 3, "memory"),  # unknown memory counts as 512 MiB
+    ],
+)
 def test_auto_workers(cpus: float, memory: int | None, quota: bool, host_cpus: int, workers: int, source: str) -> None:
     profile = derive_profile(make_limits(cpus, memory, quota=quota, host_cpus=host_cpus))
     assert (profile.workers, profile.sources["workers"]) == (workers, source)
@@ -149,31 +190,38 @@ def test_a_bigger_stream_buffer_means_fewer_tabs() -> None:
 
 
 def test_pinned_values_are_used_as_given_and_marked() -> None:
-    profile = derive_profile(make_limits(1.5, GiB), workers=4, max_tabs=100, gc_thresholds=None,
-                             encoder_budget=32 * MiB)
+    profile = derive_profile(
+        make_limits(1.5, GiB), workers=4, max_tabs=100, gc_thresholds=None, encoder_budget=32 * MiB
+    )
     assert (profile.workers, profile.max_tabs, profile.encoder_budget) == (4, 100, 32 * MiB)
     assert profile.gc_thresholds is None
     assert profile.gc_freeze is False
     assert profile.memory_budget == (GiB - 64 * MiB) // 4  # derived from the pinned worker count
     assert profile.pinned == {"workers", "max_tabs", "gc_thresholds", "encoder_budget"}
     line = profile.log_line()
-    assert line == ("autotune: cpu 1.50 (cgroup v2), memory 1024 MiB (cgroup v2); workers=4* [pinned], "
-                    "memory_budget=240MiB, encoder_budget=32MiB*, max_tabs=100*, gc=python-default* (* = pinned)")
+    assert line == (
+        "autotune: cpu 1.50 (cgroup v2), memory 1024 MiB (cgroup v2); workers=4* [pinned], "
+        "memory_budget=240MiB, encoder_budget=32MiB*, max_tabs=100*, gc=python-default* (* = pinned)"
+    )
     assert "\n" not in line
 
 
 def test_the_log_line_of_a_derived_profile() -> None:
     profile = derive_profile(make_limits(1.5, GiB), gc_thresholds=(50_000, 50, 100), defaulted={"gc_thresholds"})
     line = profile.log_line()
-    assert line == ("autotune: cpu 1.50 (cgroup v2), memory 1024 MiB (cgroup v2); workers=2 [cgroup quota], "
-                    "memory_budget=480MiB, encoder_budget=120MiB, max_tabs=10993, gc=freeze+50000/50/100 (* = pinned)")
+    assert line == (
+        "autotune: cpu 1.50 (cgroup v2), memory 1024 MiB (cgroup v2); workers=2 [cgroup quota], "
+        "memory_budget=480MiB, encoder_budget=120MiB, max_tabs=10993, gc=freeze+50000/50/100 (* = pinned)"
+    )
     assert "*," not in line
 
 
 def test_profile_for_settings_applies_their_pins(tmp_path: Path) -> None:
     path = tmp_path / "pyvia.toml"
-    path.write_text('[server]\nworkers = "auto"\n[autotune]\nmax_tabs = 2000\nmemory_budget = "300MiB"\n'
-                    '[app]\ngc_thresholds = [10000, 20, 30]\n')
+    path.write_text(
+        '[server]\nworkers = "auto"\n[autotune]\nmax_tabs = 2000\nmemory_budget = "300MiB"\n'
+        "[app]\ngc_thresholds = [10000, 20, 30]\n"
+    )
     profile = profile_for(load_settings(path, env={"PYVIA_APP__ENCODER_BUDGET": "50MiB"}), make_limits(2, 2 * GiB))
     assert profile.workers == 2 and "workers" not in profile.pinned
     assert (profile.max_tabs, profile.memory_budget, profile.encoder_budget) == (2000, 300 * MiB, 50 * MiB)

@@ -25,8 +25,9 @@ def rows(out: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def test_config_prints_every_value_with_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_prints_every_value_with_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "site.toml"
     path.write_text('[app]\ntitle = "Shop"\nsecret = "file-secret-value"\n[server]\nport = 8000\n')
@@ -45,8 +46,9 @@ def test_config_prints_every_value_with_its_source(tmp_path: Path, monkeypatch: 
     assert out.splitlines()[-1].startswith("# autotune: cpu ")
 
 
-def test_config_reads_pyvia_toml_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_reads_pyvia_toml_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyvia.toml").write_text("[server]\nworkers = 3\n")
     assert run_cli(["config"]) == 0
@@ -55,8 +57,9 @@ def test_config_reads_pyvia_toml_in_the_current_directory(tmp_path: Path, monkey
     assert "workers=3* [pinned]" in out
 
 
-def test_config_shows_pyvia_secret_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_shows_pyvia_secret_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYVIA_SECRET", "env-secret-value")
     assert run_cli(["config"]) == 0
@@ -65,19 +68,22 @@ def test_config_shows_pyvia_secret_redacted(tmp_path: Path, monkeypatch: pytest.
     assert "env-secret-value" not in out
 
 
-def test_a_bad_setting_is_one_line_naming_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_setting_is_one_line_naming_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYVIA_SERVER__PROT", "80")
     assert run_cli(["config"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == ("pyvia config: error: PYVIA_SERVER__PROT: unknown key 'PROT' in [server]; "
-                            "did you mean 'port'?\n")
+    assert captured.err == (
+        "pyvia config: error: PYVIA_SERVER__PROT: unknown key 'PROT' in [server]; did you mean 'port'?\n"
+    )
 
 
-def test_a_missing_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert run_cli(["config", "--file", "missing.toml"]) == 2
     assert capsys.readouterr().err == "pyvia config: error: missing.toml: no such configuration file\n"

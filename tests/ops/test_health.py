@@ -47,9 +47,14 @@ def test_health_counts_tabs_and_streams_of_the_counter_example() -> None:
         assert response.status == 200
         assert ("content-type", "application/json") in response.headers
         assert ("cache-control", "no-store") in response.headers
-        assert body(response) == {"status": "ok", "version": pyvia.__version__, "started": True,
-                                  "engine": {"name": "none", "state": "none"},
-                                  "contexts": before["contexts"] + 2, "streams": before["streams"] + 2}
+        assert body(response) == {
+            "status": "ok",
+            "version": pyvia.__version__,
+            "started": True,
+            "engine": {"name": "none", "state": "none"},
+            "contexts": before["contexts"] + 2,
+            "streams": before["streams"] + 2,
+        }
         second.disconnect()
         assert body(health_response(counter_app))["streams"] == before["streams"] + 1
         assert first.is_connected
@@ -85,8 +90,14 @@ class FakeEngine:
         self.is_connected = connected
 
     def status(self) -> Status:
-        return Status("nats", "nats://user:pw@nats.internal:4222", self.is_connected, "n1", 3,
-                      None if self.is_connected else "connection refused")
+        return Status(
+            "nats",
+            "nats://user:pw@nats.internal:4222",
+            self.is_connected,
+            "n1",
+            3,
+            None if self.is_connected else "connection refused",
+        )
 
 
 def test_health_is_503_while_a_configured_engine_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,8 +110,14 @@ def test_health_is_503_while_a_configured_engine_is_down(monkeypatch: pytest.Mon
         assert response.status == 503 and ("retry-after", "1") in response.headers
         data = body(response)
         assert data["status"] == "engine down"
-        assert data["engine"] == {"name": "nats", "state": "down", "node_id": "n1", "reconnects": 3,
-                                  "last_error": "connection refused", "url": "nats://nats.internal:4222"}
+        assert data["engine"] == {
+            "name": "nats",
+            "state": "down",
+            "node_id": "n1",
+            "reconnects": 3,
+            "last_error": "connection refused",
+            "url": "nats://nats.internal:4222",
+        }
         assert ready_response(app).status == 200  # readiness never follows the engine
         _, samples = parse(metrics_response(app).body.decode())
         assert value(samples, "pyvia_engine_up", engine="nats") == 0
@@ -185,8 +202,11 @@ def test_rate_limited_actions_and_unsent_cap_hits_are_counted_in_metrics() -> No
 
     def counts() -> tuple[float, float, float]:
         _, samples = parse(metrics_response(app).body.decode())
-        return (value(samples, "pyvia_rate_limited_total"), value(samples, "pyvia_unsent_cap_hits_total"),
-                value(samples, "pyvia_unsent_bytes"))
+        return (
+            value(samples, "pyvia_rate_limited_total"),
+            value(samples, "pyvia_unsent_cap_hits_total"),
+            value(samples, "pyvia_unsent_bytes"),
+        )
 
     with TestClient(app) as client:
         tabs = [client.open("/") for _ in range(3)]

@@ -99,9 +99,13 @@ def test_configuring_again_replaces_the_handler(logger: logging.Logger) -> None:
     assert not [h for h in logger.handlers if getattr(h, "stream", None) is first]
 
 
-@pytest.mark.parametrize(("level", "fmt", "message"), [
-    ("LOUD", "text", "log level 'LOUD'"), ("INFO", "xml", "log format 'xml'"),
-])
+@pytest.mark.parametrize(
+    ("level", "fmt", "message"),
+    [
+        ("LOUD", "text", "log level 'LOUD'"),
+        ("INFO", "xml", "log format 'xml'"),
+    ],
+)
 def test_bad_options_are_refused(logger: logging.Logger, level: str, fmt: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         configure_logging(level, fmt, logger=logger)

@@ -34,8 +34,11 @@ def test_counters_gauges_and_histograms_render_in_the_text_format() -> None:
         h.observe(seconds)
     text = r.render().decode()
     meta, samples = parse(text)
-    assert meta == {"app_hits_total": ("counter", "Hits."), "app_temperature": ("gauge", "Temperature."),
-                    "app_latency_seconds": ("histogram", "Latency.")}
+    assert meta == {
+        "app_hits_total": ("counter", "Hits."),
+        "app_temperature": ("gauge", "Temperature."),
+        "app_latency_seconds": ("histogram", "Latency."),
+    }
     assert value(samples, "app_hits_total") == 3
     assert value(samples, "app_temperature") == 21
     assert value(samples, "app_latency_seconds_bucket", le="0.1") == 2  # <= is inclusive
@@ -80,13 +83,16 @@ def test_histogram_buckets_with_labels_are_cumulative() -> None:
     assert value(samples, "gc_seconds_count", generation="0") == 1
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda r: r.counter("bad name_total", "x"), "must match"),
-    (lambda r: r.counter("hits", "x"), "must end with _total"),
-    (lambda r: r.gauge("g", "x", labels={"le": ("a",)}), "label name 'le'"),
-    (lambda r: r.histogram("h", "x", buckets=(1.0, 0.5)), "increasing"),
-    (lambda r: r.histogram("h", "x", buckets=()), "not empty"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda r: r.counter("bad name_total", "x"), "must match"),
+        (lambda r: r.counter("hits", "x"), "must end with _total"),
+        (lambda r: r.gauge("g", "x", labels={"le": ("a",)}), "label name 'le'"),
+        (lambda r: r.histogram("h", "x", buckets=(1.0, 0.5)), "increasing"),
+        (lambda r: r.histogram("h", "x", buckets=()), "not empty"),
+    ],
+)
 def test_bad_declarations_are_refused(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make(Registry())
@@ -113,8 +119,9 @@ def test_set_total_never_goes_down() -> None:
     assert c.value == 10
 
 
-@pytest.mark.parametrize(("status", "label"), [(200, "2xx"), (304, "3xx"), (429, "4xx"), (503, "5xx"), (99, OTHER),
-                                               (600, OTHER)])
+@pytest.mark.parametrize(
+    ("status", "label"), [(200, "2xx"), (304, "3xx"), (429, "4xx"), (503, "5xx"), (99, OTHER), (600, OTHER)]
+)
 def test_status_classes(status: int, label: str) -> None:
     assert status_class(status) == label
 

@@ -123,28 +123,39 @@ def test_pyvia_toml_in_the_current_directory_is_read_by_default(toml: Path, monk
     assert load_settings(env={})["server.port"] == 8000
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("titel = 'x'\n", "pyvia.toml titel: unknown key 'titel'; did you mean 'title'?"),
-    ("[app]\nconect_timeout = 1\n", "pyvia.toml [app] conect_timeout: unknown key 'conect_timeout' in [app]; "
-                                    "did you mean 'connect_timeout'?"),
-    ("[app]\nport = 1\n", "pyvia.toml [app] port: unknown key 'port' in [app]; 'port' belongs in [server]"),
-    ("port = 1\n", "pyvia.toml port: 'port' belongs in [server]"),
-    ("[database]\nurl = 'x'\n", "pyvia.toml database: unknown section [database]; sections are [app], [server], "
-                                "[log], [autotune]"),
-    ("[app]\nconnect_timeout = 'soon'\n", "pyvia.toml [app] connect_timeout: expected a number, got 'soon' (str)"),
-    ("[app]\nconnect_timeout = -1\n", "pyvia.toml [app] connect_timeout: connect_timeout=-1: must be a number"),
-    ("[app]\ndev = 1\n", "pyvia.toml [app] dev: expected true or false, got 1 (int)"),
-    ("[app]\ntrusted_origins = 'https://a.example'\n", "pyvia.toml [app] trusted_origins: expected a list of "
-                                                       "strings, got 'https://a.example' (str)"),
-    ("[app]\ntrusted_proxies = ['nonsense']\n", "pyvia.toml [app] trusted_proxies: trusted_proxies entry "
-                                                "'nonsense': not an address or network"),
-    ("[server]\nport = 70000\n", "pyvia.toml [server] port: 70000 is not a port number (0..65535)"),
-    ("[server]\nworkers = 0\n", "pyvia.toml [server] workers: 0: must be a number of processes >= 1, or 'auto'"),
-    ("[log]\nlevel = 'loud'\n", "pyvia.toml [log] level: 'loud' is not a log level"),
-    ("[log]\nformat = 'xml'\n", "pyvia.toml [log] format: 'xml': must be 'text' or 'json'"),
-    ("[autotune]\nmemory_budget = 'lots'\n", "pyvia.toml [autotune] memory_budget: 'lots' is not a size"),
-    ("[app\n", "pyvia.toml: not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("titel = 'x'\n", "pyvia.toml titel: unknown key 'titel'; did you mean 'title'?"),
+        (
+            "[app]\nconect_timeout = 1\n",
+            "pyvia.toml [app] conect_timeout: unknown key 'conect_timeout' in [app]; did you mean 'connect_timeout'?",
+        ),
+        ("[app]\nport = 1\n", "pyvia.toml [app] port: unknown key 'port' in [app]; 'port' belongs in [server]"),
+        ("port = 1\n", "pyvia.toml port: 'port' belongs in [server]"),
+        (
+            "[database]\nurl = 'x'\n",
+            "pyvia.toml database: unknown section [database]; sections are [app], [server], [log], [autotune]",
+        ),
+        ("[app]\nconnect_timeout = 'soon'\n", "pyvia.toml [app] connect_timeout: expected a number, got 'soon' (str)"),
+        ("[app]\nconnect_timeout = -1\n", "pyvia.toml [app] connect_timeout: connect_timeout=-1: must be a number"),
+        ("[app]\ndev = 1\n", "pyvia.toml [app] dev: expected true or false, got 1 (int)"),
+        (
+            "[app]\ntrusted_origins = 'https://a.example'\n",
+            "pyvia.toml [app] trusted_origins: expected a list of strings, got 'https://a.example' (str)",
+        ),
+        (
+            "[app]\ntrusted_proxies = ['nonsense']\n",
+            "pyvia.toml [app] trusted_proxies: trusted_proxies entry 'nonsense': not an address or network",
+        ),
+        ("[server]\nport = 70000\n", "pyvia.toml [server] port: 70000 is not a port number (0..65535)"),
+        ("[server]\nworkers = 0\n", "pyvia.toml [server] workers: 0: must be a number of processes >= 1, or 'auto'"),
+        ("[log]\nlevel = 'loud'\n", "pyvia.toml [log] level: 'loud' is not a log level"),
+        ("[log]\nformat = 'xml'\n", "pyvia.toml [log] format: 'xml': must be 'text' or 'json'"),
+        ("[autotune]\nmemory_budget = 'lots'\n", "pyvia.toml [autotune] memory_budget: 'lots' is not a size"),
+        ("[app\n", "pyvia.toml: not valid TOML"),
+    ],
+)
 def test_bad_file_entries_are_refused_naming_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "pyvia.toml"
     path.write_text(text)
@@ -155,17 +166,25 @@ def test_bad_file_entries_are_refused_naming_the_file_and_key(tmp_path: Path, te
     assert isinstance(refused.value, ConfigError) and isinstance(refused.value, ValueError)
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"PYVIA_APP__TITEL": "x"}, "PYVIA_APP__TITEL: unknown key 'TITEL' in [app]; did you mean 'title'?"),
-    ({"PYVIA_DATABASE__URL": "x"}, "PYVIA_DATABASE__URL: unknown section 'DATABASE'; sections are APP, SERVER, LOG"),
-    ({"PYVIA_APP_TITLE": "x"}, "PYVIA_APP_TITLE: did you mean PYVIA_APP__TITLE? (two underscores"),
-    ({"PYVIA_SERVER__PORT": "eighty"}, "PYVIA_SERVER__PORT: 'eighty' is not valid JSON; expected an integer"),
-    ({"PYVIA_SERVER__PORT": "80.5"}, "PYVIA_SERVER__PORT: expected an integer, got 80.5 (float)"),
-    ({"PYVIA_APP__DEV": "yes"}, "PYVIA_APP__DEV: 'yes' is not valid JSON; expected true or false"),
-    ({"PYVIA_APP__TRUSTED_ORIGINS": '["example.com"]'}, "PYVIA_APP__TRUSTED_ORIGINS: trusted_origins entry "
-                                                        "'example.com': must look like 'https://example.com'"),
-    ({"PYVIA_APP__BASE_PATH": "live"}, "PYVIA_APP__BASE_PATH: base_path='live': must be '/'"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PYVIA_APP__TITEL": "x"}, "PYVIA_APP__TITEL: unknown key 'TITEL' in [app]; did you mean 'title'?"),
+        (
+            {"PYVIA_DATABASE__URL": "x"},
+            "PYVIA_DATABASE__URL: unknown section 'DATABASE'; sections are APP, SERVER, LOG",
+        ),
+        ({"PYVIA_APP_TITLE": "x"}, "PYVIA_APP_TITLE: did you mean PYVIA_APP__TITLE? (two underscores"),
+        ({"PYVIA_SERVER__PORT": "eighty"}, "PYVIA_SERVER__PORT: 'eighty' is not valid JSON; expected an integer"),
+        ({"PYVIA_SERVER__PORT": "80.5"}, "PYVIA_SERVER__PORT: expected an integer, got 80.5 (float)"),
+        ({"PYVIA_APP__DEV": "yes"}, "PYVIA_APP__DEV: 'yes' is not valid JSON; expected true or false"),
+        (
+            {"PYVIA_APP__TRUSTED_ORIGINS": '["example.com"]'},
+            "PYVIA_APP__TRUSTED_ORIGINS: trusted_origins entry 'example.com': must look like 'https://example.com'",
+        ),
+        ({"PYVIA_APP__BASE_PATH": "live"}, "PYVIA_APP__BASE_PATH: base_path='live': must be '/'"),
+    ],
+)
 def test_bad_environment_variables_are_refused_naming_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError) as refused:
         load_settings(env=env)
@@ -173,14 +192,19 @@ def test_bad_environment_variables_are_refused_naming_the_variable(env: dict[str
     assert refused.value.where == next(iter(env))
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"titel": "x"}, "keyword argument titel: unknown setting 'titel'; did you mean 'title'?"),
-    ({"port": "80"}, "keyword argument port: expected an integer, got '80' (str)"),
-    ({"sweep_interval": 0}, "keyword argument sweep_interval: sweep_interval=0: must be"),
-    ({"gc_thresholds": [1, 2]}, "keyword argument gc_thresholds: expected a list of 3 integers or nothing (null), "
-                                "got [1, 2] (list)"),
-    ({"secure_cookie": None}, "keyword argument secure_cookie: expected true or false, got None (NoneType)"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"titel": "x"}, "keyword argument titel: unknown setting 'titel'; did you mean 'title'?"),
+        ({"port": "80"}, "keyword argument port: expected an integer, got '80' (str)"),
+        ({"sweep_interval": 0}, "keyword argument sweep_interval: sweep_interval=0: must be"),
+        (
+            {"gc_thresholds": [1, 2]},
+            "keyword argument gc_thresholds: expected a list of 3 integers or nothing (null), got [1, 2] (list)",
+        ),
+        ({"secure_cookie": None}, "keyword argument secure_cookie: expected true or false, got None (NoneType)"),
+    ],
+)
 def test_bad_keywords_are_refused_naming_the_keyword(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(SettingsError) as refused:
         load_settings(env={}, **kwargs)
@@ -229,15 +253,28 @@ def test_autotune_pins_come_from_the_settings(toml: Path) -> None:
     pins = load_settings(toml, env={}).autotune_pins()
     from pyvia.config import Config
 
-    assert pins == {"max_tabs": 5000, "memory_budget": 256 << 20, "max_stream_buffer": 1 << 20,
-                    "gc_thresholds": Config().gc_thresholds, "defaulted": frozenset({"gc_thresholds"})}
+    assert pins == {
+        "max_tabs": 5000,
+        "memory_budget": 256 << 20,
+        "max_stream_buffer": 1 << 20,
+        "gc_thresholds": Config().gc_thresholds,
+        "defaulted": frozenset({"gc_thresholds"}),
+    }
     default = load_settings(env={}).autotune_pins()
     assert default["workers"] == 1 and default["defaulted"] == frozenset({"workers", "gc_thresholds"})
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("4096", 4096), ("512KiB", 512 << 10), ("64M", 64 << 20), ("1.5GiB", 3 << 29), ("2g", 2 << 30), ("10 MB", 10 << 20),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("4096", 4096),
+        ("512KiB", 512 << 10),
+        ("64M", 64 << 20),
+        ("1.5GiB", 3 << 29),
+        ("2g", 2 << 30),
+        ("10 MB", 10 << 20),
+    ],
+)
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
 

@@ -138,13 +138,18 @@ def serve_main() -> None:
 class ServerProcess:
     """A native server in a subprocess (its own GIL and, when ``taskset`` exists, its own CPU)."""
 
-    def __init__(self, app: str, limits: dict[str, Any] | None = None, *, cpu: int | None = 1,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, app: str, limits: dict[str, Any] | None = None, *, cpu: int | None = 1, env: dict[str, str] | None = None
+    ) -> None:
         command = [sys.executable, "-m", "tests.security.servers", app, json.dumps(limits or {})]
         if cpu is not None and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
             command = ["taskset", "-c", str(cpu), *command]
-        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                                     env={**os.environ, "PYVIA_SECRET": "security-test-secret", **(env or {})})
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYVIA_SECRET": "security-test-secret", **(env or {})},
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         if not line.startswith("PORT "):

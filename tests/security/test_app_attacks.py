@@ -47,15 +47,25 @@ def counter_app(**options: Any) -> App:
     return app
 
 
-def action_from(address: tuple[str, int], source: str, name: str, ctx: str, cookie: str,
-                headers: str = "", body: bytes | None = None) -> RawResponse:
+def action_from(
+    address: tuple[str, int],
+    source: str,
+    name: str,
+    ctx: str,
+    cookie: str,
+    headers: str = "",
+    body: bytes | None = None,
+) -> RawResponse:
     """POST an action from the loopback address ``source`` (a different peer to the server)."""
     host, port = address
     body = body if body is not None else json.dumps({"via_ctx": ctx}).encode()
     with Client(host, port, source=source) as client:
-        client.send(f"POST /_action/{name} HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: http://{host}:{port}\r\n"
-                    f"Cookie: {cookie}\r\n{headers}Content-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        client.send(
+            f"POST /_action/{name} HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: http://{host}:{port}\r\n"
+            f"Cookie: {cookie}\r\n{headers}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         return client.read_response()
 
 
@@ -98,8 +108,10 @@ def test_forwarded_addresses_count_only_from_a_trusted_proxy() -> None:
             return action_from(address, source, "inc", ctx, cookie, headers).status
 
         # attack: a direct client cannot get fresh buckets by naming other addresses
-        spoofed = [status("127.0.0.3", f"X-Forwarded-For: 198.51.100.{i}\r\nForwarded: for=198.51.100.{i}\r\n")
-                   for i in range(4)]
+        spoofed = [
+            status("127.0.0.3", f"X-Forwarded-For: 198.51.100.{i}\r\nForwarded: for=198.51.100.{i}\r\n")
+            for i in range(4)
+        ]
         assert spoofed == [200, 200, 429, 429]
         # control: behind the trusted proxy each forwarded client has its own bucket
         via_proxy = [status("127.0.0.2", "X-Forwarded-For: 203.0.113.1\r\n") for _ in range(3)]
@@ -127,11 +139,19 @@ def nested(depth: int) -> object:
 PAYLOADS = {
     # name: (control blob, attack blob, attack status, what the log line says)
     "depth": (nested(16), nested(17), 400, "signal 'blob' is nested deeper than 16"),
-    "keys": ({f"k{i}": 0 for i in range(10_000)}, {f"k{i}": 0 for i in range(10_001)}, 400,
-             "signal 'blob' holds an object of more than 10,000 keys"),
+    "keys": (
+        {f"k{i}": 0 for i in range(10_000)},
+        {f"k{i}": 0 for i in range(10_001)},
+        400,
+        "signal 'blob' holds an object of more than 10,000 keys",
+    ),
     "items": (list(range(10_000)), list(range(10_001)), 400, "signal 'blob' holds a list of more than 10,000 items"),
-    "string length": ("x" * (1 << 18), "x" * ((1 << 18) + 1), 413,
-                      "signal 'blob' got 262,145 characters; it takes at most 262,144"),
+    "string length": (
+        "x" * (1 << 18),
+        "x" * ((1 << 18) + 1),
+        413,
+        "signal 'blob' got 262,145 characters; it takes at most 262,144",
+    ),
     "bytes": ("x" * 1000, ["y" * 200_000] * 22, 413, "exceeds 4194304"),
 }
 
@@ -201,8 +221,11 @@ def test_a_graceful_stop_finishes_the_action_in_flight_and_ends_the_streams_clea
         assert head.status == 200
         stream.read_chunk()
         answer: dict[str, RawResponse] = {}
-        worker = threading.Thread(target=lambda: answer.setdefault(
-            "slow", post_action(host, port, "slow", {"via_ctx": seed["via_ctx"]}, cookie)))
+        worker = threading.Thread(
+            target=lambda: answer.setdefault(
+                "slow", post_action(host, port, "slow", {"via_ctx": seed["via_ctx"]}, cookie)
+            )
+        )
         worker.start()
         time.sleep(0.2)  # the action is running
         took = server.stop()

@@ -60,8 +60,11 @@ def address() -> Any:
 
 
 def chunked(size_line: bytes) -> bytes:
-    return (b"POST /up HTTP/1.1\r\nHost: served.example\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + size_line + b"\r\nhello\r\n0\r\n\r\n")
+    return (
+        b"POST /up HTTP/1.1\r\nHost: served.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + size_line
+        + b"\r\nhello\r\n0\r\n\r\n"
+    )
 
 
 def test_the_absolute_form_authority_wins_over_host(address: tuple[str, int]) -> None:
@@ -96,7 +99,7 @@ def test_chunk_checks_hold_when_the_body_arrives_a_byte_at_a_time(address: tuple
     for raw, expected in ((chunked(b"0" * 41 + b"5"), 400), (chunked(b"0" * 19 + b"5;ext=1"), 200)):
         with RawClient(*address) as c:
             for i in range(len(raw)):
-                c.send(raw[i:i + 1])
+                c.send(raw[i : i + 1])
             assert c.read_response().status == expected
 
 
@@ -117,8 +120,10 @@ def test_doubled_spaces_in_the_request_line_are_refused_like_h11(address: tuple[
 
 
 def test_a_request_line_split_across_reads_is_checked_whole(address: tuple[str, int]) -> None:
-    for raw, expected in ((b"GET  /x HTTP/1.1\r\nHost: served.example\r\n\r\n", 400),
-                          (b"GET /x HTTP/1.1\r\nHost: served.example\r\n\r\n", 200)):
+    for raw, expected in (
+        (b"GET  /x HTTP/1.1\r\nHost: served.example\r\n\r\n", 400),
+        (b"GET /x HTTP/1.1\r\nHost: served.example\r\n\r\n", 200),
+    ):
         with RawClient(*address) as c:
             for piece in (raw[:3], raw[3:5], raw[5:9], raw[9:]):
                 c.send(piece)
@@ -145,7 +150,7 @@ def test_a_blank_line_split_over_three_reads_still_ends_the_head_where_it_does(a
     raw = chunked(b"5")
     end = raw.index(b"\r\n\r\n")
     with RawClient(*address) as c:
-        for piece in (raw[:end + 1], raw[end + 1:end + 2], raw[end + 2:end + 5], raw[end + 5:]):
+        for piece in (raw[: end + 1], raw[end + 1 : end + 2], raw[end + 2 : end + 5], raw[end + 5 :]):
             c.send(piece)
             time.sleep(0.01)
         response = c.read_response()

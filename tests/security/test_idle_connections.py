@@ -71,9 +71,11 @@ def test_idle_connections_past_the_per_ip_cap_get_503_and_other_addresses_are_se
             again_status = status_of(again)
 
     waited.sort()
-    print(f"[idle] {IDLE} connections from 127.0.0.1, cap {CAP}: {len(idle)} held idle, {len(refused)} answered 503 "
-          f"(time to the answer p50/max {waited[len(waited) // 2] * 1000:.0f}/{waited[-1] * 1000:.0f} ms); "
-          f"127.0.0.2 served {other_status}; server counted {server.stats.get('refused_connections')} refusals")
+    print(
+        f"[idle] {IDLE} connections from 127.0.0.1, cap {CAP}: {len(idle)} held idle, {len(refused)} answered 503 "
+        f"(time to the answer p50/max {waited[len(waited) // 2] * 1000:.0f}/{waited[-1] * 1000:.0f} ms); "
+        f"127.0.0.2 served {other_status}; server counted {server.stats.get('refused_connections')} refusals"
+    )
     assert len(refused) == IDLE - CAP, (len(refused), len(idle))
     assert len(idle) == CAP
     assert all(answers[s].startswith(b"HTTP/1.1 503 Service Unavailable\r\n") for s in refused)

@@ -32,7 +32,7 @@ def trickle(client: RawClient, data: bytes, every: float, limit: float) -> tuple
             return client.read_all(), time.monotonic() - began
         if sent < len(data):
             try:
-                client.send(data[sent:sent + 1])
+                client.send(data[sent : sent + 1])
             except (BrokenPipeError, ConnectionResetError):
                 return client.read_all(), time.monotonic() - began
             sent += 1
@@ -68,7 +68,7 @@ def test_a_body_trickled_a_byte_a_second_gets_408_after_the_body_grace(app: Limi
             c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n")
             for at in range(0, len(big), 500):
                 time.sleep(0.3)
-                c.send(big[at:at + 500])
+                c.send(big[at : at + 500])
             control = c.read_response()
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert 1.4 <= took < 3.5, took
@@ -218,8 +218,12 @@ def test_stream_caps_per_ip_and_in_total_answer_503(app: LimitsApp) -> None:
 
 
 def test_in_flight_cap_answers_503_at_once_and_recovers(app: LimitsApp) -> None:
-    with running_server(app, limits=ServerLimits(max_in_flight=1)) as address, \
-            RawClient(*address) as busy, RawClient(*address) as second, RawClient(*address) as probe:
+    with (
+        running_server(app, limits=ServerLimits(max_in_flight=1)) as address,
+        RawClient(*address) as busy,
+        RawClient(*address) as second,
+        RawClient(*address) as probe,
+    ):
         busy.send(get("/slow?s=1.0"))
         time.sleep(0.2)
         began = time.monotonic()
@@ -237,8 +241,11 @@ def test_in_flight_cap_answers_503_at_once_and_recovers(app: LimitsApp) -> None:
 
 def test_a_single_pause_of_the_loop_sheds_nothing(app: LimitsApp) -> None:
     """One long turn (a 0.6 s GC pass in bench/RESULTS.md) is not overload: what waited is served."""
-    with running_server(app, limits=ServerLimits(shed_after=0.2)) as address, \
-            RawClient(*address) as burner, RawClient(*address) as waiting:
+    with (
+        running_server(app, limits=ServerLimits(shed_after=0.2)) as address,
+        RawClient(*address) as burner,
+        RawClient(*address) as waiting,
+    ):
         burner.send(get("/burn?s=0.8"))
         time.sleep(0.2)
         waiting.send(get("/"))  # arrives while the loop is blocked
@@ -288,24 +295,27 @@ def test_a_loop_that_stays_late_sheds_new_requests_then_serves_again(app: Limits
 SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-@pytest.mark.parametrize(("head", "status"), [
-    (b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", 400),  # CL.TE
-    (b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", 400),  # TE.CL
-    (b"Content-Length: 5\r\nContent-Length: 41\r\n", 400),  # duplicate CL, different values
-    (b"Content-Length: 5\r\nContent-Length: 5\r\n", 400),  # identical duplicates: refused too
-    (b"Content-Length: 5, 5\r\n", 400),  # a list where one number belongs
-    (b"Content-Length: +5\r\n", 400),
-    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400),  # chunked twice
-    (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501),  # gzip, chunked on two lines
-    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n", 400),  # chunked not last
-    (b"Transfer-Encoding: gzip, chunked\r\n", 501),
-    (b"Transfer-Encoding: identity\r\n", 501),
-    (b"Transfer-Encoding: xchunked\r\n", 501),
-    (b"Transfer-Encoding : chunked\r\n", 400),  # space before the colon
-    (b"Transfer-Encoding:\x0bchunked\r\n", 400),
-    (b"Transfer-Encoding: gzip\r\n ,chunked\r\n", 400),  # obsolete line folding
-    (b"Host: y\r\n", 400),  # a second Host
-])
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", 400),  # CL.TE
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", 400),  # TE.CL
+        (b"Content-Length: 5\r\nContent-Length: 41\r\n", 400),  # duplicate CL, different values
+        (b"Content-Length: 5\r\nContent-Length: 5\r\n", 400),  # identical duplicates: refused too
+        (b"Content-Length: 5, 5\r\n", 400),  # a list where one number belongs
+        (b"Content-Length: +5\r\n", 400),
+        (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400),  # chunked twice
+        (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501),  # gzip, chunked on two lines
+        (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n", 400),  # chunked not last
+        (b"Transfer-Encoding: gzip, chunked\r\n", 501),
+        (b"Transfer-Encoding: identity\r\n", 501),
+        (b"Transfer-Encoding: xchunked\r\n", 501),
+        (b"Transfer-Encoding : chunked\r\n", 400),  # space before the colon
+        (b"Transfer-Encoding:\x0bchunked\r\n", 400),
+        (b"Transfer-Encoding: gzip\r\n ,chunked\r\n", 400),  # obsolete line folding
+        (b"Host: y\r\n", 400),  # a second Host
+    ],
+)
 def test_ambiguous_framing_is_refused_and_nothing_smuggled_is_answered(head: bytes, status: int) -> None:
     body = b"0\r\n\r\n"
     attack = b"POST / HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body + SMUGGLED
@@ -341,11 +351,22 @@ def test_well_framed_bodies_and_pipelined_requests_are_served(app: LimitsApp, fr
 # --- 3. Host validation ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("host", "status"), [
-    ("example.com", 200), ("EXAMPLE.COM.", 200), ("example.com:8443", 200), ("app.example.com", 200),
-    ("a.b.example.com", 200), ("evil.com", 400), ("example.com.evil.com", 400), ("evilexample.com", 400),
-    ("localhost", 400), ("127.0.0.1", 400), ("", 400),
-])
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("example.com", 200),
+        ("EXAMPLE.COM.", 200),
+        ("example.com:8443", 200),
+        ("app.example.com", 200),
+        ("a.b.example.com", 200),
+        ("evil.com", 400),
+        ("example.com.evil.com", 400),
+        ("evilexample.com", 400),
+        ("localhost", 400),
+        ("127.0.0.1", 400),
+        ("", 400),
+    ],
+)
 def test_allowed_hosts_refuse_other_hosts_before_the_app(host: str, status: int) -> None:
     app = LimitsApp()
     limits = ServerLimits(allowed_hosts=("example.com", "*.example.com"))

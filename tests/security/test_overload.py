@@ -157,17 +157,27 @@ async def recovery(host: str, port: int) -> float:
     return float("inf")
 
 
-def report(label: str, cap: float, rate: float, tally: Tally, total: int, span: float, recovered: float,
-           server: dict[str, float]) -> str:
+def report(
+    label: str,
+    cap: float,
+    rate: float,
+    tally: Tally,
+    total: int,
+    span: float,
+    recovered: float,
+    server: dict[str, float],
+) -> str:
     outcomes = dict(sorted(tally.outcomes.items()))
     goodput = tally.outcomes["2xx"] / span
     p = tally.percentile
-    return (f"[{label}] capacity {cap:.0f}/s; offered {rate:.0f}/s for {OVERLOAD_SECONDS:.0f} s = {total} arrivals: "
-            f"{outcomes}; goodput {goodput:.0f}/s = {goodput / cap:.0%} of capacity over {span:.1f} s; "
-            f"2xx p50/p99/max {p('2xx', .5):.1f}/{p('2xx', .99):.1f}/{p('2xx', 1):.1f} ms; "
-            f"503 p50/p99/max {p('503', .5):.1f}/{p('503', .99):.1f}/{p('503', 1):.1f} ms; "
-            f"recovered in {recovered * 1000:.0f} ms; server: shed {server.get('shed_requests')}, "
-            f"max loop lag {server.get('max_lag_seconds', 0) * 1000:.0f} ms, CPU {server.get('cpu_seconds', 0):.1f} s")
+    return (
+        f"[{label}] capacity {cap:.0f}/s; offered {rate:.0f}/s for {OVERLOAD_SECONDS:.0f} s = {total} arrivals: "
+        f"{outcomes}; goodput {goodput:.0f}/s = {goodput / cap:.0%} of capacity over {span:.1f} s; "
+        f"2xx p50/p99/max {p('2xx', 0.5):.1f}/{p('2xx', 0.99):.1f}/{p('2xx', 1):.1f} ms; "
+        f"503 p50/p99/max {p('503', 0.5):.1f}/{p('503', 0.99):.1f}/{p('503', 1):.1f} ms; "
+        f"recovered in {recovered * 1000:.0f} ms; server: shed {server.get('shed_requests')}, "
+        f"max loop lag {server.get('max_lag_seconds', 0) * 1000:.0f} ms, CPU {server.get('cpu_seconds', 0):.1f} s"
+    )
 
 
 @pytest.mark.parametrize("path", ["/work", "/async-work"])

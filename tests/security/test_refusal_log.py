@@ -13,8 +13,14 @@ from pyvia.server.http import ServerLimits
 from tests.helpers import RawClient, running_server
 from tests.security.servers import LimitsApp
 
-LIMITS = ServerLimits(max_request_line=64, max_header_bytes=1024, max_body=100, max_in_flight=1,
-                      max_connections_per_ip=2, per_ip_exempt=())
+LIMITS = ServerLimits(
+    max_request_line=64,
+    max_header_bytes=1024,
+    max_body=100,
+    max_in_flight=1,
+    max_connections_per_ip=2,
+    per_ip_exempt=(),
+)
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -146,11 +146,11 @@ def test_too_many_connections_from_one_address_move_the_connections_per_ip_sheds
 
 SMUGGLING = {
     "Content-Length and Transfer-Encoding": b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-                                            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n",
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n",
     "two Content-Length": b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\nhello",
     "Transfer-Encoding over HTTP/1.0": b"POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     "Transfer-Encoding with a second coding": b"POST / HTTP/1.1\r\nHost: x\r\n"
-                                              b"Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+    b"Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
 }
 
 
@@ -198,6 +198,7 @@ def test_malformed_and_oversized_requests_move_their_status_but_not_smuggling(ap
 def test_a_host_outside_allowed_hosts_moves_the_host_counter(app: App) -> None:
     limits = ServerLimits(allowed_hosts=("shop.example",))
     with running_server(app, limits=limits) as address:
+
         def ask(host: str) -> int:
             with RawClient(*address) as c:
                 c.send(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())

@@ -66,10 +66,17 @@ def raw_get(address: tuple[str, int], target: bytes, method: bytes = b"GET") -> 
     return response
 
 
-@pytest.mark.parametrize("target", [
-    b"/index.html", b"/css/site.css", b"/%69ndex.html", b"/a%20b.txt", b"/inner-link.html",
-    b"http://localhost/index.html",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        b"/index.html",
+        b"/css/site.css",
+        b"/%69ndex.html",
+        b"/a%20b.txt",
+        b"/inner-link.html",
+        b"http://localhost/index.html",
+    ],
+)
 def test_files_inside_the_root_are_served(address: tuple[str, int], target: bytes) -> None:
     response = raw_get(address, target)
     assert response.status == 200, (target, response.status, response.body[:80])

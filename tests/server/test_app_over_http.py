@@ -78,8 +78,11 @@ def open_stream(host: str, port: int, signals: dict, cookie: str, method: str = 
         client.send(f"GET /_sse?datastar={query} HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
     else:
         body = json.dumps(signals).encode()
-        client.send(f"POST /_sse HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\nOrigin: http://{host}:{port}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        client.send(
+            f"POST /_sse HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\nOrigin: http://{host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
     return client, client.read_head()
 
 
@@ -90,8 +93,9 @@ def patch_of(chunk: bytes) -> dict:
     return json.loads(data)
 
 
-def post_action(host: str, port: int, name: str, signals: dict, cookie: str, origin: str | None = None,
-                method: str = "POST") -> RawResponse:
+def post_action(
+    host: str, port: int, name: str, signals: dict, cookie: str, origin: str | None = None, method: str = "POST"
+) -> RawResponse:
     body = json.dumps(signals).encode()
     origin = origin if origin is not None else f"http://{host}:{port}"
     with RawClient(host, port) as client:
@@ -109,8 +113,9 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
     assert page.status == 200
     assert re.fullmatch(r"via_session_id=[0-9a-f]{64}", cookie)
     assert "HttpOnly" in page.header("set-cookie") and "SameSite=Lax" in page.header("set-cookie")
-    m = re.search(r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"',
-                  page.body.decode())
+    m = re.search(
+        r'<script type="module" src="(/datastar.js\?v=[0-9a-f]{10})" integrity="(sha384-[^"]+)"', page.body.decode()
+    )
     assert m, "the page loads the hashed bundle with SRI"
     stream, head = open_stream(host, port, {"via_ctx": seed["via_ctx"]}, cookie)
     with stream:
@@ -183,9 +188,13 @@ def test_user_text_cannot_forge_events(kind: str) -> None:
         assert framing in ([], ["data: selector #via-view", "data: mode inner"]), framing
     echo = next(e for e in events if 'id="echo"' in e)
     assert echo.split("\n")[1:] == [
-        'data: elements <p id="echo">x', "data: elements ", "data: elements event: datastar-patch-elements",
-        "data: elements data: elements <script>alert(1)</script>", "data: elements data: mode remove",
-        "data: elements z</p>"]
+        'data: elements <p id="echo">x',
+        "data: elements ",
+        "data: elements event: datastar-patch-elements",
+        "data: elements data: elements <script>alert(1)</script>",
+        "data: elements data: mode remove",
+        "data: elements z</p>",
+    ]
 
 
 def test_revival_after_the_server_process_restarts() -> None:
@@ -204,8 +213,10 @@ def test_revival_after_the_server_process_restarts() -> None:
         server.restart()
         # the restarted server holds no record: it asks the page for its snapshot ...
         with RawClient(host, port) as client:
-            client.send(f"GET /_sse?datastar={quote(json.dumps(ctx))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                        f"Cookie: {cookie}\r\n\r\n".encode())
+            client.send(
+                f"GET /_sse?datastar={quote(json.dumps(ctx))} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Cookie: {cookie}\r\n\r\n".encode()
+            )
             asked = client.read_response()
         assert asked.status == 200 and asked.header("content-type") == "application/json"
         assert "_via_revive" in json.loads(asked.body)
@@ -219,8 +230,8 @@ def test_revival_after_the_server_process_restarts() -> None:
             while b'"_count":3' not in received and time.monotonic() < deadline:
                 received += stream.read_chunk()
             text = received.decode()
-            assert "data: elements   <section id=\"counter\">" in text  # a full render of the rebuilt view
-            assert "<strong id=\"count\" data-text=\"$_count\">3</strong>" in text
+            assert 'data: elements   <section id="counter">' in text  # a full render of the rebuilt view
+            assert '<strong id="count" data-text="$_count">3</strong>' in text
             response = post_action(host, port, "increment", {**ctx, "step": 1}, cookie)
             assert response.status == 200
             assert patch_of(stream.read_chunk())["_count"] == 4

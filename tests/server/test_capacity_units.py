@@ -64,12 +64,23 @@ def test_defaults_are_valid_and_documented() -> None:
     assert "Capacity defaults and why" in (ServerLimits.__doc__ or "")
 
 
-@pytest.mark.parametrize("bad", [
-    {"max_connections": 0}, {"max_streams_per_ip": -1}, {"max_in_flight": 0}, {"shed_after": 0.0},
-    {"min_body_rate": 0}, {"retry_after": 0}, {"per_ip_exempt": ("not-an-ip",)}, {"per_ip_exempt": "127.0.0.1"},
-    {"allowed_hosts": ("exa mple.com",)}, {"allowed_hosts": ("a.*.com",)}, {"allowed_hosts": ("example.com:80",)},
-    {"max_connections_per_ip": True},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_connections": 0},
+        {"max_streams_per_ip": -1},
+        {"max_in_flight": 0},
+        {"shed_after": 0.0},
+        {"min_body_rate": 0},
+        {"retry_after": 0},
+        {"per_ip_exempt": ("not-an-ip",)},
+        {"per_ip_exempt": "127.0.0.1"},
+        {"allowed_hosts": ("exa mple.com",)},
+        {"allowed_hosts": ("a.*.com",)},
+        {"allowed_hosts": ("example.com:80",)},
+        {"max_connections_per_ip": True},
+    ],
+)
 def test_invalid_limits_are_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ServerLimits(**bad)
@@ -96,11 +107,24 @@ def test_derived_caps_keep_headroom_below_the_fd_limit() -> None:
 # --- host and peer policies ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "ok"), [
-    ("example.com", True), ("EXAMPLE.com.", True), ("example.com:8443", True), ("a.example.com", True),
-    ("a.b.example.com:1", True), ("example.com.evil.net", False), ("evilexample.com", False), ("evil.com", False),
-    ("", False), ("example.com:x", False), ("user@example.com", False), ("example.com/x", False), ("a b", False),
-])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("example.com", True),
+        ("EXAMPLE.com.", True),
+        ("example.com:8443", True),
+        ("a.example.com", True),
+        ("a.b.example.com:1", True),
+        ("example.com.evil.net", False),
+        ("evilexample.com", False),
+        ("evil.com", False),
+        ("", False),
+        ("example.com:x", False),
+        ("user@example.com", False),
+        ("example.com/x", False),
+        ("a b", False),
+    ],
+)
 def test_allowed_hosts_match_names_and_subdomains(value: str, ok: bool) -> None:
     assert HostPolicy(("example.com", "*.example.com"))(value) is ok
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import RawClient, get
 
-APP = '''
+APP = """
 from pyvia import App, Response
 
 app = App()
@@ -23,7 +23,7 @@ app = App()
 @app.route("GET", "/ping")
 def ping(request):
     return Response.text("pong")
-'''
+"""
 
 
 def read_line_with(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = 10.0) -> bytes:
@@ -48,7 +48,9 @@ def test_pyvia_run_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyvia", "run", "pingapp:app", "--port", str(port)],
-        cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stderr=subprocess.PIPE,
     )
     try:
         line = read_line_with(proc, b"pyvia listening on")
@@ -71,8 +73,9 @@ def test_pyvia_run_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_pyvia_run_with_a_bad_reference_exits_2_without_a_traceback(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "pyvia", "run", "nowhere:app"], cwd=tmp_path,
-                          capture_output=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "pyvia", "run", "nowhere:app"], cwd=tmp_path, capture_output=True, timeout=30
+    )
     assert done.returncode == 2
     assert b"no module named 'nowhere'" in done.stderr and b"Traceback" not in done.stderr
 
@@ -86,9 +89,22 @@ def test_pyvia_run_serves_with_the_limits_of_pyvia_toml_and_set(tmp_path: Path, 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyvia", "run", "pingapp:app", "--port", str(port), "--workers", workers,
-         "--set", "max_request_line=64"],
-        cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "pyvia",
+            "run",
+            "pingapp:app",
+            "--port",
+            str(port),
+            "--workers",
+            workers,
+            "--set",
+            "max_request_line=64",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stderr=subprocess.PIPE,
     )
     try:
         read_line_with(proc, b"pyvia listening on", timeout=30)

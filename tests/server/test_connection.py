@@ -251,8 +251,9 @@ def test_expect_100_continue_behind_a_pending_answer_waits_its_turn() -> None:
         app = App()
         app.release = asyncio.Event()
         protocol, transport, _ = make_protocol(app, loop=asyncio.get_running_loop())
-        protocol.data_received(get("/async") + b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-                               b"Expect: 100-continue\r\n\r\n")
+        protocol.data_received(
+            get("/async") + b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
         assert transport.writes == []  # a 100 now would be read as the answer to /async
         app.release.set()
         for _ in range(5):
@@ -266,10 +267,13 @@ def test_expect_100_continue_behind_a_pending_answer_waits_its_turn() -> None:
     assert transport.writes[2].endswith(b"/e")
 
 
-@pytest.mark.parametrize("raw", [
-    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-    b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    ],
+)
 def test_smuggling_attempts_are_refused_without_reaching_the_app(raw: bytes) -> None:
     app = App()
     protocol, transport, _ = make_protocol(app)

@@ -179,8 +179,11 @@ def test_every_response_the_server_closes_after_announces_it() -> None:
 
 @pytest.mark.parametrize("status", [400, 431])
 def test_refusals_close_with_an_announcement(status: int) -> None:
-    raw = b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n" if status == 400 else \
-        b"GET / HTTP/1.1\r\nHost: a\r\n" + b"X-Big: " + b"y" * 70_000 + b"\r\n\r\n"
+    raw = (
+        b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n"
+        if status == 400
+        else b"GET / HTTP/1.1\r\nHost: a\r\n" + b"X-Big: " + b"y" * 70_000 + b"\r\n\r\n"
+    )
     with running_server(Held()) as address, RawClient(*address) as c:
         c.send(raw)
         response = c.read_response()

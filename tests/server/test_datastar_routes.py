@@ -44,6 +44,7 @@ def make_app() -> App:
                 yield patch_elements(f'<li id="n{n}">{n}</li>', "#feed", "append", event_id=str(n))
                 await asyncio.sleep(0.01)
             yield patch_signals({"done": True})
+
         return DatastarResponse(events())
 
     @app.route("GET", "/forever")
@@ -57,6 +58,7 @@ def make_app() -> App:
                     await asyncio.sleep(0.01)
             finally:
                 seen["generator closed"] = True
+
         return DatastarResponse(events())
 
     @app.route("GET", "/listen")
@@ -64,6 +66,7 @@ def make_app() -> App:
         def start(sink: EventSink) -> None:
             listeners.add(sink)
             sink.on_close(lambda: listeners.discard(sink))
+
         return DatastarResponse(start)
 
     @app.route("POST", "/say")
@@ -79,6 +82,7 @@ def make_app() -> App:
             sink.execute_script("console.log(1)", attributes={"type": "module"})
             await asyncio.sleep(0.01)
             sink.remove_signals(["a.b"])
+
         return DatastarResponse(write)
 
     @app.route("GET", "/list")
@@ -93,13 +97,15 @@ def make_app() -> App:
 
     @app.route(["GET", "POST"], "/echo")
     def echo(request: Request) -> Response:
-        return Response.json({"signals": read_signals(request), "datastar": is_datastar_request(request),
-                              "last": last_event_id(request)})
+        return Response.json(
+            {"signals": read_signals(request), "datastar": is_datastar_request(request), "last": last_event_id(request)}
+        )
 
     @app.route("GET", "/fragment")
     def fragment(request: Request) -> Response:
-        return elements_response('<circle id="c" r="2"/>', selector="#vis", mode="append", namespace="svg",
-                                 use_view_transition=True)
+        return elements_response(
+            '<circle id="c" r="2"/>', selector="#vis", mode="append", namespace="svg", use_view_transition=True
+        )
 
     @app.route("GET", "/plain-fragment")
     def plain_fragment(request: Request) -> Response:
@@ -111,7 +117,7 @@ def make_app() -> App:
 
     @app.route("GET", "/script")
     def script(request: Request) -> Response:
-        return script_response("window.ran = true", attributes={"type": "module", "nonce": "n\"1"})
+        return script_response("window.ran = true", attributes={"type": "module", "nonce": 'n"1'})
 
     return app
 
@@ -174,14 +180,18 @@ def test_a_writer_keeps_the_stream_for_whoever_holds_the_sink(server: tuple[str,
 def test_an_async_writer_ends_the_response_when_it_returns(server: tuple[str, int]) -> None:
     response = fetch(server, "GET", "/writer")
     assert response.chunks == [  # type: ignore[attr-defined]
-        execute_script("console.log(1)", attributes={"type": "module"}), remove_signals(["a.b"])]
+        execute_script("console.log(1)", attributes={"type": "module"}),
+        remove_signals(["a.b"]),
+    ]
 
 
 def test_an_iterable_of_events_including_the_sdk_s(server: tuple[str, int]) -> None:
     response = fetch(server, "GET", "/list")
-    assert response.body == (patch_elements('<p id="a">1</p>')  # type: ignore[attr-defined]
-                             + b'event: datastar-patch-signals\nid: 7\ndata: signals {"sdk":1}\n\n'
-                             + b'event: datastar-patch-signals\ndata: signals {"x":null}\n\n')
+    assert response.body == (
+        patch_elements('<p id="a">1</p>')  # type: ignore[attr-defined]
+        + b'event: datastar-patch-signals\nid: 7\ndata: signals {"sdk":1}\n\n'
+        + b'event: datastar-patch-signals\ndata: signals {"x":null}\n\n'
+    )
 
 
 def test_a_forged_event_ends_the_stream_and_is_never_sent(server: tuple[str, int]) -> None:
@@ -191,8 +201,9 @@ def test_a_forged_event_ends_the_stream_and_is_never_sent(server: tuple[str, int
 
 def test_read_signals_from_a_get_a_json_body_and_the_datastar_headers(server: tuple[str, int]) -> None:
     query = quote(json.dumps({"q": "x", "n": 2}))
-    got = json.loads(fetch(server, "GET", f"/echo?datastar={query}",
-                           extra="Datastar-Request: true\r\nlast-event-id: 41\r\n").body)  # type: ignore[attr-defined]
+    got = json.loads(
+        fetch(server, "GET", f"/echo?datastar={query}", extra="Datastar-Request: true\r\nlast-event-id: 41\r\n").body
+    )  # type: ignore[attr-defined]
     assert got == {"signals": {"q": "x", "n": 2}, "datastar": True, "last": "41"}
     got = json.loads(fetch(server, "POST", "/echo", b'{"a":[1]}', "Content-Type: application/json\r\n").body)  # type: ignore[attr-defined]
     assert got == {"signals": {"a": [1]}, "datastar": False, "last": None}
@@ -206,10 +217,20 @@ def test_malformed_signals_are_a_400_not_a_500(server: tuple[str, int]) -> None:
 def test_an_elements_answer_carries_its_options_in_datastar_headers(server: tuple[str, int]) -> None:
     response = fetch(server, "GET", "/fragment")
     assert response.header("content-type") == "text/html; charset=utf-8"  # type: ignore[attr-defined]
-    assert [(n, response.header(n)) for n in ("datastar-selector", "datastar-mode", "datastar-namespace",  # type: ignore[attr-defined]
-                                              "datastar-use-view-transition")] == [
-        ("datastar-selector", "#vis"), ("datastar-mode", "append"), ("datastar-namespace", "svg"),
-        ("datastar-use-view-transition", "true")]
+    assert [
+        (n, response.header(n))
+        for n in (
+            "datastar-selector",
+            "datastar-mode",
+            "datastar-namespace",  # type: ignore[attr-defined]
+            "datastar-use-view-transition",
+        )
+    ] == [
+        ("datastar-selector", "#vis"),
+        ("datastar-mode", "append"),
+        ("datastar-namespace", "svg"),
+        ("datastar-use-view-transition", "true"),
+    ]
     assert response.body == b'<circle id="c" r="2"/>'  # type: ignore[attr-defined]
     plain = fetch(server, "GET", "/plain-fragment")
     assert not [n for n, _ in plain.headers if n.lower().startswith("datastar-")]  # type: ignore[attr-defined]  # defaults left off

@@ -23,7 +23,7 @@ from pyvia.server.http import ServerLimits
 from pyvia.server.runner import serve
 from tests.helpers import RawClient, ServerThread, get, post, running_server
 
-EVENTS = [b"event: datastar-patch-signals\ndata: signals {\"n\":1}\n\n", b": keep-alive\n\n", b"data: x\n\n"]
+EVENTS = [b'event: datastar-patch-signals\ndata: signals {"n":1}\n\n', b": keep-alive\n\n", b"data: x\n\n"]
 SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 
 
@@ -71,15 +71,17 @@ class EchoApp:
         return self._echo(request)
 
     def _echo(self, request: Request) -> Response:
-        return Response.json({
-            "method": request.method,
-            "path": request.path,
-            "query": request.query_string,
-            "body": request.body.decode("latin-1"),
-            "headers": [list(h) for h in request.headers],
-            "client": request.client,
-            "scheme": request.scheme,
-        })
+        return Response.json(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query_string,
+                "body": request.body.decode("latin-1"),
+                "headers": [list(h) for h in request.headers],
+                "client": request.client,
+                "scheme": request.scheme,
+            }
+        )
 
     async def _slow(self, request: Request, seconds: float) -> Response:
         await asyncio.sleep(seconds)
@@ -236,8 +238,10 @@ def test_expect_100_continue_with_a_too_large_body_gets_413_and_close(app: EchoA
 
 
 def test_content_length_with_transfer_encoding_is_refused(server: Any) -> None:
-    smuggle = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    smuggle = (
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
     with RawClient(*server) as c:
         c.send(smuggle)
         response = c.read_response()
@@ -381,8 +385,7 @@ def test_slow_body_gets_408(app: EchoApp) -> None:
 
 def test_a_body_that_keeps_arriving_is_not_timed_out(app: EchoApp) -> None:
     # No silence reaches body_timeout, and the rate rule is relaxed (test_security_limits covers it).
-    with running_server(app, limits=dataclasses.replace(FAST, min_body_rate=1.0)) as address, \
-            RawClient(*address) as c:
+    with running_server(app, limits=dataclasses.replace(FAST, min_body_rate=1.0)) as address, RawClient(*address) as c:
         c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
         for byte in b"abcdef":
             time.sleep(0.12)

@@ -25,8 +25,7 @@ def parity_app() -> App:
 
     @app.route("GET", "/echo/{rest}")
     def echo(request: Request, rest: str) -> Response:
-        return Response.json({"rest": rest, "path": request.path, "query": request.query,
-                              "cookies": request.cookies})
+        return Response.json({"rest": rest, "path": request.path, "query": request.query, "cookies": request.cookies})
 
     @app.page("/room/{name}")
     def room(c: Context, name: str) -> None:
@@ -49,7 +48,7 @@ SCENARIOS = [
     ("bad utf-8", "/echo/%FF%FE", ""),
     ("query", "/echo/q?a=1&b=2&a=3&empty=&flag", ""),
     ("query escapes", "/echo/q?name=caf%C3%A9&plus=a+b", ""),
-    ("cookies", "/echo/c", "Cookie: a=1; b=\"quoted\"; broken; c=3\r\n"),
+    ("cookies", "/echo/c", 'Cookie: a=1; b="quoted"; broken; c=3\r\n'),
     ("page with an escaped name", "/room/caf%C3%A9", ""),
     ("page with a dash and an underscore", "/room/my-room_2", ""),
     ("unknown path", "/nowhere", ""),
@@ -88,8 +87,10 @@ def front_ends() -> Iterator[dict[str, object]]:
 
 def _over_socket(address: tuple[str, int], target: str, extra: str, method: str) -> tuple[int, object]:
     with RawClient(*address) as client:
-        client.send(f"{method} {target} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n{extra}"
-                    "Connection: close\r\n\r\n".encode())
+        client.send(
+            f"{method} {target} HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\n{extra}"
+            "Connection: close\r\n\r\n".encode()
+        )
         response = client.read_response(method=method)
     body: object = response.body.decode(errors="replace")
     with contextlib.suppress(ValueError):
@@ -108,8 +109,9 @@ def _in_process(target: str, extra: str, method: str) -> tuple[int, object]:
 
 
 @pytest.mark.parametrize(("name", "target", "extra"), SCENARIOS, ids=[s[0] for s in SCENARIOS])
-def test_every_front_end_gives_the_core_the_same_request(front_ends: dict[str, object], name: str, target: str,
-                                                         extra: str) -> None:
+def test_every_front_end_gives_the_core_the_same_request(
+    front_ends: dict[str, object], name: str, target: str, extra: str
+) -> None:
     method = "PUT" if target == "/methods" else "GET"
     answers = {
         "native": _over_socket(front_ends["native"], target, extra, method),  # type: ignore[arg-type]

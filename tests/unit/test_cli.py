@@ -47,13 +47,34 @@ def test_run_finds_the_app_in_the_current_directory_and_passes_the_options(
 ) -> None:
     (project / "cli_demo_app.py").write_text("from pyvia import App\n\napp = App()\n")
     configs = supervised(monkeypatch)
-    status = run_cli(["run", "cli_demo_app:app", "--host", "0.0.0.0", "--port", "4001",
-                      "--cert", "c.pem", "--key", "k.pem", "--pid-file", "run.pid", "--reload-spread", "5"])
+    status = run_cli(
+        [
+            "run",
+            "cli_demo_app:app",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "4001",
+            "--cert",
+            "c.pem",
+            "--key",
+            "k.pem",
+            "--pid-file",
+            "run.pid",
+            "--reload-spread",
+            "5",
+        ]
+    )
     assert status == 0
     assert "cli_demo_app" in sys.modules  # imported once here, so a wrong reference fails at once
     (config,) = configs
-    assert (config.app, config.host, config.port, config.certfile, config.keyfile) == \
-        ("cli_demo_app:app", "0.0.0.0", 4001, "c.pem", "k.pem")
+    assert (config.app, config.host, config.port, config.certfile, config.keyfile) == (
+        "cli_demo_app:app",
+        "0.0.0.0",
+        4001,
+        "c.pem",
+        "k.pem",
+    )
     assert (config.pid_file, config.reload_spread, config.dev, config.watch) == ("run.pid", 5.0, False, ())
 
 
@@ -100,13 +121,16 @@ def test_reload_refuses_a_stale_pid_file(project: Path, capsys: pytest.CaptureFi
     assert "cannot read the pid file bad.pid" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("nocolon", "expected MODULE:ATTR, such as 'myapp:app', got 'nocolon'"),
-    (":app", "expected MODULE:ATTR"),
-    ("cli_demo_missing_module:app", "no module named 'cli_demo_missing_module'"),
-    ("cli_demo_plain:nothing", "module 'cli_demo_plain' has no attribute 'nothing'"),
-    ("cli_demo_plain:value", "'cli_demo_plain:value' is 'int', not a pyvia App"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nocolon", "expected MODULE:ATTR, such as 'myapp:app', got 'nocolon'"),
+        (":app", "expected MODULE:ATTR"),
+        ("cli_demo_missing_module:app", "no module named 'cli_demo_missing_module'"),
+        ("cli_demo_plain:nothing", "module 'cli_demo_plain' has no attribute 'nothing'"),
+        ("cli_demo_plain:value", "'cli_demo_plain:value' is 'int', not a pyvia App"),
+    ],
+)
 def test_a_bad_app_reference_gets_one_clear_line(
     project: Path, capsys: pytest.CaptureFixture[str], spec: str, message: str
 ) -> None:

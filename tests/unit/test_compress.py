@@ -67,8 +67,9 @@ def patch_frames(n: int, seed: int = 2) -> list[bytes]:
     for t in range(n):
         values[rng.randrange(16)] = rng.randrange(1000, 99999)
         rows = "".join(f"<tr><td>node-{i}</td><td>{v}</td></tr>" for i, v in enumerate(values))
-        frames.append(f"event: datastar-patch-elements\ndata: elements <table id=s>{rows}</table><p>{t}</p>\n\n"
-                      .encode())
+        frames.append(
+            f"event: datastar-patch-elements\ndata: elements <table id=s>{rows}</table><p>{t}</p>\n\n".encode()
+        )
     return frames
 
 
@@ -177,7 +178,11 @@ def test_server_preference_decides_among_equal_ratings() -> None:
 
 def test_parse_accept_encoding_keeps_the_q_values() -> None:
     assert parse_accept_encoding("gzip;q=0.5, BR, *;q=0, identity;q=1.000") == {
-        "gzip": 0.5, "br": 1.0, "*": 0.0, "identity": 1.0}
+        "gzip": 0.5,
+        "br": 1.0,
+        "*": 0.0,
+        "identity": 1.0,
+    }
     assert parse_accept_encoding("br;q=") == {}
     assert parse_accept_encoding("br" + ", x" * 1000)["br"] == 1.0  # long values are cut, not refused
 
@@ -216,8 +221,20 @@ def test_levels_are_checked_per_coding() -> None:
 
 @pytest.mark.parametrize(
     ("size", "window"),
-    [(0, 16), (1, 16), (2_000, 16), (33_025, 16), (43_690, 16), (43_691, 17), (95_731, 18), (126_698, 18),
-     (174_762, 18), (174_763, 19), (1 << 20, 21), (10 << 20, 22)],
+    [
+        (0, 16),
+        (1, 16),
+        (2_000, 16),
+        (33_025, 16),
+        (43_690, 16),
+        (43_691, 17),
+        (95_731, 18),
+        (126_698, 18),
+        (174_762, 18),
+        (174_763, 19),
+        (1 << 20, 21),
+        (10 << 20, 22),
+    ],
 )
 def test_window_is_log2_of_one_and_a_half_frames_clamped(size: int, window: int) -> None:
     assert window_for(size) == window
@@ -242,10 +259,19 @@ def test_one_shot_compress_round_trips(coding: str) -> None:
 
 @pytest.mark.parametrize(
     ("content_type", "expected"),
-    [("text/html; charset=utf-8", True), ("TEXT/CSS", True), ("application/json", True),
-     ("application/javascript", True), ("image/svg+xml", True), ("application/wasm", True),
-     ("application/vnd.api+json", True), ("image/png", False), ("font/woff2", False), ("", False),
-     ("application/octet-stream", False)],
+    [
+        ("text/html; charset=utf-8", True),
+        ("TEXT/CSS", True),
+        ("application/json", True),
+        ("application/javascript", True),
+        ("image/svg+xml", True),
+        ("application/wasm", True),
+        ("application/vnd.api+json", True),
+        ("image/png", False),
+        ("font/woff2", False),
+        ("", False),
+        ("application/octet-stream", False),
+    ],
 )
 def test_is_compressible(content_type: str, expected: bool) -> None:
     assert is_compressible(content_type) is expected
@@ -368,8 +394,9 @@ def test_zstd_opening_is_a_standalone_frame_and_builds_no_compressor() -> None:
     body.append(encoder.finish())
     assert decoder.feed(body[-1]) == b"" and decoder.frames_ended == 2
     whole = b"".join(body)
-    assert zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(whole) == \
-        CONNECT + b"".join(events)
+    assert zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(whole) == CONNECT + b"".join(
+        events
+    )
 
 
 def test_a_big_zstd_opening_sizes_the_window_of_the_later_frames() -> None:
@@ -539,8 +566,14 @@ def test_victims_are_the_least_recently_used_down_to_the_low_water_mark() -> Non
     results = compression.reclaim()
     assert [(e.owner, r.action) for e, r in results] == [("b", Release.CONTINUE)]
     assert not budget.is_over
-    assert budget.stats() == {"bytes": 2 * per, "encoders": 2, "created": 3, "releases": 1,
-                              "peak_bytes": 3 * per, "limit_bytes": int(per * 2.5)}
+    assert budget.stats() == {
+        "bytes": 2 * per,
+        "encoders": 2,
+        "created": 3,
+        "releases": 1,
+        "peak_bytes": 3 * per,
+        "limit_bytes": int(per * 2.5),
+    }
     # The released stream goes on: its next event starts a new frame (and is counted again).
     assert zstandard.get_frame_parameters(b.encode(b"data: 3\n\n")).window_size == 1 << 16
     assert b.is_active and budget.count == 3 and budget.created == 4
@@ -568,8 +601,14 @@ def test_budget_checks_its_arguments() -> None:
     assert EncoderBudget().limit >= 16 << 20
 
 
-def _fake_system(root: Path, *, meminfo: str | None, v2: tuple[str, str] | None = None,
-                 v1: tuple[str, str] | None = None, own: str = "/app") -> tuple[str, str]:
+def _fake_system(
+    root: Path,
+    *,
+    meminfo: str | None,
+    v2: tuple[str, str] | None = None,
+    v1: tuple[str, str] | None = None,
+    own: str = "/app",
+) -> tuple[str, str]:
     proc, cgroup = root / "proc", root / "cgroup"
     (proc / "self").mkdir(parents=True)
     (proc / "self" / "cgroup").write_text(f"0::{own}\n" if v2 else f"4:memory:{own}\n")
@@ -588,11 +627,11 @@ def _fake_system(root: Path, *, meminfo: str | None, v2: tuple[str, str] | None 
 
 def test_available_memory_takes_the_least_of_meminfo_and_the_cgroup(tmp_path: Path) -> None:
     assert available_memory(*_fake_system(tmp_path / "a", meminfo="8000000")) == 8_000_000 * 1024
-    assert available_memory(*_fake_system(tmp_path / "b", meminfo="8000000", v2=(str(2 << 30), str(1 << 30)))) \
-        == 1 << 30
+    assert (
+        available_memory(*_fake_system(tmp_path / "b", meminfo="8000000", v2=(str(2 << 30), str(1 << 30)))) == 1 << 30
+    )
     assert available_memory(*_fake_system(tmp_path / "c", meminfo="1000", v2=("max", "5"))) == 1000 * 1024
-    assert available_memory(*_fake_system(tmp_path / "d", meminfo=None, v1=(str(4 << 30), str(1 << 30)))) \
-        == 3 << 30
+    assert available_memory(*_fake_system(tmp_path / "d", meminfo=None, v1=(str(4 << 30), str(1 << 30)))) == 3 << 30
     assert available_memory(*_fake_system(tmp_path / "e", meminfo=None, v1=("9223372036854771712", "5"))) is None
     assert available_memory(str(tmp_path / "nothing"), str(tmp_path / "nothing")) is None
 
@@ -640,8 +679,11 @@ def test_pages_left_alone() -> None:
     not_modified = Response(304, [("content-type", "text/html")], b"")
     assert compression.encode_page(page_request("br"), not_modified).headers == [("content-type", "text/html")]
     plain = compression.encode_page(page_request(None), Response.html(big, headers=[("etag", 'W/"x"')]))
-    assert dict(plain.headers) == {"content-type": "text/html; charset=utf-8", "etag": 'W/"x"',
-                                   "vary": "Accept-Encoding"}
+    assert dict(plain.headers) == {
+        "content-type": "text/html; charset=utf-8",
+        "etag": 'W/"x"',
+        "vary": "Accept-Encoding",
+    }
     weak = compression.encode_page(page_request("br"), Response.html(big, headers=[("etag", 'W/"x"')]))
     assert dict(weak.headers)["etag"] == 'W/"x"'
     off = Compression(enabled=False)

@@ -34,8 +34,9 @@ MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 
 
 def test_urlencoded_fields_are_decoded() -> None:
-    form = parse_form(make_request(b"name=Ada+Lovelace&note=a%26b%3Dc&empty=&utf=%C3%A9",
-                                   "application/x-www-form-urlencoded"))
+    form = parse_form(
+        make_request(b"name=Ada+Lovelace&note=a%26b%3Dc&empty=&utf=%C3%A9", "application/x-www-form-urlencoded")
+    )
     assert form.fields == {"name": "Ada Lovelace", "note": "a&b=c", "empty": "", "utf": "é"}
     assert form.files == {}
 
@@ -120,8 +121,7 @@ def test_the_spool_threshold_and_directory_are_settings(tmp_path: Path) -> None:
 
 def test_a_file_input_left_empty_gives_no_file() -> None:
     # what Chromium sends for <input type="file" name="doc"> with nothing chosen
-    body = multipart(('name="doc"; filename=""\r\nContent-Type: application/octet-stream', b""),
-                     ('name="title"', b"t"))
+    body = multipart(('name="doc"; filename=""\r\nContent-Type: application/octet-stream', b""), ('name="title"', b"t"))
     form = parse_form(make_request(body, MULTIPART))
     assert form.files == {} and form.all_files == {} and form.fields == {"title": "t"}
 
@@ -135,7 +135,7 @@ def test_multipart_content_type_is_case_insensitive() -> None:
     "body",
     [
         b"garbage",
-        b"--wrong-boundary\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--wrong-boundary--\r\n",
+        b'--wrong-boundary\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--wrong-boundary--\r\n',
         f"--{BOUNDARY}\r\nno header colon\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(),
         f"--{BOUNDARY}\r\nContent-Disposition: form-data\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(),
     ],

@@ -45,8 +45,10 @@ def test_signals_actions_and_bindings_are_markup_aware() -> None:
 def test_an_action_goes_into_an_attribute_escaped_once() -> None:
     inc = Action("inc", lambda: None, "/_action/inc")
     out = html('<button data-on:click="{}">+</button>', inc)
-    assert out == ('<button data-on:click="@post(&#39;/_action/inc&#39;, {requestCancellation: &#39;disabled&#39;, '
-                   'filterSignals: {exclude: $_via_filter}})">+</button>')
+    assert out == (
+        '<button data-on:click="@post(&#39;/_action/inc&#39;, {requestCancellation: &#39;disabled&#39;, '
+        'filterSignals: {exclude: $_via_filter}})">+</button>'
+    )
     assert stdlib_html.unescape(str(out).split('"')[1]) == str(inc)
 
 
@@ -62,7 +64,7 @@ def test_a_template_that_is_not_a_str_is_refused() -> None:
 @given(st.text())
 def test_any_text_comes_back_as_itself_and_cannot_open_a_tag_or_end_an_attribute(value: str) -> None:
     out = html('<p title="{v}">{v}</p>', v=value)
-    body = str(out)[len('<p title="'):-len("</p>")]
+    body = str(out)[len('<p title="') : -len("</p>")]
     attribute, _, text = body.partition('">')
     assert "<" not in text and '"' not in attribute and "'" not in attribute
     assert stdlib_html.unescape(text) == value == stdlib_html.unescape(attribute)

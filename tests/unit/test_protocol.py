@@ -24,11 +24,7 @@ def test_patch_elements_explicit_outer_mode_is_not_sent() -> None:
 
 def test_patch_elements_with_selector_and_mode() -> None:
     assert patch_elements("<li>x</li>", "#list", "append") == (
-        b"event: datastar-patch-elements\n"
-        b"data: selector #list\n"
-        b"data: mode append\n"
-        b"data: elements <li>x</li>\n"
-        b"\n"
+        b"event: datastar-patch-elements\ndata: selector #list\ndata: mode append\ndata: elements <li>x</li>\n\n"
     )
 
 
@@ -57,11 +53,7 @@ def test_every_non_default_mode_is_sent(mode: str) -> None:
 
 def test_every_line_of_multiline_html_gets_its_own_data_prefix() -> None:
     assert patch_elements("<ul>\n<li>a</li>\n</ul>") == (
-        b"event: datastar-patch-elements\n"
-        b"data: elements <ul>\n"
-        b"data: elements <li>a</li>\n"
-        b"data: elements </ul>\n"
-        b"\n"
+        b"event: datastar-patch-elements\ndata: elements <ul>\ndata: elements <li>a</li>\ndata: elements </ul>\n\n"
     )
 
 
@@ -79,7 +71,7 @@ def test_crlf_counts_as_one_break_not_two() -> None:
 
 @pytest.mark.parametrize("brk", ["\r\n", "\r", "\n", "\n\n", "\r\r", "\r\n\r\n"])
 def test_user_text_cannot_inject_an_event_or_end_one_early(brk: str) -> None:
-    hostile = f"<p>hi{brk}event: datastar-patch-signals{brk}data: signals {{\"admin\":true}}{brk}{brk}</p>"
+    hostile = f'<p>hi{brk}event: datastar-patch-signals{brk}data: signals {{"admin":true}}{brk}{brk}</p>'
     out = patch_elements(hostile)
     assert out.endswith(b"\n\n")
     body = out[:-2]
@@ -170,7 +162,7 @@ def test_execute_script_escapes_closing_script_tag_in_any_case() -> None:
 
 def test_execute_script_multiline_js_is_split_into_data_lines() -> None:
     out = execute_script("a()\nb()")
-    assert b"data: elements <script data-effect=\"el.remove()\">a()\ndata: elements b()</script>\n" in out
+    assert b'data: elements <script data-effect="el.remove()">a()\ndata: elements b()</script>\n' in out
 
 
 def test_keep_alive_is_an_sse_comment() -> None:

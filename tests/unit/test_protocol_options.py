@@ -19,8 +19,10 @@ from pyvia.protocol import (
 
 def test_defaults_are_left_off_the_wire() -> None:
     plain = patch_elements('<p id="a">1</p>')
-    assert patch_elements('<p id="a">1</p>', mode="outer", namespace="html", use_view_transition=False,
-                          retry=1000) == plain
+    assert (
+        patch_elements('<p id="a">1</p>', mode="outer", namespace="html", use_view_transition=False, retry=1000)
+        == plain
+    )
     assert patch_signals({"a": 1}, only_if_missing=False, retry=1000) == patch_signals({"a": 1})
     assert execute_script("x()", auto_remove=True, attributes=None) == execute_script("x()")
 
@@ -38,8 +40,10 @@ def test_raw_json_that_is_not_one_object_is_refused(raw: str) -> None:
 
 def test_raw_json_line_breaks_become_data_lines_never_a_new_field() -> None:
     event = patch_signals('{"a":\r\n1,\r"b":\n2}')
-    assert event == (b"event: datastar-patch-signals\ndata: signals {\"a\":\ndata: signals 1,\n"
-                     b"data: signals \"b\":\ndata: signals 2}\n\n")
+    assert event == (
+        b'event: datastar-patch-signals\ndata: signals {"a":\ndata: signals 1,\n'
+        b'data: signals "b":\ndata: signals 2}\n\n'
+    )
 
 
 @pytest.mark.parametrize("event_id", ["", "a\nb", "a\rb", "a\0b"])
@@ -75,8 +79,10 @@ def test_a_script_cannot_close_its_own_tag() -> None:
 
 def test_removal_patch_nests_dotted_paths_and_a_parent_covers_its_children() -> None:
     assert removal_patch("a") == {"a": None}
-    assert removal_patch(["user.email", "user.name", "x.y.z"]) == {"user": {"email": None, "name": None},
-                                                                   "x": {"y": {"z": None}}}
+    assert removal_patch(["user.email", "user.name", "x.y.z"]) == {
+        "user": {"email": None, "name": None},
+        "x": {"y": {"z": None}},
+    }
     assert removal_patch(["user", "user.email"]) == {"user": None}
     assert remove_signals("a.b") == b'event: datastar-patch-signals\ndata: signals {"a":{"b":null}}\n\n'
 

@@ -29,8 +29,7 @@ FOOT = '<script id="via-foot"></script>'
 def templates(tmp_path: Path) -> Templates:
     (tmp_path / "hello.html").write_text("<p>Hello {{ name }}</p>")
     (tmp_path / "page.html").write_text(
-        "<h1>{% block title %}T {{ name }}{% endblock %}</h1>"
-        "{% block counter %}<span>{{ count }}</span>{% endblock %}"
+        "<h1>{% block title %}T {{ name }}{% endblock %}</h1>{% block counter %}<span>{{ count }}</span>{% endblock %}"
     )
     (tmp_path / "doc.html").write_text(
         "<!doctype html><html><head>{{ via_head() }}<title>x</title></head>"
@@ -157,8 +156,13 @@ def test_foot_marker_is_removed_when_there_is_no_foot() -> None:
 
 @pytest.mark.parametrize(
     ("markup", "expected"),
-    [("<html>", True), ("<!doctype html><HTML lang=en>", True), ("<p>html</p>", False),
-     ("<htmlish>", False), ("&lt;html&gt;", False)],
+    [
+        ("<html>", True),
+        ("<!doctype html><HTML lang=en>", True),
+        ("<p>html</p>", False),
+        ("<htmlish>", False),
+        ("&lt;html&gt;", False),
+    ],
 )
 def test_is_document(markup: str, expected: bool) -> None:
     assert is_document(markup) is expected
@@ -198,15 +202,22 @@ def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
     meta, revive, script = tags[0][1], tags[1][1], tags[2][1]
     assert meta["id"] == "via-boot"
     assert json.loads(meta["data-signals"] or "") == {"via_ctx": "id1", "_count": 0}
-    assert script == {"type": "module", "src": "/datastar.js?v=1", "integrity": "sha384-abc",
-                      "crossorigin": "anonymous"}
+    assert script == {
+        "type": "module",
+        "src": "/datastar.js?v=1",
+        "integrity": "sha384-abc",
+        "crossorigin": "anonymous",
+    }
     # the stream's request carries the context id only; Datastar's retries keep it open
-    assert meta["data-init"] == ("@get('/_sse', {filterSignals: {include: /^via_ctx$/}, openWhenHidden: true, "
-                                 "retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000}).catch(() => {})")
+    assert meta["data-init"] == (
+        "@get('/_sse', {filterSignals: {include: /^via_ctx$/}, openWhenHidden: true, "
+        "retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000}).catch(() => {})"
+    )
     # asked to, the page opens it again with a POST carrying its writable signals and its snapshot
     assert revive["id"] == "via-revive"
-    assert (revive["data-effect"] or "").startswith("$_via_revive && @post('/_sse', {filterSignals: "
-                                                    "{exclude: /(^|\\.)_(?!via_snap)/}")
+    assert (revive["data-effect"] or "").startswith(
+        "$_via_revive && @post('/_sse', {filterSignals: {exclude: /(^|\\.)_(?!via_snap)/}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -85,8 +85,9 @@ def test_repeated_param_name_is_refused() -> None:
         page("/{id}/x/{id}")
 
 
-@pytest.mark.parametrize("pattern", ["/users/{", "/users/}", "/users/{}", "/users/{1id}", "/users/{bad-name}",
-                                     "/users/{ id }"])
+@pytest.mark.parametrize(
+    "pattern", ["/users/{", "/users/}", "/users/{}", "/users/{1id}", "/users/{bad-name}", "/users/{ id }"]
+)
 def test_malformed_placeholder_is_refused(pattern: str) -> None:
     with pytest.raises(RouteError, match="malformed placeholder"):
         page(pattern)

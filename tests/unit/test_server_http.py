@@ -36,12 +36,15 @@ def test_limits_are_frozen_and_must_be_positive() -> None:
         ServerLimits(header_timeout=0)
 
 
-@pytest.mark.parametrize(("status", "line"), [
-    (200, "HTTP/1.1 200 OK\r\n"),
-    (413, "HTTP/1.1 413 Content Too Large\r\n"),
-    (418, "HTTP/1.1 418 I'm a Teapot\r\n"),
-    (599, "HTTP/1.1 599 \r\n"),
-])
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (200, "HTTP/1.1 200 OK\r\n"),
+        (413, "HTTP/1.1 413 Content Too Large\r\n"),
+        (418, "HTTP/1.1 418 I'm a Teapot\r\n"),
+        (599, "HTTP/1.1 599 \r\n"),
+    ],
+)
 def test_status_lines_are_precomputed_for_every_code(status: int, line: str) -> None:
     assert status_line(status) == line
 
@@ -54,8 +57,7 @@ def test_status_outside_100_599_is_refused(status: int) -> None:
 
 def test_response_is_one_bytes_object_with_content_length() -> None:
     data = encode_response(201, [("content-type", "text/plain"), ("x-a", "1")], b"hello")
-    assert data == (b"HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nx-a: 1\r\n"
-                    b"content-length: 5\r\n\r\nhello")
+    assert data == (b"HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 5\r\n\r\nhello")
 
 
 def test_head_only_keeps_content_length_and_drops_the_body() -> None:
@@ -79,13 +81,17 @@ def test_bodiless_statuses_carry_no_length_and_no_body(status: int) -> None:
 
 def test_connection_headers_are_added_as_asked() -> None:
     assert encode_response(200, [], b"", connection=CONNECTION_CLOSE).endswith(
-        b"connection: close\r\ncontent-length: 0\r\n\r\n")
+        b"connection: close\r\ncontent-length: 0\r\n\r\n"
+    )
     assert b"connection: keep-alive\r\n" in encode_response(200, [], b"", connection=CONNECTION_KEEP_ALIVE)
 
 
 def test_framing_headers_from_the_app_are_dropped() -> None:
-    data = encode_response(200, [("Content-Length", "99"), ("transfer-encoding", "chunked"),
-                                 ("Connection", "upgrade"), ("x-kept", "1")], b"ab")
+    data = encode_response(
+        200,
+        [("Content-Length", "99"), ("transfer-encoding", "chunked"), ("Connection", "upgrade"), ("x-kept", "1")],
+        b"ab",
+    )
     assert data == b"HTTP/1.1 200 OK\r\nx-kept: 1\r\ncontent-length: 2\r\n\r\nab"
 
 
@@ -143,18 +149,21 @@ def test_internal_error_leaks_nothing_and_honours_head() -> None:
     assert internal_error(head_only=True).endswith(b"content-length: 21\r\n\r\n")
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    (b"/", ("/", "")),
-    (b"/a/b?x=1&y=%20", ("/a/b", "x=1&y=%20")),
-    (b"/caf%C3%A9/%2F", ("/caf\u00e9//", "")),
-    (b"/a#frag", ("/a", "")),
-    (b"/a?q#frag", ("/a", "q")),
-    (b"*", ("*", "")),
-    (b"http://example.com/p?q=1", ("/p", "q=1")),
-    (b"HTTPS://example.com", ("/", "")),
-    (b"http://example.com?q=1", ("/", "q=1")),
-    (b"/bad%ZZescape", ("/bad%ZZescape", "")),
-])
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (b"/", ("/", "")),
+        (b"/a/b?x=1&y=%20", ("/a/b", "x=1&y=%20")),
+        (b"/caf%C3%A9/%2F", ("/caf\u00e9//", "")),
+        (b"/a#frag", ("/a", "")),
+        (b"/a?q#frag", ("/a", "q")),
+        (b"*", ("*", "")),
+        (b"http://example.com/p?q=1", ("/p", "q=1")),
+        (b"HTTPS://example.com", ("/", "")),
+        (b"http://example.com?q=1", ("/", "q=1")),
+        (b"/bad%ZZescape", ("/bad%ZZescape", "")),
+    ],
+)
 def test_split_target(target: bytes, expected: tuple[str, str]) -> None:
     assert split_target(target) == expected
 

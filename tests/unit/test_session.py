@@ -186,16 +186,19 @@ def test_a_session_id_is_issued_for_its_secret_only() -> None:
     assert not SessionIds(b"secret-two").is_issued(made)
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda s: s[:-1] + ("0" if s[-1] != "0" else "1"),  # another signature
-    lambda s: ("0" if s[0] != "0" else "1") + s[1:],  # another nonce, same signature
-    lambda s: s[:32] + "0" * 32,
-    lambda s: "0" * 32 + s[32:],
-    lambda s: s[:32],  # the old unsigned shape
-    lambda s: s.upper(),
-    lambda s: s + "\n",
-    lambda s: " " + s,
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda s: s[:-1] + ("0" if s[-1] != "0" else "1"),  # another signature
+        lambda s: ("0" if s[0] != "0" else "1") + s[1:],  # another nonce, same signature
+        lambda s: s[:32] + "0" * 32,
+        lambda s: "0" * 32 + s[32:],
+        lambda s: s[:32],  # the old unsigned shape
+        lambda s: s.upper(),
+        lambda s: s + "\n",
+        lambda s: " " + s,
+    ],
+)
 def test_a_well_formed_id_the_server_never_issued_is_not_a_session(tamper: Any) -> None:
     ids = SessionIds(b"secret-one")
     assert not ids.is_issued(tamper(ids.make()))

@@ -123,8 +123,9 @@ def ready(static: StaticFiles, executor: ManualExecutor) -> StaticFiles:
 
 
 @pytest.mark.parametrize("coding", CODINGS)
-def test_each_encoding_is_served_with_its_own_strong_etag(static: StaticFiles, executor: ManualExecutor,
-                                                           coding: str) -> None:
+def test_each_encoding_is_served_with_its_own_strong_etag(
+    static: StaticFiles, executor: ManualExecutor, coding: str
+) -> None:
     ready(static, executor)
     response = static.get("/css/app.css", req(accept_encoding=coding))
     headers = hdrs(response)
@@ -139,7 +140,7 @@ def test_each_encoding_is_served_with_its_own_strong_etag(static: StaticFiles, e
     assert headers["x-content-type-options"] == "nosniff"
     plain = hdrs(static.get("/css/app.css", req()))
     assert "content-encoding" not in plain
-    assert plain["etag"].startswith('"') and not plain["etag"].startswith('W/')
+    assert plain["etag"].startswith('"') and not plain["etag"].startswith("W/")
     assert headers["etag"] == plain["etag"][:-1] + f'-{coding}"'
 
 
@@ -150,8 +151,9 @@ def test_browser_header_gets_the_server_preference(static: StaticFiles, executor
     assert "content-encoding" not in hdrs(static.get("/css/app.css", req(accept_encoding="identity")))
 
 
-def test_plain_bytes_stand_in_until_the_precompressed_form_exists(static: StaticFiles,
-                                                                   executor: ManualExecutor) -> None:
+def test_plain_bytes_stand_in_until_the_precompressed_form_exists(
+    static: StaticFiles, executor: ManualExecutor
+) -> None:
     static.start()
     assert static.stats["pending"] == 3 * 3  # app.css, tiny.txt, security.txt x (zstd, br, gzip)
     stand_in = static.get("/css/app.css", req(accept_encoding="br"))
@@ -171,8 +173,9 @@ def test_plain_bytes_stand_in_until_the_precompressed_form_exists(static: Static
     assert hdrs(upgraded)["content-encoding"] == BR
 
 
-def test_stand_in_keeps_the_configured_cache_control_for_clients_wanting_plain(site: Path,
-                                                                              executor: ManualExecutor) -> None:
+def test_stand_in_keeps_the_configured_cache_control_for_clients_wanting_plain(
+    site: Path, executor: ManualExecutor
+) -> None:
     static = StaticFiles(site, executor=executor, cache_control="public, max-age=60")
     static.start()
     assert hdrs(static.get("/css/app.css", req(accept_encoding="br")))["cache-control"] == "no-cache"
@@ -205,8 +208,14 @@ def test_if_modified_since(static: StaticFiles, executor: ManualExecutor) -> Non
     at = email.utils.formatdate(MTIME, usegmt=True)
     later = email.utils.formatdate(MTIME + 3600, usegmt=True)
     earlier = email.utils.formatdate(MTIME - 1, usegmt=True)
-    for value, status in ((at, 304), (later, 304), (earlier, 200), ("not a date", 200), ("", 200),
-                          ("Tue, 14 Nov 2023 22:13:20 -0000", 304)):
+    for value, status in (
+        (at, 304),
+        (later, 304),
+        (earlier, 200),
+        ("not a date", 200),
+        ("", 200),
+        ("Tue, 14 Nov 2023 22:13:20 -0000", 304),
+    ):
         response = static.get("/css/app.css", req(if_modified_since=value))
         assert response is not None and response.status == status, value
     # If-None-Match wins over If-Modified-Since (RFC 9110 §13.2.2).
@@ -214,8 +223,9 @@ def test_if_modified_since(static: StaticFiles, executor: ManualExecutor) -> Non
     assert response is not None and response.status == 200
 
 
-def test_head_has_the_get_headers_and_the_front_end_sends_no_body(static: StaticFiles,
-                                                                   executor: ManualExecutor) -> None:
+def test_head_has_the_get_headers_and_the_front_end_sends_no_body(
+    static: StaticFiles, executor: ManualExecutor
+) -> None:
     ready(static, executor)
     get = static.get("/css/app.css", req(accept_encoding="br"))
     head = static.get("/css/app.css", req(method="HEAD", accept_encoding="br"))
@@ -254,13 +264,25 @@ def test_cache_control_callable_gets_path_and_type(site: Path, executor: ManualE
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [("a.js", "text/javascript; charset=utf-8"), ("a.mjs", "text/javascript; charset=utf-8"),
-     ("a.css", "text/css; charset=utf-8"), ("a.json", "application/json"), ("a.js.map", "application/json"),
-     ("a.svg", "image/svg+xml"), ("a.wasm", "application/wasm"), ("a.txt", "text/plain; charset=utf-8"),
-     ("a.html", "text/html; charset=utf-8"), ("a.HTM", "text/html; charset=utf-8"), ("a.xml", "application/xml"),
-     ("a.woff2", "font/woff2"), ("a.ico", "image/x-icon"), ("a.webmanifest", "application/manifest+json"),
-     ("a.unknownext", "application/octet-stream"), ("noext", "application/octet-stream"),
-     ("a.tar", "application/x-tar")],
+    [
+        ("a.js", "text/javascript; charset=utf-8"),
+        ("a.mjs", "text/javascript; charset=utf-8"),
+        ("a.css", "text/css; charset=utf-8"),
+        ("a.json", "application/json"),
+        ("a.js.map", "application/json"),
+        ("a.svg", "image/svg+xml"),
+        ("a.wasm", "application/wasm"),
+        ("a.txt", "text/plain; charset=utf-8"),
+        ("a.html", "text/html; charset=utf-8"),
+        ("a.HTM", "text/html; charset=utf-8"),
+        ("a.xml", "application/xml"),
+        ("a.woff2", "font/woff2"),
+        ("a.ico", "image/x-icon"),
+        ("a.webmanifest", "application/manifest+json"),
+        ("a.unknownext", "application/octet-stream"),
+        ("noext", "application/octet-stream"),
+        ("a.tar", "application/x-tar"),
+    ],
 )
 def test_mime_types(name: str, expected: str) -> None:
     assert mime_type(name) == expected
@@ -316,8 +338,18 @@ def test_a_literal_name_that_decodes_to_a_dot_name_is_refused_too(static: Static
     assert path == "/%2e%2e/secret.txt"
 
 
-@pytest.mark.parametrize("raw", [b"/%2e%2e/secret.txt", b"/css/%2E%2E/%2e%2e/secret.txt", b"/%2e%2e%2fsecret.txt",
-                                 b"/.%2e/secret.txt", b"/%2eenv", b"/%5c..%5csecret.txt", b"/css/app.css%00"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"/%2e%2e/secret.txt",
+        b"/css/%2E%2E/%2e%2e/secret.txt",
+        b"/%2e%2e%2fsecret.txt",
+        b"/.%2e/secret.txt",
+        b"/%2eenv",
+        b"/%5c..%5csecret.txt",
+        b"/css/app.css%00",
+    ],
+)
 def test_percent_encoded_traversal_is_refused_after_the_front_end_decodes(static: StaticFiles, raw: bytes) -> None:
     try:
         path, _query = split_target(raw)
@@ -350,8 +382,10 @@ def test_well_known_is_served(static: StaticFiles) -> None:
     assert response.body.startswith(b"Contact:")
 
 
-@pytest.mark.parametrize("path", ["/", "/css", "/css/", "/docs/", "/missing.css", "/css/missing.css", "/a//b.css",
-                                  "/css//app.css", "/logo.png/x"])
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/css", "/css/", "/docs/", "/missing.css", "/css/missing.css", "/a//b.css", "/css//app.css", "/logo.png/x"],
+)
 def test_what_is_not_a_file_is_left_to_routing(static: StaticFiles, path: str) -> None:
     assert static.get(path, req(path)) is None
 
@@ -372,8 +406,9 @@ def test_prefix(site: Path, executor: ManualExecutor) -> None:
         StaticFiles(site / "nope")
 
 
-def test_files_over_the_size_limit_are_not_served(site: Path, executor: ManualExecutor,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_files_over_the_size_limit_are_not_served(
+    site: Path, executor: ManualExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
     static = StaticFiles(site, executor=executor, max_file_size=1000)
     assert static.get("/css/app.css", req()) is None
     assert "over max_file_size" in caplog.text
@@ -391,8 +426,9 @@ class Clock:
         return self.now
 
 
-def test_a_file_added_after_start_is_found_on_its_first_request(static: StaticFiles, site: Path,
-                                                                 executor: ManualExecutor) -> None:
+def test_a_file_added_after_start_is_found_on_its_first_request(
+    static: StaticFiles, site: Path, executor: ManualExecutor
+) -> None:
     ready(static, executor)
     assert static.get("/new.js", req("/new.js")) is None
     (site / "new.js").write_bytes(b"export const x = 1;\n" * 100)
@@ -482,8 +518,9 @@ def test_a_process_pool_works_too(site: Path) -> None:
         assert pool.submit(int, "7").result() == 7
 
 
-def test_a_failed_or_refused_job_leaves_the_plain_file(site: Path, executor: ManualExecutor,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_or_refused_job_leaves_the_plain_file(
+    site: Path, executor: ManualExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
     static = StaticFiles(site, executor=executor)
     static.start()
     for future, _fn, _args in executor.jobs:

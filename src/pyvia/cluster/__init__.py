@@ -73,8 +73,10 @@ def check_engine_url(url: str, *, workers: int = 1) -> str:
             f"engine URL {url!r} must start with memory://, nats://, tls://, redis://, rediss:// or unix://"
         )
     if scheme == "memory" and workers > 1:
-        raise ValueError("the memory engine lives in one process: give --engine nats://... or redis://... "
-                         "to several workers, or no --engine to start a local nats-server")
+        raise ValueError(
+            "the memory engine lives in one process: give --engine nats://... or redis://... "
+            "to several workers, or no --engine to start a local nats-server"
+        )
     return url
 
 

@@ -194,9 +194,7 @@ def check_subject(subject: str, *, pattern: bool = False) -> str:
     if isinstance(subject, str) and 0 < len(subject) <= _MAX_SUBJECT:
         tokens = subject.split(".")
         last = len(tokens) - 1
-        if all(
-            _TOKEN.match(t) or (pattern and (t == "*" or (t == ">" and i == last))) for i, t in enumerate(tokens)
-        ):
+        if all(_TOKEN.match(t) or (pattern and (t == "*" or (t == ">" and i == last))) for i, t in enumerate(tokens)):
             return subject
     kind = "subject pattern" if pattern else "subject"
     extra = " ('*' for one token, a final '>' for the rest)" if pattern else ""

@@ -100,7 +100,7 @@ class _Framer(asyncio.Protocol):
             end = _HEAD.size + size
             if len(buf) < end:
                 return
-            body = bytes(buf[_HEAD.size:end])
+            body = bytes(buf[_HEAD.size : end])
             del buf[:end]
             self.on_frame(rid, kind, body)
 
@@ -189,10 +189,10 @@ class _Handshake(asyncio.Protocol):
         buf += data
         if len(buf) > _HELLO + _PROOF:
             self._refuse("more bytes than a handshake")
-        elif buf[:len(_MAGIC)] != _MAGIC[:len(buf)]:
+        elif buf[: len(_MAGIC)] != _MAGIC[: len(buf)]:
             self._refuse("not a pyvia direct channel")
         elif not self.theirs and len(buf) >= _HELLO:
-            self.theirs = bytes(buf[len(_MAGIC):_HELLO])
+            self.theirs = bytes(buf[len(_MAGIC) : _HELLO])
             if not self.server:
                 self._send_proof()
         if len(buf) == _HELLO + _PROOF and self.transport is not None and not self.transport.is_closing():
@@ -416,8 +416,12 @@ class DirectClient:
         now = time.monotonic()
         if now >= self._retry_at:
             self._retry_at = now + RETRY_AFTER
-            log.warning("no direct channel to %s port %s (%s): through the engine for %d s",
-                        *self.address, str(exc) or type(exc).__name__, RETRY_AFTER)
+            log.warning(
+                "no direct channel to %s port %s (%s): through the engine for %d s",
+                *self.address,
+                str(exc) or type(exc).__name__,
+                RETRY_AFTER,
+            )
         return Unreachable(f"no direct channel to {self.address[0]} port {self.address[1]}")
 
     def lost(self, conn: _Calling) -> None:

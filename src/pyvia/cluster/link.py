@@ -114,8 +114,15 @@ _OWNER_CHECK = 1.0  # a forwarded request unanswered this long checks that its o
 def _forwarded(ctx_id: str, request: Request) -> bytes:
     """A request for the owner of tab ``ctx_id`` (see :meth:`ClusterLink._serve_direct`)."""
     message: dict[str, object] = {
-        "op": "request", "x": ctx_id, "m": request.method, "p": request.path, "q": request.query_string,
-        "h": list(request.headers), "b": request.body.decode("latin-1"), "c": request.client, "s": request.scheme,
+        "op": "request",
+        "x": ctx_id,
+        "m": request.method,
+        "p": request.path,
+        "q": request.query_string,
+        "h": list(request.headers),
+        "b": request.body.decode("latin-1"),
+        "c": request.client,
+        "s": request.scheme,
     }
     if "_signals" in request.state and "_form" not in request.state:
         message["g"] = request.state["_signals"]  # parsed here already: not again there
@@ -132,8 +139,9 @@ def _response(reply: dict[str, Any]) -> Response | None:
 def _reply(result: object) -> bytes:
     if not isinstance(result, Response):  # a stream: never for an action
         return orjson.dumps({"status": 500, "headers": [], "body": ""})
-    return orjson.dumps({"status": result.status, "headers": list(result.headers),
-                         "body": bytes(result.body).decode("latin-1")})
+    return orjson.dumps(
+        {"status": result.status, "headers": list(result.headers), "body": bytes(result.body).decode("latin-1")}
+    )
 
 
 def signal_key(scope: str, name: str) -> str:
@@ -202,14 +210,17 @@ class ClusterLink:
         #: Scoped signals declared on this worker, by engine key.
         self.signals: dict[str, SharedSignal[Any]] = {}
         self.replica = Replica(engine, SCOPES, on_change=self._signal_changed, on_resync=self._resync)
-        self.session_scope_replica = Replica(engine, SESSION_SCOPES, on_change=self._signal_changed,
-                                             on_resync=self._resync)
-        self.global_replica = Replica(engine, GLOBAL_BUCKET, on_change=self._global_changed,
-                                      on_resync=self._resync_global, track_all=True)
+        self.session_scope_replica = Replica(
+            engine, SESSION_SCOPES, on_change=self._signal_changed, on_resync=self._resync
+        )
+        self.global_replica = Replica(
+            engine, GLOBAL_BUCKET, on_change=self._global_changed, on_resync=self._resync_global, track_all=True
+        )
         #: Session data followed on this worker, by session hash.
         self.sessions: dict[str, SessionData] = {}
-        self.session_replica = Replica(engine, SESSIONS, on_change=self._session_changed,
-                                       on_resync=self._resync_sessions)
+        self.session_replica = Replica(
+            engine, SESSIONS, on_change=self._session_changed, on_resync=self._resync_sessions
+        )
         self._lease_holder: bytes | None = None  # who holds the timer lease, as last seen
         self._lease_rev = 0  # the lease's revision, as last seen or written
         self._lease_seen = time.monotonic()  # when it last changed, as seen here
@@ -320,8 +331,9 @@ class ClusterLink:
             self._tcp = server
             bound = server.address[1]
             return f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
-        log.warning("no direct channel to other machines on %s (actions from them go through the engine): %s",
-                    setting, error)
+        log.warning(
+            "no direct channel to other machines on %s (actions from them go through the engine): %s", setting, error
+        )
         return None
 
     @property
@@ -430,8 +442,9 @@ class ClusterLink:
         box[1] = self._write(bucket, key, add)
         self._queued[slot] = box
 
-    async def _run_write(self, seq: int, slot: tuple[str, str], before: asyncio.Task[bool] | None,
-                         op: Callable[[], Awaitable[Any]]) -> bool:
+    async def _run_write(
+        self, seq: int, slot: tuple[str, str], before: asyncio.Task[bool] | None, op: Callable[[], Awaitable[Any]]
+    ) -> bool:
         """Whether the write reached the engine (an action that made one that did not is not
         answered 200: :meth:`written`)."""
         written = False
@@ -675,8 +688,11 @@ class ClusterLink:
 
     def mutate_global(self, key: str, fn: Callable[[Any], Any], default: Any) -> None:
         fallback = _encode(default)
-        self._write(GLOBAL_BUCKET, key, lambda: self._mutate(
-            GLOBAL_BUCKET, key, lambda raw: _encode(fn(orjson.loads(raw))), fallback))
+        self._write(
+            GLOBAL_BUCKET,
+            key,
+            lambda: self._mutate(GLOBAL_BUCKET, key, lambda raw: _encode(fn(orjson.loads(raw))), fallback),
+        )
 
     async def _read_global(self, key: str) -> None:
         value, revision = await self.engine.get(GLOBAL_BUCKET, key)
@@ -837,9 +853,13 @@ class ClusterLink:
 
     async def _send_broadcast(self, scopes: list[str], after: int) -> None:
         await self._settled(after - 1 if after else 0)  # the writes made before the broadcast go first
-        payload = orjson.dumps({"n": self.node, "s": scopes,
-                                "v": [self.replica.revision, self.global_replica.revision,
-                                      self.session_scope_replica.revision]})
+        payload = orjson.dumps(
+            {
+                "n": self.node,
+                "s": scopes,
+                "v": [self.replica.revision, self.global_replica.revision, self.session_scope_replica.revision],
+            }
+        )
         try:
             await self.engine.publish(_BROADCAST_SUBJECT, payload)
         except EngineError as exc:
@@ -864,8 +884,7 @@ class ClusterLink:
         held = (self.replica.revision, self.global_replica.revision, self.session_scope_replica.revision)
         behind = any(mine < theirs for mine, theirs in zip(held, revisions, strict=False))
         if behind and time.monotonic() < deadline:
-            asyncio.get_running_loop().call_later(
-                0.002, self._mark_when_caught_up, scopes, revisions, deadline)
+            asyncio.get_running_loop().call_later(0.002, self._mark_when_caught_up, scopes, revisions, deadline)
             return
         app = self.app
         for name in scopes:
@@ -1124,11 +1143,16 @@ class ClusterLink:
     def _movable(self, direct: DirectClient, request: Request) -> bool:
         """Whether the request's connection can move to that worker: not if it is another
         machine's, if the connection cannot move, or if it is a proxy's."""
-        return (self._post is not None and isinstance(direct.address, str) and request.transfer is not None
-                and not _through_proxy(request))
+        return (
+            self._post is not None
+            and isinstance(direct.address, str)
+            and request.transfer is not None
+            and not _through_proxy(request)
+        )
 
-    def relay(self, ctx_id: str, request: Request, timeout: float,
-              answer: Callable[[Response | Exception | None], None]) -> bool:
+    def relay(
+        self, ctx_id: str, request: Request, timeout: float, answer: Callable[[Response | Exception | None], None]
+    ) -> bool:
         """Send an action for a tab another node holds straight to it, when this worker knows
         which node, has its channel open, and the connection should not move there instead.
         ``answer`` gets the response, None when that node no longer holds the tab or is gone
@@ -1252,9 +1276,13 @@ class ClusterLink:
         if message["x"] not in self.app.contexts or self._stopping:
             return b'{"moved":1}'  # the sender's directory entry was old, or this worker is going
         request = Request(
-            method=message["m"], path=message["p"], query_string=message["q"],
-            headers=Headers.from_lowered(message["h"]), body=message["b"].encode("latin-1"),
-            client=message["c"], scheme=message["s"],
+            method=message["m"],
+            path=message["p"],
+            query_string=message["q"],
+            headers=Headers.from_lowered(message["h"]),
+            body=message["b"].encode("latin-1"),
+            client=message["c"],
+            scheme=message["s"],
         )
         if "g" in message:
             request.state["_signals"] = message["g"]

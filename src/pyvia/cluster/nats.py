@@ -128,7 +128,7 @@ class _NatsWatch:
         async def on_msg(msg: Msg) -> None:
             op = msg.headers.get(_KV_OP) if msg.headers else None
             value = None if op in ("DEL", "PURGE") else msg.data
-            key = decode_key(msg.subject[len(prefix):])
+            key = decode_key(msg.subject[len(prefix) :])
             self.dispatcher.put(KvChange(self.bucket, key, value, msg.metadata.sequence.stream))
 
         self._sub = await engine._jetstream().subscribe(
@@ -212,8 +212,9 @@ class NatsEngine:
         return self._nc is not None and self._nc.is_connected
 
     def status(self) -> EngineStatus:
-        return EngineStatus("nats", redact_url(self.url), self.is_connected, self._node_id,
-                            self._reconnects, self._last_error)
+        return EngineStatus(
+            "nats", redact_url(self.url), self.is_connected, self._node_id, self._reconnects, self._last_error
+        )
 
     async def connect(self) -> None:
         if self._nc is not None:
@@ -307,9 +308,16 @@ class NatsEngine:
         """Connection failures in the middle of a call become EngineUnavailable."""
         try:
             yield
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-                nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.StaleConnectionError,
-                nats.errors.ConnectionDrainingError, OSError, TimeoutError) as exc:
+        except (
+            nats.errors.ConnectionClosedError,
+            nats.errors.ConnectionReconnectingError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.errors.StaleConnectionError,
+            nats.errors.ConnectionDrainingError,
+            OSError,
+            TimeoutError,
+        ) as exc:
             self._last_error = repr(exc)
             raise EngineUnavailable(f"NATS engine failed during {what}: {exc!r}") from exc
 
@@ -343,7 +351,11 @@ class NatsEngine:
         with self._unavailable(f"opening bucket {bucket!r}"):
             try:
                 return await js.create_key_value(
-                    bucket=name, history=1, storage=self.storage, ttl=self._ttl.get(bucket), direct=True,
+                    bucket=name,
+                    history=1,
+                    storage=self.storage,
+                    ttl=self._ttl.get(bucket),
+                    direct=True,
                 )
             except nats.js.errors.BadRequestError:  # exists with another configuration: use it as it is
                 return await js.key_value(name)

@@ -143,12 +143,26 @@ class LocalNats:
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
         args = [
-            self.binary, "-a", self.host, "-p", str(self.port if self.port is not None else -1),
-            "-js", "-sd", str(self.dir / "jetstream"), "--ports_file_dir", str(ports_dir),
-            "-l", str(self.dir / "nats-server.log"), "-c", str(self._write_config()),
+            self.binary,
+            "-a",
+            self.host,
+            "-p",
+            str(self.port if self.port is not None else -1),
+            "-js",
+            "-sd",
+            str(self.dir / "jetstream"),
+            "--ports_file_dir",
+            str(ports_dir),
+            "-l",
+            str(self.dir / "nats-server.log"),
+            "-c",
+            str(self._write_config()),
         ]
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
             start_new_session=self.die_with_parent,  # Ctrl-C reaches the workers, not the server they use
         )

@@ -112,8 +112,9 @@ class ConnectionPost:
     is this worker's open connections, told with balanced offers and compared with theirs.
     """
 
-    def __init__(self, path: str, adopt: Callable[[socket.socket, bytes], object] | None,
-                 load: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, path: str, adopt: Callable[[socket.socket, bytes], object] | None, load: Callable[[], int] | None = None
+    ) -> None:
         self.path = path
         self.adopt = adopt
         self.load = load
@@ -159,8 +160,10 @@ class ConnectionPost:
         number = self._next
         try:
             load = self.load() if balanced and self.load is not None else -1
-            channel.sock.sendmsg([_MESSAGE.pack(b"P", number, load), preface],
-                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+            channel.sock.sendmsg(
+                [_MESSAGE.pack(b"P", number, load), preface],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+            )
         except OSError as exc:
             log.debug("could not pass a connection to %s: %s", path, exc)
             if not isinstance(exc, BlockingIOError):
@@ -280,7 +283,7 @@ class ConnectionPost:
             conn.close()  # refused: the sender still holds it
             return
         try:
-            adopt(conn, data[_MESSAGE.size:])
+            adopt(conn, data[_MESSAGE.size :])
         except Exception:
             log.exception("could not serve a connection another worker passed")
             conn.close()

@@ -113,9 +113,16 @@ class _RedisSub:
 
     __slots__ = ("_engine", "dispatcher", "handler", "kind", "on_resync", "subject", "wire")
 
-    def __init__(self, engine: RedisEngine, kind: str, subject: str, wire: str,
-                 dispatcher: Dispatcher | None, handler: RequestHandler | None = None,
-                 on_resync: ResyncHandler | None = None) -> None:
+    def __init__(
+        self,
+        engine: RedisEngine,
+        kind: str,
+        subject: str,
+        wire: str,
+        dispatcher: Dispatcher | None,
+        handler: RequestHandler | None = None,
+        on_resync: ResyncHandler | None = None,
+    ) -> None:
         self._engine = engine
         self.kind = kind  # "sub", "psub", "watch" or "serve"
         self.subject = subject
@@ -181,8 +188,9 @@ class RedisEngine:
         return self._connected
 
     def status(self) -> EngineStatus:
-        return EngineStatus("redis", redact_url(self.url), self._connected, self._node_id,
-                            self._reconnects, self._last_error)
+        return EngineStatus(
+            "redis", redact_url(self.url), self._connected, self._node_id, self._reconnects, self._last_error
+        )
 
     async def connect(self) -> None:
         if self._client is not None:
@@ -196,8 +204,10 @@ class RedisEngine:
             retry=Retry(NoBackoff(), 1),
             decode_responses=False,
         )
-        self._scripts = {name: self._client.register_script(src)
-                         for name, src in (("write", _WRITE), ("increment", _INCREMENT), ("delete", _DELETE))}
+        self._scripts = {
+            name: self._client.register_script(src)
+            for name, src in (("write", _WRITE), ("increment", _INCREMENT), ("delete", _DELETE))
+        }
         try:
             await self._open()
         except Exception as exc:
@@ -368,7 +378,7 @@ class RedisEngine:
                 if change is not None and entry.dispatcher is not None:
                     entry.dispatcher.put(change)
                 continue
-            subject = channel[len(self.prefix) + 1:]
+            subject = channel[len(self.prefix) + 1 :]
             if entry.kind == "psub" and not subject_matches(entry.subject, subject):
                 continue
             head, sep, payload = data.partition(b"\n")
@@ -504,7 +514,8 @@ class RedisEngine:
         expected = "" if expected_revision is None else str(int(expected_revision))
         with self._unavailable(f"delete {bucket}/{key}"):
             result = await self._scripts["delete"](
-                keys=self._keys(bucket, key), args=[expected, self._channel(bucket), key], client=client)
+                keys=self._keys(bucket, key), args=[expected, self._channel(bucket), key], client=client
+            )
         return bool(result)
 
     async def keys(self, bucket: str) -> list[str]:
@@ -515,7 +526,7 @@ class RedisEngine:
         with self._unavailable(f"keys of {bucket}"):
             async for name in client.scan_iter(match=head + "*", count=1000):
                 text = name.decode() if isinstance(name, bytes) else name
-                found.append(text[len(head):])
+                found.append(text[len(head) :])
         return found
 
     async def increment(self, bucket: str, key: str, by: int = 1) -> int:
@@ -534,9 +545,7 @@ class RedisEngine:
     async def mutate(self, bucket: str, key: str, fn: Callable[[bytes], bytes], default: bytes) -> bytes:
         return await cas_mutate(self, bucket, key, fn, default)
 
-    async def watch(
-        self, bucket: str, callback: ChangeHandler, *, on_resync: ResyncHandler | None = None
-    ) -> _RedisSub:
+    async def watch(self, bucket: str, callback: ChangeHandler, *, on_resync: ResyncHandler | None = None) -> _RedisSub:
         check_bucket(bucket)
 
         async def deliver(item: object) -> None:
@@ -546,8 +555,9 @@ class RedisEngine:
             else:
                 await call_handler(callback, item)
 
-        entry = _RedisSub(self, "watch", bucket, self._channel(bucket), Dispatcher(deliver, f"watch {bucket}"),
-                          on_resync=on_resync)
+        entry = _RedisSub(
+            self, "watch", bucket, self._channel(bucket), Dispatcher(deliver, f"watch {bucket}"), on_resync=on_resync
+        )
         try:
             return await self._add(entry, pattern=False)
         except BaseException:

@@ -44,14 +44,23 @@ __all__ = [
 ]
 
 
-def connect(url: str | DatabaseConfig, *, pool_size: int = 4, timeout: float = 30.0, busy_timeout: float = 5.0,
-            metrics: PyviaMetrics | None = None) -> Database:
+def connect(
+    url: str | DatabaseConfig,
+    *,
+    pool_size: int = 4,
+    timeout: float = 30.0,
+    busy_timeout: float = 5.0,
+    metrics: PyviaMetrics | None = None,
+) -> Database:
     """A :class:`Database` for ``url`` (not opened yet: call ``open()``, or let the App do it).
 
     Raises ValueError (a :class:`~pyvia.errors.ConfigError` from the App) for a bad URL.
     """
-    config = url if isinstance(url, DatabaseConfig) else parse_url(
-        url, pool_size=pool_size, timeout=timeout, busy_timeout=busy_timeout)
+    config = (
+        url
+        if isinstance(url, DatabaseConfig)
+        else parse_url(url, pool_size=pool_size, timeout=timeout, busy_timeout=busy_timeout)
+    )
     if config.kind == "sqlite":
         from pyvia.db.sqlite import SqliteDatabase
 
@@ -83,8 +92,10 @@ class NoDatabase(Database):
         pass
 
     def _check_open(self) -> None:
-        raise UsageError("no database is configured: give App(db_url='sqlite:///app.db'), "
-                         "or set [db] url in pyvia.toml, or PYVIA_DB__URL")
+        raise UsageError(
+            "no database is configured: give App(db_url='sqlite:///app.db'), "
+            "or set [db] url in pyvia.toml, or PYVIA_DB__URL"
+        )
 
     async def _run(self, op: str, sql: str, args: Sequence[Any], kind: str) -> Any:
         self._check_open()

@@ -210,10 +210,12 @@ class Database:
         out: dict[str, dict[str, float]] = {}
         for kind in ("read", "write"):
             hist = m.db_seconds.labels(kind=kind)
-            out[kind] = {"count": m.db_queries.labels(kind=kind, status="ok").value
-                         + m.db_queries.labels(kind=kind, status="error").value,
-                         "errors": m.db_queries.labels(kind=kind, status="error").value,
-                         "seconds": hist.sum}
+            out[kind] = {
+                "count": m.db_queries.labels(kind=kind, status="ok").value
+                + m.db_queries.labels(kind=kind, status="error").value,
+                "errors": m.db_queries.labels(kind=kind, status="error").value,
+                "seconds": hist.sum,
+            }
         return out
 
     def pool_stats(self) -> dict[str, int]:
@@ -225,16 +227,20 @@ class Database:
 
     def _check_open(self) -> None:
         if not self.is_open:
-            raise UsageError(f"the database {self.config.display_url} is not open: app.db opens when the app "
-                             "starts (TestClient or app.run); a standalone Database needs db.open() first")
+            raise UsageError(
+                f"the database {self.config.display_url} is not open: app.db opens when the app "
+                "starts (TestClient or app.run); a standalone Database needs db.open() first"
+            )
 
     def _kind(self, sql: str) -> str:
         if not isinstance(sql, str):
             raise UsageError(f"SQL must be a string, got {type(sql).__name__}")
         kind = classify(sql)
         if kind == TRANSACTION:
-            raise UsageError(f"{_snippet(sql)!r}: transactions begin and end with `async with db.transaction()`, "
-                             "not with BEGIN/COMMIT/ROLLBACK statements")
+            raise UsageError(
+                f"{_snippet(sql)!r}: transactions begin and end with `async with db.transaction()`, "
+                "not with BEGIN/COMMIT/ROLLBACK statements"
+            )
         return kind
 
     async def _call(self, op: str, sql: str, args: Sequence[Any]) -> Any:
@@ -302,4 +308,3 @@ def error_message(backend: str, exc: BaseException, sql: str) -> str:
     """``"sqlite: UNIQUE constraint failed: t.x (in: INSERT INTO t …)"``: the driver's words and
     the statement (which holds no values: they are bound)."""
     return f"{backend}: {' '.join(str(exc).split())} (in: {_snippet(sql)})"
-

@@ -74,8 +74,13 @@ class PostgresDatabase(Database):
         self._making: asyncio.Lock | None = None
         pg = self._asyncpg
         #: What a connection the server closed under us raises (a read is then run again).
-        self._broken = (pg.ConnectionDoesNotExistError, pg.PostgresConnectionError, pg.AdminShutdownError,
-                        pg.InternalClientError, ConnectionError)
+        self._broken = (
+            pg.ConnectionDoesNotExistError,
+            pg.PostgresConnectionError,
+            pg.AdminShutdownError,
+            pg.InternalClientError,
+            ConnectionError,
+        )
 
     @property
     def is_open(self) -> bool:
@@ -85,8 +90,11 @@ class PostgresDatabase(Database):
         self._open = True
         self._making = asyncio.Lock()
         self._opened()
-        log.info("db: PostgreSQL %s (pool of up to %d, connected on first use)", self.config.display_url,
-                 self.config.pool_size)
+        log.info(
+            "db: PostgreSQL %s (pool of up to %d, connected on first use)",
+            self.config.display_url,
+            self.config.pool_size,
+        )
 
     async def close(self) -> None:
         self._open = False
@@ -111,10 +119,12 @@ class PostgresDatabase(Database):
             if self._pool is None:
                 try:
                     self._pool = await self._asyncpg.create_pool(
-                        self.config.url, min_size=1, max_size=self.config.pool_size, timeout=self.config.timeout)
+                        self.config.url, min_size=1, max_size=self.config.pool_size, timeout=self.config.timeout
+                    )
                 except (OSError, TimeoutError, self._asyncpg.PostgresError, self._asyncpg.InterfaceError) as exc:
-                    raise DatabaseUnavailable(f"postgresql: cannot connect to {self.config.display_url}: "
-                                              f"{type(exc).__name__}: {exc}") from exc
+                    raise DatabaseUnavailable(
+                        f"postgresql: cannot connect to {self.config.display_url}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 self._pool_loop = loop
             return self._pool
 
@@ -125,8 +135,10 @@ class PostgresDatabase(Database):
             conn = await pool.acquire(timeout=self.config.timeout)
         except TimeoutError:
             self.metrics.db_pool_timeouts.inc()
-            raise PoolTimeout(f"all {self.config.pool_size} PostgreSQL connections stayed busy for "
-                              f"{self.config.timeout} s ([db] pool_size, [db] timeout)") from None
+            raise PoolTimeout(
+                f"all {self.config.pool_size} PostgreSQL connections stayed busy for "
+                f"{self.config.timeout} s ([db] pool_size, [db] timeout)"
+            ) from None
         except (OSError, self._asyncpg.PostgresError, self._asyncpg.InterfaceError) as exc:
             raise DatabaseUnavailable(f"postgresql: no connection to {self.config.display_url}: {exc}") from exc
         try:

@@ -28,8 +28,9 @@ TRANSACTION = "transaction"
 
 _READ_WORDS = frozenset({"SELECT", "VALUES", "WITH", "EXPLAIN", "TABLE", "SHOW"})
 _TX_WORDS = frozenset({"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "START", "ABORT"})
-_WRITING = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE|MERGE|CREATE|DROP|ALTER|INTO|TRUNCATE|COPY|VACUUM)\b",
-                      re.IGNORECASE)
+_WRITING = re.compile(
+    r"\b(INSERT|UPDATE|DELETE|REPLACE|MERGE|CREATE|DROP|ALTER|INTO|TRUNCATE|COPY|VACUUM)\b", re.IGNORECASE
+)
 _FIRST_WORD = re.compile(r"[\s(;]*([A-Za-z]+)")
 _PARAM = re.compile(r"\$(\d+)")
 

@@ -77,7 +77,8 @@ def _is_broken(exc: BaseException | None) -> bool:
     if isinstance(exc, sqlite3.ProgrammingError):
         return _CLOSED in str(exc)
     return isinstance(exc, (sqlite3.InterfaceError, sqlite3.DatabaseError, sqlite3.InternalError)) or not isinstance(
-        exc, (sqlite3.Error, ValueError, TypeError, OverflowError))
+        exc, (sqlite3.Error, ValueError, TypeError, OverflowError)
+    )
 
 
 class _WriterSession(Session):
@@ -112,8 +113,13 @@ class SqliteDatabase(Database):
     # --- connections -------------------------------------------------------------------------------
 
     def _connect(self, *, reader: bool) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.config.busy_timeout, isolation_level=None,
-                               check_same_thread=False, cached_statements=256)
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.config.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+        )
         try:
             conn.row_factory = sqlite3.Row
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -142,8 +148,10 @@ class SqliteDatabase(Database):
             return
         folder = self.path.parent if str(self.path.parent) else Path(".")
         if not folder.is_dir():
-            raise ConfigError(f"[db] url {self.config.url!r}: the folder {str(folder)!r} does not exist "
-                              f"(working folder: {os.getcwd()})")
+            raise ConfigError(
+                f"[db] url {self.config.url!r}: the folder {str(folder)!r} does not exist "
+                f"(working folder: {os.getcwd()})"
+            )
         try:
             writer = self._connect(reader=False)
         except sqlite3.Error as exc:
@@ -151,8 +159,10 @@ class SqliteDatabase(Database):
         try:
             mode = writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise ConfigError(f"[db] url {self.config.url!r}: SQLite refused WAL mode (got {mode!r}); "
-                                  "the file system may not support it")
+                raise ConfigError(
+                    f"[db] url {self.config.url!r}: SQLite refused WAL mode (got {mode!r}); "
+                    "the file system may not support it"
+                )
             readers = [self._open_reader() for _ in range(self.config.pool_size)]
         except sqlite3.Error as exc:
             writer.close()
@@ -163,13 +173,18 @@ class SqliteDatabase(Database):
         self._writer = writer
         self._idle = readers
         self._write_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyvia-db-writer")
-        self._read_threads = concurrent.futures.ThreadPoolExecutor(self.config.pool_size,
-                                                                   thread_name_prefix="pyvia-db-reader")
+        self._read_threads = concurrent.futures.ThreadPoolExecutor(
+            self.config.pool_size, thread_name_prefix="pyvia-db-reader"
+        )
         self._permit = asyncio.Lock()
         self._checkouts = asyncio.Semaphore(self.config.pool_size)
         self._opened()
-        log.info("db: SQLite %s (WAL, 1 writer, %d readers, sqlite %s)", self.path, self.config.pool_size,
-                 sqlite3.sqlite_version)
+        log.info(
+            "db: SQLite %s (WAL, 1 writer, %d readers, sqlite %s)",
+            self.path,
+            self.config.pool_size,
+            sqlite3.sqlite_version,
+        )
 
     async def close(self) -> None:
         writer, idle = self._writer, self._idle
@@ -227,8 +242,10 @@ class SqliteDatabase(Database):
                 await permit.acquire()
         except TimeoutError:
             self.metrics.db_pool_timeouts.inc()
-            raise PoolTimeout(f"SQLite's write permit stayed taken for {self.config.timeout} s ([db] timeout): "
-                              "a transaction is holding it too long") from None
+            raise PoolTimeout(
+                f"SQLite's write permit stayed taken for {self.config.timeout} s ([db] timeout): "
+                "a transaction is holding it too long"
+            ) from None
         self.metrics.db_write_wait.observe(time.perf_counter() - started)
         try:
             yield
@@ -255,8 +272,10 @@ class SqliteDatabase(Database):
                 await checkouts.acquire()
         except TimeoutError:
             self.metrics.db_pool_timeouts.inc()
-            raise PoolTimeout(f"all {self.config.pool_size} SQLite read connections stayed busy for "
-                              f"{self.config.timeout} s ([db] pool_size, [db] timeout)") from None
+            raise PoolTimeout(
+                f"all {self.config.pool_size} SQLite read connections stayed busy for "
+                f"{self.config.timeout} s ([db] pool_size, [db] timeout)"
+            ) from None
         loop = asyncio.get_running_loop()
         try:
             conn = self._idle.pop() if self._idle else await loop.run_in_executor(threads, self._open_reader)
@@ -293,8 +312,11 @@ class SqliteDatabase(Database):
         """The writer and the readers: open ones, idle readers, readers discarded as broken."""
         if self._writer is None:
             return {"open": 0, "idle": 0, "discarded": self.readers_discarded}
-        return {"open": 1 + len(self._idle) + self._checked_out, "idle": len(self._idle),
-                "discarded": self.readers_discarded}
+        return {
+            "open": 1 + len(self._idle) + self._checked_out,
+            "idle": len(self._idle),
+            "discarded": self.readers_discarded,
+        }
 
     # --- errors ------------------------------------------------------------------------------------
 
@@ -304,9 +326,10 @@ class SqliteDatabase(Database):
         if isinstance(exc, sqlite3.OperationalError):
             text = str(exc).lower()
             if "locked" in text or "busy" in text:
-                return DatabaseUnavailable(error_message(
-                    "sqlite", exc, sql) + f"; another process held the file past [db] busy_timeout "
-                    f"({self.config.busy_timeout} s)")
+                return DatabaseUnavailable(
+                    error_message("sqlite", exc, sql) + f"; another process held the file past [db] busy_timeout "
+                    f"({self.config.busy_timeout} s)"
+                )
             if "readonly" in text or "read-only" in text or "disk i/o" in text or "unable to open" in text:
                 return DatabaseUnavailable(error_message("sqlite", exc, sql))
         if isinstance(exc, sqlite3.DatabaseError) and "not authorized" in str(exc):
@@ -314,7 +337,8 @@ class SqliteDatabase(Database):
         if isinstance(exc, sqlite3.ProgrammingError) and _CLOSED in str(exc):
             return DatabaseUnavailable(error_message("sqlite", exc, sql))
         if isinstance(exc, (sqlite3.Error, OverflowError)) or (
-                isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, UsageError)):
+            isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, UsageError)
+        ):
             return DatabaseError(error_message("sqlite", exc, sql))
         return None
 

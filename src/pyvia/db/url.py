@@ -59,8 +59,10 @@ def parse_url(url: str, *, pool_size: int = 4, timeout: float = 30.0, busy_timeo
     if scheme == _SQLITE:
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"{url!r}: a SQLite URL names a file, not a host ({parts.netloc!r}); "
-                             "use sqlite:///relative.db or sqlite:////absolute/path.db")
+            raise ValueError(
+                f"{url!r}: a SQLite URL names a file, not a host ({parts.netloc!r}); "
+                "use sqlite:///relative.db or sqlite:////absolute/path.db"
+            )
         if parts.query or parts.fragment:
             raise ValueError(f"{url!r}: a SQLite URL takes no options; set [db] pool_size, timeout, busy_timeout")
         path = unquote(parts.path)
@@ -84,8 +86,10 @@ def _sqlite(url: str, path: str, pool_size: int, timeout: float, busy_timeout: f
     if not path:
         raise ValueError(f"{url!r}: no file named; use sqlite:///app.db")
     if path == ":memory:" or path.startswith("file:") or "mode=memory" in path:
-        raise ValueError(f"{url!r}: an in-memory SQLite database cannot be shared by the writer and the readers; "
-                         "use a file (a temporary folder will do)")
+        raise ValueError(
+            f"{url!r}: an in-memory SQLite database cannot be shared by the writer and the readers; "
+            "use a file (a temporary folder will do)"
+        )
     return DatabaseConfig(url, "sqlite", path, pool_size, timeout, busy_timeout)
 
 

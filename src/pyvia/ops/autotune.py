@@ -86,6 +86,7 @@ def _default_gc_thresholds() -> tuple[int, int, int] | None:
 
 # --- parsing ---------------------------------------------------------------------------------------
 
+
 def parse_cpu_max(text: str) -> float | None:
     """CPUs from a v2 ``cpu.max`` (``"25000 100000"`` → 0.25); None for ``max`` or nonsense."""
     words = text.split()
@@ -189,6 +190,7 @@ def _v1_dirs(root: Path, controller: str, own: str) -> list[Path]:
 
 # --- limits ------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What this process may use, and where each figure came from.
@@ -209,8 +211,11 @@ class Limits:
         return self.cpu_source.startswith("cgroup")
 
 
-def read_limits(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup", proc: str | os.PathLike[str] = "/proc",
-                cpu_count: Callable[[], int | None] = os.cpu_count) -> Limits:
+def read_limits(
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    proc: str | os.PathLike[str] = "/proc",
+    cpu_count: Callable[[], int | None] = os.cpu_count,
+) -> Limits:
     """Read the CPU quota and memory limit of this process's cgroup, falling back to the host.
 
     v1 is consulted for a resource only when no v2 file for it exists. Never raises: unreadable
@@ -254,11 +259,18 @@ def read_limits(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup", proc: st
         memory, memory_source = min(found), label
     else:
         memory = host_memory
-    return Limits(cpus=cpus if cpus is not None else float(host_cpus), cpu_source=cpu_source,
-                  memory=memory, memory_source=memory_source, host_cpus=host_cpus, host_memory=host_memory)
+    return Limits(
+        cpus=cpus if cpus is not None else float(host_cpus),
+        cpu_source=cpu_source,
+        memory=memory,
+        memory_source=memory_source,
+        host_cpus=host_cpus,
+        host_memory=host_memory,
+    )
 
 
 # --- the profile ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:
@@ -284,10 +296,18 @@ class Profile:
         return self.gc_thresholds is not None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cpus": self.limits.cpus, "cpu_source": self.limits.cpu_source, "memory": self.limits.memory,
-                "memory_source": self.limits.memory_source, "workers": self.workers,
-                "memory_budget": self.memory_budget, "encoder_budget": self.encoder_budget,
-                "max_tabs": self.max_tabs, "gc_thresholds": self.gc_thresholds, "pinned": sorted(self.pinned)}
+        return {
+            "cpus": self.limits.cpus,
+            "cpu_source": self.limits.cpu_source,
+            "memory": self.limits.memory,
+            "memory_source": self.limits.memory_source,
+            "workers": self.workers,
+            "memory_budget": self.memory_budget,
+            "encoder_budget": self.encoder_budget,
+            "max_tabs": self.max_tabs,
+            "gc_thresholds": self.gc_thresholds,
+            "pinned": sorted(self.pinned),
+        }
 
     def log_line(self) -> str:
         """One line with the limits and every derived value; pinned values end with ``*``.
@@ -302,11 +322,13 @@ class Profile:
             return text + ("*" if name in self.pinned else "")
 
         workers = mark("workers", str(self.workers)) + f" [{self.sources.get('workers', '')}]"
-        return (f"autotune: cpu {lim.cpus:.2f} ({lim.cpu_source}), memory {memory}; workers={workers}, "
-                f"memory_budget={mark('memory_budget', _mib(self.memory_budget))}, "
-                f"encoder_budget={mark('encoder_budget', _mib(self.encoder_budget))}, "
-                f"max_tabs={mark('max_tabs', str(self.max_tabs))}, "
-                f"gc={mark('gc_thresholds', _gc_text(self.gc_thresholds))} (* = pinned)")
+        return (
+            f"autotune: cpu {lim.cpus:.2f} ({lim.cpu_source}), memory {memory}; workers={workers}, "
+            f"memory_budget={mark('memory_budget', _mib(self.memory_budget))}, "
+            f"encoder_budget={mark('encoder_budget', _mib(self.encoder_budget))}, "
+            f"max_tabs={mark('max_tabs', str(self.max_tabs))}, "
+            f"gc={mark('gc_thresholds', _gc_text(self.gc_thresholds))} (* = pinned)"
+        )
 
 
 def _gc_text(thresholds: tuple[int, int, int] | None) -> str:
@@ -322,10 +344,17 @@ def tab_cost(max_stream_buffer: int) -> int:
     return int(IDLE_TAB + BUSY_SHARE * BUSY_TAB + SLOW_SHARE * max_stream_buffer)
 
 
-def derive_profile(limits: Limits, *, workers: int | None = None, memory_budget: int | None = None,
-                   encoder_budget: int | None = None, max_tabs: int | None = None,
-                   gc_thresholds: tuple[int, int, int] | None = UNSET, max_stream_buffer: int = 1 << 20,
-                   defaulted: Collection[str] = ()) -> Profile:
+def derive_profile(
+    limits: Limits,
+    *,
+    workers: int | None = None,
+    memory_budget: int | None = None,
+    encoder_budget: int | None = None,
+    max_tabs: int | None = None,
+    gc_thresholds: tuple[int, int, int] | None = UNSET,
+    max_stream_buffer: int = 1 << 20,
+    defaulted: Collection[str] = (),
+) -> Profile:
     """Derive every value from ``limits``, except those given (pinned), which are used as given.
 
     ``defaulted`` names given values that are configuration defaults rather than the
@@ -374,9 +403,17 @@ def derive_profile(limits: Limits, *, workers: int | None = None, memory_budget:
     if workers is not None and sources["workers"] == "pinned":
         pinned.add("workers")
     pinned -= set(defaulted)
-    return Profile(limits=limits, workers=workers, memory_budget=memory_budget, encoder_budget=encoder_budget,
-                   max_tabs=max_tabs, gc_thresholds=gc_thresholds, max_stream_buffer=max_stream_buffer,
-                   pinned=frozenset(pinned), sources=sources)
+    return Profile(
+        limits=limits,
+        workers=workers,
+        memory_budget=memory_budget,
+        encoder_budget=encoder_budget,
+        max_tabs=max_tabs,
+        gc_thresholds=gc_thresholds,
+        max_stream_buffer=max_stream_buffer,
+        pinned=frozenset(pinned),
+        sources=sources,
+    )
 
 
 def profile_for(settings: Settings, limits: Limits | None = None, *, workers: int | None = None) -> Profile:

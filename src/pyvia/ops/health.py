@@ -133,4 +133,3 @@ def metrics_response(app: Any, metrics: PyviaMetrics | None = None) -> Response:
     """The App's metrics in the Prometheus text format (its gauges read now)."""
     m = collect_app(app, metrics)
     return Response(200, [("content-type", CONTENT_TYPE), _NO_STORE], m.render())
-

@@ -150,8 +150,14 @@ def request_scope(rid: str) -> Iterator[None]:
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def configure_logging(level: str | int = "INFO", fmt: str = "text", *, stream: IO[str] | None = None,
-                      logger: logging.Logger | None = None, secrets: Iterable[str] | None = None) -> logging.Handler:
+def configure_logging(
+    level: str | int = "INFO",
+    fmt: str = "text",
+    *,
+    stream: IO[str] | None = None,
+    logger: logging.Logger | None = None,
+    secrets: Iterable[str] | None = None,
+) -> logging.Handler:
     """Send ``logger``'s records (the root logger's by default) to ``stream`` (stderr) as ``fmt``.
 
     ``fmt`` is ``"text"`` or ``"json"``. ``secrets`` are values never to print; by default the

@@ -79,8 +79,16 @@ DB_STATUSES = ("ok", "error")
 DB_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 #: The native server's label values (pyvia.server.connection keeps the same tuples; a test compares
 #: them): why it answered 503 itself, where it timed a connection out, what it refused a request with.
-UNAVAILABLE_REASONS = ("connections", "connections_per_ip", "backlog", "streams", "streams_per_ip", "in_flight",
-                       "loop_lag", "queued")
+UNAVAILABLE_REASONS = (
+    "connections",
+    "connections_per_ip",
+    "backlog",
+    "streams",
+    "streams_per_ip",
+    "in_flight",
+    "loop_lag",
+    "queued",
+)
 TIMEOUT_PHASES = ("header", "body", "idle", "send")
 REFUSAL_STATUSES = ("400", "413", "414", "417", "431", "501", "505")
 #: The native server's effective caps, as ``ConnectionRegistry.stats()`` names them.
@@ -281,8 +289,9 @@ class Histogram(_Metric):
 
     kind = "histogram"
 
-    def __init__(self, name: str, documentation: str, buckets: Iterable[float],
-                 labels: Mapping[str, Sequence[str]] | None = None) -> None:
+    def __init__(
+        self, name: str, documentation: str, buckets: Iterable[float], labels: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         bounds = tuple(float(b) for b in buckets)
         if not bounds or list(bounds) != sorted(set(bounds)) or math.isinf(bounds[-1]):
             raise ValueError(f"buckets of {name} must be finite, increasing and not empty; got {bounds}")
@@ -329,8 +338,14 @@ class Registry:
     def gauge(self, name: str, documentation: str, *, labels: Mapping[str, Sequence[str]] | None = None) -> Gauge:
         return self._add(Gauge(name, documentation, labels))  # type: ignore[no-any-return]  # _add returns its arg
 
-    def histogram(self, name: str, documentation: str, *, buckets: Iterable[float],
-                  labels: Mapping[str, Sequence[str]] | None = None) -> Histogram:
+    def histogram(
+        self,
+        name: str,
+        documentation: str,
+        *,
+        buckets: Iterable[float],
+        labels: Mapping[str, Sequence[str]] | None = None,
+    ) -> Histogram:
         return self._add(Histogram(name, documentation, buckets, labels))  # type: ignore[no-any-return]
 
     def get(self, name: str) -> _Metric:
@@ -372,7 +387,8 @@ class GcMonitor:
             self._started = time.perf_counter()
         elif self._started:
             self._children.get(str(info.get("generation")), self._children["2"]).observe(
-                time.perf_counter() - self._started)
+                time.perf_counter() - self._started
+            )
             self._started = 0.0
 
     def install(self) -> None:
@@ -428,6 +444,7 @@ class LoopLagMonitor:
 
 # --- pyvia's metrics -------------------------------------------------------------------------------
 
+
 class PyviaMetrics:
     """The metrics of one App. The core reports events through the methods; gauges and totals
     the App already keeps are read by :func:`collect_app` at scrape time."""
@@ -436,59 +453,95 @@ class PyviaMetrics:
         from pyvia import __version__
 
         r = self.registry = Registry()
-        self.build_info = r.gauge("pyvia_build_info", "pyvia version of this process (always 1).",
-                                  labels={"version": (__version__,)})
+        self.build_info = r.gauge(
+            "pyvia_build_info", "pyvia version of this process (always 1).", labels={"version": (__version__,)}
+        )
         self.build_info.labels(version=__version__).set(1)
         # events, reported by the core
-        self.requests = r.counter("pyvia_requests_total", "Requests answered, by kind and status class.",
-                                  labels={"kind": REQUEST_KINDS, "status": STATUS_CLASSES})
-        self.action_seconds = r.histogram("pyvia_action_duration_seconds",
-                                          "Time from an action's request to its answer.", buckets=ACTION_BUCKETS)
-        self.flush_seconds = r.histogram("pyvia_broadcast_flush_duration_seconds",
-                                         "Time one broadcast flush took (render and write every marked tab).",
-                                         buckets=FLUSH_BUCKETS)
-        self.frames_sent = r.counter("pyvia_stream_frames_sent_total", "Writes to tab streams.",
-                                     labels={"coding": CODINGS})
-        self.bytes_sent = r.counter("pyvia_stream_bytes_sent_total",
-                                    "Bytes written to tab streams, after compression.", labels={"coding": CODINGS})
-        self.frames_held = r.counter("pyvia_stream_frames_held_total",
-                                     "View frames held back (and superseded) because a tab's socket was full.")
-        self.engine_seconds = r.histogram("pyvia_engine_round_trip_seconds",
-                                          "Round trips to the cluster engine.", buckets=ENGINE_BUCKETS)
-        forwarded = r.counter("pyvia_forwarded_total", "Actions sent on to the worker holding their tab, "
-                              "by channel.", labels={"channel": FORWARD_CHANNELS})
+        self.requests = r.counter(
+            "pyvia_requests_total",
+            "Requests answered, by kind and status class.",
+            labels={"kind": REQUEST_KINDS, "status": STATUS_CLASSES},
+        )
+        self.action_seconds = r.histogram(
+            "pyvia_action_duration_seconds", "Time from an action's request to its answer.", buckets=ACTION_BUCKETS
+        )
+        self.flush_seconds = r.histogram(
+            "pyvia_broadcast_flush_duration_seconds",
+            "Time one broadcast flush took (render and write every marked tab).",
+            buckets=FLUSH_BUCKETS,
+        )
+        self.frames_sent = r.counter(
+            "pyvia_stream_frames_sent_total", "Writes to tab streams.", labels={"coding": CODINGS}
+        )
+        self.bytes_sent = r.counter(
+            "pyvia_stream_bytes_sent_total",
+            "Bytes written to tab streams, after compression.",
+            labels={"coding": CODINGS},
+        )
+        self.frames_held = r.counter(
+            "pyvia_stream_frames_held_total", "View frames held back (and superseded) because a tab's socket was full."
+        )
+        self.engine_seconds = r.histogram(
+            "pyvia_engine_round_trip_seconds", "Round trips to the cluster engine.", buckets=ENGINE_BUCKETS
+        )
+        forwarded = r.counter(
+            "pyvia_forwarded_total",
+            "Actions sent on to the worker holding their tab, by channel.",
+            labels={"channel": FORWARD_CHANNELS},
+        )
         self._forwarded = {channel: forwarded.labels(channel=channel) for channel in FORWARD_CHANNELS}
-        self.loop_lag = r.histogram("pyvia_event_loop_lag_seconds",
-                                    "How late a callback scheduled every 250 ms ran.", buckets=LAG_BUCKETS)
+        self.loop_lag = r.histogram(
+            "pyvia_event_loop_lag_seconds", "How late a callback scheduled every 250 ms ran.", buckets=LAG_BUCKETS
+        )
         self.loop_lag_last = r.gauge("pyvia_event_loop_lag_last_seconds", "The lag of the latest check.")
-        self.db_queries = r.counter("pyvia_db_queries_total", "Database statements, by kind (read/write) "
-                                    "and status (ok/error).", labels={"kind": DB_KINDS, "status": DB_STATUSES})
-        self.db_seconds = r.histogram("pyvia_db_query_duration_seconds", "Time a database statement took, as its "
-                                      "caller saw it, by kind.", buckets=DB_BUCKETS, labels={"kind": DB_KINDS})
-        self.db_write_wait = r.histogram("pyvia_db_write_wait_seconds",
-                                         "Time a SQLite write waited for the one write permit.", buckets=DB_BUCKETS)
-        self.db_pool_timeouts = r.counter("pyvia_db_pool_timeouts_total",
-                                          "Statements refused because no connection or write permit came in time.")
-        self.db_connections = r.gauge("pyvia_db_connections", "Database connections the pool holds "
-                                      "(SQLite: the writer and the readers); 0 without a database.")
+        self.db_queries = r.counter(
+            "pyvia_db_queries_total",
+            "Database statements, by kind (read/write) and status (ok/error).",
+            labels={"kind": DB_KINDS, "status": DB_STATUSES},
+        )
+        self.db_seconds = r.histogram(
+            "pyvia_db_query_duration_seconds",
+            "Time a database statement took, as its caller saw it, by kind.",
+            buckets=DB_BUCKETS,
+            labels={"kind": DB_KINDS},
+        )
+        self.db_write_wait = r.histogram(
+            "pyvia_db_write_wait_seconds", "Time a SQLite write waited for the one write permit.", buckets=DB_BUCKETS
+        )
+        self.db_pool_timeouts = r.counter(
+            "pyvia_db_pool_timeouts_total", "Statements refused because no connection or write permit came in time."
+        )
+        self.db_connections = r.gauge(
+            "pyvia_db_connections",
+            "Database connections the pool holds (SQLite: the writer and the readers); 0 without a database.",
+        )
         self.db_idle = r.gauge("pyvia_db_connections_idle", "Database connections free to hand out.")
-        self.db_discarded = r.counter("pyvia_db_connections_discarded_total",
-                                      "Database connections closed because they broke (never handed out again).")
-        self.gc_seconds = r.histogram("pyvia_gc_pause_seconds", "Cyclic garbage collections, by generation.",
-                                      buckets=GC_BUCKETS, labels={"generation": GC_GENERATIONS})
+        self.db_discarded = r.counter(
+            "pyvia_db_connections_discarded_total",
+            "Database connections closed because they broke (never handed out again).",
+        )
+        self.gc_seconds = r.histogram(
+            "pyvia_gc_pause_seconds",
+            "Cyclic garbage collections, by generation.",
+            buckets=GC_BUCKETS,
+            labels={"generation": GC_GENERATIONS},
+        )
         # state, read at scrape time
         self.tabs = r.gauge("pyvia_tabs", "Live tab contexts (with or without a stream).")
         self.tabs_waiting = r.gauge("pyvia_tabs_waiting", "Page contexts waiting for their first stream.")
-        self.tabs_evicted = r.counter("pyvia_tabs_waiting_evicted_total",
-                                      "Page contexts destroyed unconnected past max_waiting_contexts.")
+        self.tabs_evicted = r.counter(
+            "pyvia_tabs_waiting_evicted_total", "Page contexts destroyed unconnected past max_waiting_contexts."
+        )
         self.streams = r.gauge("pyvia_streams_open", "Tabs with an open stream.")
         self.sessions = r.gauge("pyvia_sessions", "Sessions whose data is kept.")
         self.scopes = r.gauge("pyvia_scopes", "Scopes with members or held by the app.")
         self.flushes = r.counter("pyvia_broadcast_flushes_total", "Broadcast flushes.")
         self.broadcast_frames = r.counter("pyvia_broadcast_tab_frames_total", "Tabs written by broadcast flushes.")
         self.broadcast_pending = r.gauge("pyvia_broadcast_pending_scopes", "Scopes marked and not yet flushed.")
-        self.flushes_cut_short = r.counter("pyvia_broadcast_flushes_cut_short_total",
-                                           "Flushes dropped after their first slices because a burst began.")
+        self.flushes_cut_short = r.counter(
+            "pyvia_broadcast_flushes_cut_short_total", "Flushes dropped after their first slices because a burst began."
+        )
         self.encoder_bytes = r.gauge("pyvia_encoder_memory_bytes", "Estimated memory of live stream encoders.")
         self.encoder_peak = r.gauge("pyvia_encoder_memory_peak_bytes", "Highest encoder memory so far.")
         self.encoder_limit = r.gauge("pyvia_encoder_budget_bytes", "The cap on stream-encoder memory.")
@@ -497,22 +550,31 @@ class PyviaMetrics:
         self.replay_bytes = r.gauge("pyvia_replay_buffer_bytes", "Bytes of recent frames kept for tabs that reconnect.")
         self.replay_buffers = r.gauge("pyvia_replay_buffers", "Tabs with a replay buffer.")
         self.replay_limit = r.gauge("pyvia_replay_budget_bytes", "The cap on all replay buffers together.")
-        self.resumes = r.counter("pyvia_stream_resumes_total",
-                                 "Reconnected streams given exactly the frames they missed.")
+        self.resumes = r.counter(
+            "pyvia_stream_resumes_total", "Reconnected streams given exactly the frames they missed."
+        )
         self.replayed_frames = r.counter("pyvia_stream_replayed_frames_total", "Frames written again on a resume.")
-        self.full_renders = r.counter("pyvia_stream_full_renders_total",
-                                      "Reconnected streams of a held tab that needed a full render (frames gone).")
-        self.replay_evictions = r.counter("pyvia_replay_evictions_total",
-                                          "Replay buffers dropped to stay within their budget.")
+        self.full_renders = r.counter(
+            "pyvia_stream_full_renders_total",
+            "Reconnected streams of a held tab that needed a full render (frames gone).",
+        )
+        self.replay_evictions = r.counter(
+            "pyvia_replay_evictions_total", "Replay buffers dropped to stay within their budget."
+        )
         self.errors = r.counter("pyvia_errors_total", "Errors raised by user code (logged with their phase).")
         self.rate_limited = r.counter("pyvia_rate_limited_total", "Actions refused with 429.")
         self.session_evictions = r.counter("pyvia_session_evictions_total", "Sessions dropped past max_sessions.")
         self.unsent = r.gauge("pyvia_unsent_bytes", "Bytes waiting in all tab sockets together (last sweep).")
-        self.unsent_cap_hits = r.counter("pyvia_unsent_cap_hits_total",
-                                         "Times the tab sockets together went over max_unsent_bytes (view frames "
-                                         "are held everywhere until they drain).")
-        self.engine_up = r.gauge("pyvia_engine_up", "1 when the cluster engine is reachable, else 0; "
-                                 "absent without an engine.", labels={"engine": ENGINES})
+        self.unsent_cap_hits = r.counter(
+            "pyvia_unsent_cap_hits_total",
+            "Times the tab sockets together went over max_unsent_bytes (view frames "
+            "are held everywhere until they drain).",
+        )
+        self.engine_up = r.gauge(
+            "pyvia_engine_up",
+            "1 when the cluster engine is reachable, else 0; absent without an engine.",
+            labels={"engine": ENGINES},
+        )
         self.rss = r.gauge("process_resident_memory_bytes", "Resident memory of this process.")
         self.uptime = r.gauge("pyvia_uptime_seconds", "Seconds since the app started.")
         self.gc_monitor = GcMonitor(self.gc_seconds)
@@ -520,8 +582,11 @@ class PyviaMetrics:
         # pre-bound children: the hot paths do no label lookup
         self._request_children: dict[tuple[str, int], Any] = {}
         self._sent = {c: (self.frames_sent.labels(coding=c), self.bytes_sent.labels(coding=c)) for c in CODINGS}
-        self._db = {(k, ok): (self.db_queries.labels(kind=k, status="ok" if ok else "error"),
-                              self.db_seconds.labels(kind=k)) for k in DB_KINDS for ok in (True, False)}
+        self._db = {
+            (k, ok): (self.db_queries.labels(kind=k, status="ok" if ok else "error"), self.db_seconds.labels(kind=k))
+            for k in DB_KINDS
+            for ok in (True, False)
+        }
         # the native server's counts, read at scrape time while it serves this app (watch_server)
         self._server_stats: Callable[[], Mapping[str, float]] | None = None
         self._server: _ServerMetrics | None = None
@@ -579,8 +644,10 @@ class PyviaMetrics:
         """One database statement of ``kind`` (``"read"``/``"write"``) that took ``seconds``."""
         pair = self._db.get((kind, ok))
         if pair is None:
-            pair = self._db[(kind, ok)] = (self.db_queries.labels(kind=kind, status="ok" if ok else "error"),
-                                           self.db_seconds.labels(kind=kind))
+            pair = self._db[(kind, ok)] = (
+                self.db_queries.labels(kind=kind, status="ok" if ok else "error"),
+                self.db_seconds.labels(kind=kind),
+            )
         count, hist = pair
         count.value += 1
         hist.observe(seconds)
@@ -617,25 +684,38 @@ class _ServerMetrics:
         self.in_flight = r.gauge("pyvia_server_requests_in_flight", "Requests the app is still answering.")
         self.shedding = r.gauge("pyvia_server_shedding", "1 while new requests are answered 503 (overload).")
         self.unsent = r.gauge("pyvia_server_unsent_bytes", "Bytes every connection still holds for its peer.")
-        self.caps = r.gauge("pyvia_server_capacity", "The effective caps (None ones derived from the fd limit).",
-                            labels={"cap": SERVER_CAPS})
+        self.caps = r.gauge(
+            "pyvia_server_capacity",
+            "The effective caps (None ones derived from the fd limit).",
+            labels={"cap": SERVER_CAPS},
+        )
         self.unavailable = r.counter(
             "pyvia_server_unavailable_total",
             "503s the server answered by itself: a connection cap or the listen backlog at accept (connections, "
             "connections_per_ip, backlog), a stream cap (streams, streams_per_ip), load shedding (in_flight, "
-            "loop_lag, queued).", labels={"reason": UNAVAILABLE_REASONS})
+            "loop_lag, queued).",
+            labels={"reason": UNAVAILABLE_REASONS},
+        )
         self.timeouts = r.counter(
             "pyvia_server_timeouts_total",
             "Connections timed out: request head (408), body (408), idle keep-alive (closed), a peer not reading "
-            "(send, aborted).", labels={"phase": TIMEOUT_PHASES})
-        self.refused = r.counter("pyvia_server_refused_requests_total",
-                                 "Requests refused before the app, by status (malformed, too large, bad Host...).",
-                                 labels={"status": REFUSAL_STATUSES})
-        self.smuggling = r.counter("pyvia_server_smuggling_refused_total",
-                                   "Requests refused with 400 for ambiguous framing (two Content-Length, "
-                                   "Content-Length with Transfer-Encoding...): request-smuggling attempts.")
-        self.hosts = r.counter("pyvia_server_host_refused_total",
-                               "Requests refused with 400 for a Host that is invalid or not in allowed_hosts.")
+            "(send, aborted).",
+            labels={"phase": TIMEOUT_PHASES},
+        )
+        self.refused = r.counter(
+            "pyvia_server_refused_requests_total",
+            "Requests refused before the app, by status (malformed, too large, bad Host...).",
+            labels={"status": REFUSAL_STATUSES},
+        )
+        self.smuggling = r.counter(
+            "pyvia_server_smuggling_refused_total",
+            "Requests refused with 400 for ambiguous framing (two Content-Length, "
+            "Content-Length with Transfer-Encoding...): request-smuggling attempts.",
+        )
+        self.hosts = r.counter(
+            "pyvia_server_host_refused_total",
+            "Requests refused with 400 for a Host that is invalid or not in allowed_hosts.",
+        )
 
     def read(self, stats: Mapping[str, float]) -> None:
         self.open.set(stats.get("connections", 0))
@@ -678,8 +758,9 @@ def apps_of(app: Any) -> list[Any]:
     return out
 
 
-def collect_app(app: Any, metrics: PyviaMetrics | None = None, *,
-                rss: Callable[[], int | None] = process_rss) -> PyviaMetrics:
+def collect_app(
+    app: Any, metrics: PyviaMetrics | None = None, *, rss: Callable[[], int | None] = process_rss
+) -> PyviaMetrics:
     """Read the App's current state (with its mounted apps') into the gauges and totals.
 
     Call it once per scrape; it costs a few ``len()`` calls and one read of ``/proc/self/statm``.

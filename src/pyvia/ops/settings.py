@@ -98,6 +98,7 @@ def parse_size(text: str) -> int:
 
 # --- the schema ----------------------------------------------------------------------------------
 
+
 def _port(value: int) -> int:
     if not 0 <= value <= 65535:
         raise ValueError(f"{value} is not a port number (0..65535)")
@@ -141,8 +142,21 @@ SERVER_LIMITS: dict[str, tuple[Any, Any, Callable[[Any], Any]]] = {
 }
 
 #: Keys of the server's sections, which App refuses (they go to ``app.run()`` or ``pyvia run``).
-SERVER_KEYS = frozenset({"host", "port", "cert", "key", "workers", "pid_file", *SERVER_LIMITS, "level", "format",
-                         "memory_budget", "max_tabs"})
+SERVER_KEYS = frozenset(
+    {
+        "host",
+        "port",
+        "cert",
+        "key",
+        "workers",
+        "pid_file",
+        *SERVER_LIMITS,
+        "level",
+        "format",
+        "memory_budget",
+        "max_tabs",
+    }
+)
 
 
 def _schema() -> dict[str, dict[str, Spec]]:
@@ -181,6 +195,7 @@ def _schema() -> dict[str, dict[str, Spec]]:
 
 
 # --- values with their sources --------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -251,8 +266,12 @@ class Settings:
         ``workers`` is not among them (the server takes no such option yet): read
         ``settings["server.workers"]`` (an int, or ``"auto"`` for :mod:`pyvia.ops.autotune`).
         """
-        return {"host": self["server.host"], "port": self["server.port"],
-                "certfile": self["server.cert"], "keyfile": self["server.key"]}
+        return {
+            "host": self["server.host"],
+            "port": self["server.port"],
+            "certfile": self["server.cert"],
+            "keyfile": self["server.key"],
+        }
 
     def server_limit_options(self) -> dict[str, Any]:
         """The ``[server]`` limits, every one (set or default): keyword arguments of
@@ -270,8 +289,9 @@ class Settings:
         url = self["db.url"]
         if url is None:
             return None
-        return parse_url(url, pool_size=self["db.pool_size"], timeout=self["db.timeout"],
-                         busy_timeout=self["db.busy_timeout"])
+        return parse_url(
+            url, pool_size=self["db.pool_size"], timeout=self["db.timeout"], busy_timeout=self["db.busy_timeout"]
+        )
 
     def autotune_pins(self) -> dict[str, Any]:
         """Keyword arguments for :func:`pyvia.ops.autotune.derive_profile`: the pinned values.
@@ -282,8 +302,12 @@ class Settings:
         """
         pins: dict[str, Any] = {}
         defaulted: list[str] = []
-        for name, key in (("server.workers", "workers"), ("app.encoder_budget", "encoder_budget"),
-                          ("autotune.memory_budget", "memory_budget"), ("autotune.max_tabs", "max_tabs")):
+        for name, key in (
+            ("server.workers", "workers"),
+            ("app.encoder_budget", "encoder_budget"),
+            ("autotune.memory_budget", "memory_budget"),
+            ("autotune.max_tabs", "max_tabs"),
+        ):
             s = self._values[name]
             if s.value is not None and s.value != "auto":
                 pins[key] = s.value
@@ -329,8 +353,14 @@ class Settings:
 
 # --- loading -----------------------------------------------------------------------------------------
 
-def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
-                  *, command_line: Sequence[str] = (), **kwargs: Any) -> Settings:
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    command_line: Sequence[str] = (),
+    **kwargs: Any,
+) -> Settings:
     """Read the file, then the ``PYVIA_<SECTION>__<KEY>`` variables of ``env``, then
     ``command_line``, then ``kwargs``.
 
@@ -344,7 +374,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
     schema = _schema()
     values: dict[str, Setting] = {
         f"{sec}.{k.name}": Setting(sec, k.name, k.default, "default", "default")
-        for sec, keys in schema.items() for k in keys.values()
+        for sec, keys in schema.items()
+        for k in keys.values()
     }
     file: Path | None = None
     if path is not None:
@@ -393,8 +424,7 @@ def _from_file(file: Path, schema: dict[str, dict[str, Spec]]) -> list[Setting]:
                 key = schema[top].get(name)
                 if key is None:
                     elsewhere = all_keys.get(name)
-                    hint = (f"; {name!r} belongs in [{elsewhere}]" if elsewhere
-                            else _hint(name, schema[top]))
+                    hint = f"; {name!r} belongs in [{elsewhere}]" if elsewhere else _hint(name, schema[top])
                     raise SettingsError(where, f"{top}.{name}", f"unknown key {name!r} in [{top}]{hint}")
                 out.append(_accept(key, _resolve_path(key, raw, file), "file", where))
             continue
@@ -423,30 +453,40 @@ def _from_env(env: Mapping[str, str], schema: dict[str, dict[str, Spec]]) -> lis
     for var in sorted(env):
         if not var.startswith(ENV_PREFIX):
             continue
-        rest = var[len(ENV_PREFIX):]
+        rest = var[len(ENV_PREFIX) :]
         section, sep, name = rest.partition("__")
         if not sep:
             for sec in schema:  # PYVIA_APP_TITLE: the likely typo of PYVIA_APP__TITLE
-                key_part = rest[len(sec) + 1:]
+                key_part = rest[len(sec) + 1 :]
                 if rest.startswith(sec.upper() + "_") and key_part.lower() in schema[sec]:
                     meant = f"{ENV_PREFIX}{sec.upper()}__{key_part}"
-                    raise SettingsError(var, f"{sec}.{key_part.lower()}",
-                                        f"did you mean {meant}? (two underscores between section and key)")
+                    raise SettingsError(
+                        var,
+                        f"{sec}.{key_part.lower()}",
+                        f"did you mean {meant}? (two underscores between section and key)",
+                    )
             continue  # PYVIA_SECRET and other single variables belong to the core
         sec_keys = schema.get(section.lower())
         if sec_keys is None:
-            raise SettingsError(var, f"{section.lower()}.{name.lower()}",
-                                f"unknown section {section!r}; sections are {', '.join(s.upper() for s in schema)}")
+            raise SettingsError(
+                var,
+                f"{section.lower()}.{name.lower()}",
+                f"unknown section {section!r}; sections are {', '.join(s.upper() for s in schema)}",
+            )
         key = sec_keys.get(name.lower())
         if key is None:
-            raise SettingsError(var, f"{section.lower()}.{name.lower()}",
-                                f"unknown key {name!r} in [{section.lower()}]{_hint(name.lower(), sec_keys)}")
+            raise SettingsError(
+                var,
+                f"{section.lower()}.{name.lower()}",
+                f"unknown key {name!r} in [{section.lower()}]{_hint(name.lower(), sec_keys)}",
+            )
         out.append(_accept(key, _env_value(key, var, env[var]), "env", var))
     return out
 
 
-def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, Spec]],
-                       by_name: dict[str, Spec]) -> list[Setting]:
+def _from_command_line(
+    pairs: Sequence[str], schema: dict[str, dict[str, Spec]], by_name: dict[str, Spec]
+) -> list[Setting]:
     """``KEY=VALUE`` texts: ``KEY`` is a keyword name (``max_body``, ``level``) or ``section.key``."""
     out: list[Setting] = []
     for pair in pairs:
@@ -458,14 +498,19 @@ def _from_command_line(pairs: Sequence[str], schema: dict[str, dict[str, Spec]],
             raise SettingsError(where, name, "expected KEY=VALUE, such as max_streams_per_ip=64")
         key = schema.get(section, {}).get(bare) if dot else by_name.get(bare)
         if key is None:
-            elsewhere = by_name.get(bare) or next((k for keys in schema.values() for k in keys.values()
-                                                   if k.name == bare), None)
+            elsewhere = by_name.get(bare) or next(
+                (k for keys in schema.values() for k in keys.values() if k.name == bare), None
+            )
             if dot and elsewhere is not None:
                 raise SettingsError(where, name, f"{bare!r} belongs in [{elsewhere.section}], not [{section}]")
             raise SettingsError(where, name, f"unknown setting {name!r}{_hint(bare, by_name)}")
         if key.section in ("app", "db"):
-            raise SettingsError(where, name, f"{bare!r} is read when the App is made, so set it in pyvia.toml or "
-                                             f"PYVIA_{key.section.upper()}__{key.name.upper()}")
+            raise SettingsError(
+                where,
+                name,
+                f"{bare!r} is read when the App is made, so set it in pyvia.toml or "
+                f"PYVIA_{key.section.upper()}__{key.name.upper()}",
+            )
         out.append(_accept(key, _env_value(key, where, raw), "command line", where))
     return out
 
@@ -480,8 +525,9 @@ def _env_value(key: Spec, var: str, raw: str) -> Any:
     except ValueError:
         if accepts(key.type, str) or key.unit == "bytes":
             return raw
-        raise SettingsError(var, f"{key.section}.{key.name}",
-                            f"{raw!r} is not valid JSON; expected {describe_type(key.type)}") from None
+        raise SettingsError(
+            var, f"{key.section}.{key.name}", f"{raw!r} is not valid JSON; expected {describe_type(key.type)}"
+        ) from None
     if fits(parsed, key.type) or not accepts(key.type, str):
         return parsed
     return raw  # a string key given something that parses as JSON ("123", "[x]"): keep the text
@@ -518,10 +564,13 @@ def _check_app_together(values: dict[str, Setting]) -> None:
 
 # --- ``pyvia config`` --------------------------------------------------------------------------------
 
+
 def render(settings: Settings, *, profile_line: str | None = None) -> str:
     """The effective configuration as aligned rows ``key  value  source`` (secrets redacted)."""
-    rows = [(name, json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":")), where)
-            for name, value, where in settings.describe()]
+    rows = [
+        (name, json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":")), where)
+        for name, value, where in settings.describe()
+    ]
     width_key = max(len(r[0]) for r in rows)
     width_value = min(40, max(len(r[1]) for r in rows))
     file = str(settings.path) if settings.path is not None else "none"

@@ -29,8 +29,7 @@ class ServedApp(Protocol):
         """Called once, before the socket accepts connections."""
         ...
 
-    async def shutdown(self, budget: float, *, spread: float = 0.0,
-                       saved: Callable[[], object] | None = None) -> None:
+    async def shutdown(self, budget: float, *, spread: float = 0.0, saved: Callable[[], object] | None = None) -> None:
         """Called once on stop: end the streams (asking browsers to reconnect) within ``budget`` s.
 
         A stop with a :class:`pyvia.server.runner.StopPlan` (a worker's) also passes ``spread``

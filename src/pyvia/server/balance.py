@@ -147,8 +147,11 @@ class BalanceTable:
     def live(self, now: int) -> dict[int, int]:
         """Slot -> open connections, for the workers whose heartbeat is fresh."""
         words = self._words
-        return {slot: words[slot * _WORDS + _COUNT] for slot in range(self.slots)
-                if now - words[slot * _WORDS + _BEAT] <= STALE_MS and words[slot * _WORDS + _BEAT]}
+        return {
+            slot: words[slot * _WORDS + _COUNT]
+            for slot in range(self.slots)
+            if now - words[slot * _WORDS + _BEAT] <= STALE_MS and words[slot * _WORDS + _BEAT]
+        }
 
     def wait_for(self, slot: int, now: int) -> list[int] | None:
         """Whether ``slot`` leaves the next connection to a peer: None when it holds at most
@@ -187,8 +190,23 @@ class BalancedAcceptor:
     admission, backlog shedding and TLS are those of ``create_server``.
     """
 
-    __slots__ = ("_beat_handle", "_closed", "_factory", "_listening", "_loop", "_pending", "_reading", "_retry",
-                 "_sock", "_ssl", "_ssl_timeout", "_table", "_unregistered", "connections", "slot")
+    __slots__ = (
+        "_beat_handle",
+        "_closed",
+        "_factory",
+        "_listening",
+        "_loop",
+        "_pending",
+        "_reading",
+        "_retry",
+        "_sock",
+        "_ssl",
+        "_ssl_timeout",
+        "_table",
+        "_unregistered",
+        "connections",
+        "slot",
+    )
 
     def __init__(
         self,
@@ -307,8 +325,11 @@ class BalancedAcceptor:
                     return
                 raise
             table.beat(slot, now)
-            task: asyncio.Task[object] = self._loop.create_task(self._loop.connect_accepted_socket(
-                self._factory, conn, ssl=self._ssl, ssl_handshake_timeout=self._ssl_timeout))
+            task: asyncio.Task[object] = self._loop.create_task(
+                self._loop.connect_accepted_socket(
+                    self._factory, conn, ssl=self._ssl, ssl_handshake_timeout=self._ssl_timeout
+                )
+            )
             self._pending.add(task)
             task.add_done_callback(self._handed_over)
             self._unregistered += 1

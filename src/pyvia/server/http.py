@@ -58,7 +58,6 @@ __all__ = [
 _KIB = 1024
 
 
-
 @dataclass(frozen=True, slots=True)
 class ServerLimits(Limits):
     """What one connection, one address and the whole process may ask of the server.
@@ -134,8 +133,6 @@ class ServerLimits(Limits):
     def max_head(self) -> int:
         """Raw bytes a request head may take before it is refused, whatever its shape."""
         return self.max_request_line + self.max_header_bytes + 1024
-
-
 
 
 def derive_max_connections(fd_soft_limit: int) -> int:
@@ -490,7 +487,7 @@ class ChunkedBody:
                 if len(self._line) > self._max_line:
                     raise ValueError("a chunk-size or trailer line that never ends")
                 return size
-            line = self._line + data[pos:eol + 1] if self._line else data[pos:eol + 1]
+            line = self._line + data[pos : eol + 1] if self._line else data[pos : eol + 1]
             self._line = b""
             pos = eol + 1
             if len(line) > self._max_line:

@@ -26,8 +26,9 @@ def limits_for(settings: Settings, *, trusted_proxies: Sequence[str] = ()) -> Se
     return ServerLimits(**settings.server_limit_options()).exempting(trusted_proxies)
 
 
-def serve_options(options: dict[str, Any], *, trusted_proxies: Sequence[str] = (),
-                  command_line: Sequence[str] = ()) -> dict[str, Any]:
+def serve_options(
+    options: dict[str, Any], *, trusted_proxies: Sequence[str] = (), command_line: Sequence[str] = ()
+) -> dict[str, Any]:
     """Keyword arguments for :func:`pyvia.server.runner.serve` from ``app.run(**options)``.
 
     Keys named like ``[server]`` limits (``max_streams_per_ip=64``) are read over the file, the
@@ -43,8 +44,10 @@ def serve_options(options: dict[str, Any], *, trusted_proxies: Sequence[str] = (
     settings = load_settings(command_line=command_line, **given)  # unknown names: refused with a hint
     misplaced = sorted(set(given) - set(SERVER_LIMITS))
     if misplaced:
-        raise ConfigError(f"{', '.join(misplaced)}: not options of the native server; its options are "
-                          f"{', '.join(sorted(accepted | set(SERVER_LIMITS)))}")
+        raise ConfigError(
+            f"{', '.join(misplaced)}: not options of the native server; its options are "
+            f"{', '.join(sorted(accepted | set(SERVER_LIMITS)))}"
+        )
     limits = options.get("limits")
     if limits is None:
         limits = limits_for(settings)

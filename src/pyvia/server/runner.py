@@ -99,12 +99,17 @@ def effective_caps(limits: ServerLimits, fd_soft_limit: int | None = None) -> tu
         connections = ceiling
     elif connections > ceiling:
         connections = ceiling  # serve() says so, with the fix (pyvia.server.os_limits)
-    streams = min(limits.max_streams if limits.max_streams is not None else derive_max_streams(connections),
-                  connections)
+    streams = min(
+        limits.max_streams if limits.max_streams is not None else derive_max_streams(connections), connections
+    )
     per_ip = limits.max_connections_per_ip
     streams_per_ip = limits.max_streams_per_ip
-    return (connections, streams, derive_per_ip(connections) if per_ip is None else per_ip,
-            derive_per_ip(streams) if streams_per_ip is None else streams_per_ip)
+    return (
+        connections,
+        streams,
+        derive_per_ip(connections) if per_ip is None else per_ip,
+        derive_per_ip(streams) if streams_per_ip is None else streams_per_ip,
+    )
 
 
 def _format_address(sock: socket.socket) -> tuple[str, int]:
@@ -152,13 +157,20 @@ async def serve(
     fd_before, fd_soft, fd_hard = raise_open_files()
     os_limits = OsLimits(fd_before, fd_soft, fd_hard, read_sysctl(SOMAXCONN))
     max_connections, max_streams, per_ip, streams_per_ip = effective_caps(limits, fd_soft)
-    capped = limit_warnings(os_limits, backlog=backlog, max_connections=limits.max_connections,
-                            effective_connections=max_connections)
+    capped = limit_warnings(
+        os_limits, backlog=backlog, max_connections=limits.max_connections, effective_connections=max_connections
+    )
     if capped:
         logger.warning("system limits cap this server: %s", "; ".join(capped))
-    registry = ConnectionRegistry(loop, limits.sweep_interval, limits, max_connections=max_connections,
-                                  max_streams=max_streams, max_connections_per_ip=per_ip,
-                                  max_streams_per_ip=streams_per_ip)
+    registry = ConnectionRegistry(
+        loop,
+        limits.sweep_interval,
+        limits,
+        max_connections=max_connections,
+        max_streams=max_streams,
+        max_connections_per_ip=per_ip,
+        max_streams_per_ip=streams_per_ip,
+    )
     server: asyncio.Server | BalancedAcceptor | None = None
     # /metrics reads the server's counts through the app's metrics (pyvia.ops.metrics), when it has them
     watch = getattr(getattr(app, "metrics", None), "watch_server", None)
@@ -167,8 +179,14 @@ async def serve(
     handshake_timeout = limits.header_timeout if ssl_context is not None else None
     acceptor = None
     if balance is not None:  # one of several workers: accept when the least loaded (pyvia.server.balance)
-        acceptor = BalancedAcceptor(loop, sock, lambda: HttpProtocol(app, registry, limits, scheme), *balance,
-                                    ssl_context=ssl_context, ssl_handshake_timeout=handshake_timeout)
+        acceptor = BalancedAcceptor(
+            loop,
+            sock,
+            lambda: HttpProtocol(app, registry, limits, scheme),
+            *balance,
+            ssl_context=ssl_context,
+            ssl_handshake_timeout=handshake_timeout,
+        )
         registry.on_count = acceptor.counted
     adopting = ssl_context is None and hasattr(app, "adopt_connection")
     if adopting:  # other workers of this machine may pass it connections (pyvia.cluster.passing)
@@ -191,20 +209,35 @@ async def serve(
         own_port = None
         if worker_sock is not None:
             own_port = await loop.create_server(
-                lambda: HttpProtocol(app, registry, limits, scheme), sock=worker_sock, backlog=backlog,
-                ssl=ssl_context, ssl_handshake_timeout=handshake_timeout)
+                lambda: HttpProtocol(app, registry, limits, scheme),
+                sock=worker_sock,
+                backlog=backlog,
+                ssl=ssl_context,
+                ssl_handshake_timeout=handshake_timeout,
+            )
         registry.start()
         stop_event = stop if stop is not None else asyncio.Event()
         signals = _install_signal_handlers(loop, stop_event)
         bound_host, bound_port = _format_address(sock)
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
-        logger.info("capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
-                    "flight, shed after %s s of waiting; per-address caps skip %s; open files %d (raised from %d, "
-                    "hard %d), listen backlog %d (somaxconn %s)", max_connections,
-                    per_ip, max_streams, streams_per_ip, limits.max_in_flight,
-                    limits.shed_after, ", ".join(limits.per_ip_exempt) or "nobody", fd_soft, fd_before, fd_hard,
-                    backlog, os_limits.somaxconn if os_limits.somaxconn is not None else "unknown")
+        logger.info(
+            "capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
+            "flight, shed after %s s of waiting; per-address caps skip %s; open files %d (raised from %d, "
+            "hard %d), listen backlog %d (somaxconn %s)",
+            max_connections,
+            per_ip,
+            max_streams,
+            streams_per_ip,
+            limits.max_in_flight,
+            limits.shed_after,
+            ", ".join(limits.per_ip_exempt) or "nobody",
+            fd_soft,
+            fd_before,
+            fd_hard,
+            backlog,
+            os_limits.somaxconn if os_limits.somaxconn is not None else "unknown",
+        )
         if isinstance(ready, asyncio.Event):
             ready.set()
         elif ready is not None:
@@ -254,8 +287,13 @@ class ConnectionAdopter:
 
     __slots__ = ("_acceptor", "_app", "_limits", "_loop", "_registry", "_starting")
 
-    def __init__(self, app: ServedApp, registry: ConnectionRegistry, limits: ServerLimits,
-                 acceptor: BalancedAcceptor | None = None) -> None:
+    def __init__(
+        self,
+        app: ServedApp,
+        registry: ConnectionRegistry,
+        limits: ServerLimits,
+        acceptor: BalancedAcceptor | None = None,
+    ) -> None:
         self._app = app
         self._registry = registry
         self._limits = limits
@@ -275,8 +313,9 @@ class ConnectionAdopter:
         if acceptor is not None:
             acceptor.incoming()
         app, registry, limits = self._app, self._registry, self._limits
-        task = self._loop.create_task(self._loop.connect_accepted_socket(
-            lambda: HttpProtocol(app, registry, limits, "http", preface), sock))
+        task = self._loop.create_task(
+            self._loop.connect_accepted_socket(lambda: HttpProtocol(app, registry, limits, "http", preface), sock)
+        )
         self._starting.add(task)
 
         def started(task: asyncio.Task[object]) -> None:
@@ -304,8 +343,13 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Even
     return installed
 
 
-async def _stop(app: ServedApp, server: asyncio.Server | BalancedAcceptor, registry: ConnectionRegistry, budget: float,
-                plan: StopPlan | None = None) -> None:
+async def _stop(
+    app: ServedApp,
+    server: asyncio.Server | BalancedAcceptor,
+    registry: ConnectionRegistry,
+    budget: float,
+    plan: StopPlan | None = None,
+) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     server.close()  # stop accepting; open connections are ours to end

@@ -164,11 +164,28 @@ class SupervisorConfig:
 class _Worker:
     """One worker process, its report pipe and, while it is held, its go pipe."""
 
-    __slots__ = ("balance_slot", "go_fd", "loaded", "proc", "ready", "ready_fd", "retiring", "saved", "slot",
-                 "started", "term_deadline")
+    __slots__ = (
+        "balance_slot",
+        "go_fd",
+        "loaded",
+        "proc",
+        "ready",
+        "ready_fd",
+        "retiring",
+        "saved",
+        "slot",
+        "started",
+        "term_deadline",
+    )
 
-    def __init__(self, slot: int, proc: subprocess.Popen[bytes], ready_fd: int, go_fd: int | None,
-                 balance_slot: int | None = None) -> None:
+    def __init__(
+        self,
+        slot: int,
+        proc: subprocess.Popen[bytes],
+        ready_fd: int,
+        go_fd: int | None,
+        balance_slot: int | None = None,
+    ) -> None:
         self.slot = slot
         self.balance_slot = balance_slot  # this process's slot in the balance table (several workers)
         self.proc = proc
@@ -294,11 +311,19 @@ class Supervisor:
         scheme = "https" if cfg.certfile else "http"
         shown = f"[{host}]" if ":" in str(host) else host
         self._url = f"{scheme}://{shown}:{port}"
-        log.info("pyvia supervisor (pid %d): %d worker(s) (%s) on %s, engine %s",
-                 os.getpid(), cfg.workers, cfg.worker_source, self._url, self._engine_label())
+        log.info(
+            "pyvia supervisor (pid %d): %d worker(s) (%s) on %s, engine %s",
+            os.getpid(),
+            cfg.workers,
+            cfg.worker_source,
+            self._url,
+            self._engine_label(),
+        )
         if self.own_socks:
-            log.info("each worker also on its own port: %s",
-                     ", ".join(f"{i}: {own.getsockname()[1]}" for i, own in enumerate(self.own_socks)))
+            log.info(
+                "each worker also on its own port: %s",
+                ", ".join(f"{i}: {own.getsockname()[1]}" for i, own in enumerate(self.own_socks)),
+            )
         for slot in range(cfg.workers):
             self._spawn(slot)
         if cfg.dev:
@@ -334,8 +359,9 @@ class Supervisor:
         watch_filter = PythonFilter(extra_extensions=(".html", ".jinja", ".jinja2", ".j2", ".toml"))
 
         def run() -> None:
-            for changes in watch(*paths, watch_filter=watch_filter, stop_event=stop, debounce=200,
-                                 raise_interrupt=False):
+            for changes in watch(
+                *paths, watch_filter=watch_filter, stop_event=stop, debounce=200, raise_interrupt=False
+            ):
                 names = sorted({os.path.relpath(path) for _, path in changes})
                 log.info("changed: %s: reloading", ", ".join(names[:5]) + (" …" if len(names) > 5 else ""))
                 os.kill(os.getpid(), signal.SIGHUP)
@@ -399,13 +425,15 @@ class Supervisor:
         os.set_blocking(ready_r, False)
         pass_fds = [self.sock.fileno(), ready_w, self._life_r]
         env = dict(os.environ)
-        env.update({
-            LISTEN_FD_ENV: str(self.sock.fileno()),
-            READY_FD_ENV: str(ready_w),
-            LIFELINE_FD_ENV: str(self._life_r),
-            WORKER_ID_ENV: str(slot),
-            WORKERS_ENV: str(cfg.workers),
-        })
+        env.update(
+            {
+                LISTEN_FD_ENV: str(self.sock.fileno()),
+                READY_FD_ENV: str(ready_w),
+                LIFELINE_FD_ENV: str(self._life_r),
+                WORKER_ID_ENV: str(slot),
+                WORKERS_ENV: str(cfg.workers),
+            }
+        )
         env.pop(GO_FD_ENV, None)
         env.pop(OWN_FD_ENV, None)
         if self.own_socks:
@@ -433,8 +461,16 @@ class Supervisor:
         if cfg.cluster_address is not None:
             env[CLUSTER_ADDRESS_ENV] = cfg.cluster_address
         env["PYVIA_SECRET"] = self._secret().decode()
-        args = [sys.executable, "-m", "pyvia.server.supervisor", cfg.app,
-                "--graceful-timeout", str(cfg.graceful_timeout), "--reload-spread", str(cfg.reload_spread)]
+        args = [
+            sys.executable,
+            "-m",
+            "pyvia.server.supervisor",
+            cfg.app,
+            "--graceful-timeout",
+            str(cfg.graceful_timeout),
+            "--reload-spread",
+            str(cfg.reload_spread),
+        ]
         if cfg.dev:
             args.append("--dev")
         if cfg.certfile:
@@ -459,8 +495,9 @@ class Supervisor:
                 os.close(go_r)
         worker = _Worker(slot, proc, ready_r, go_w, balance_slot)
         self.workers.append(worker)
-        log.info("worker %d started (pid %d)%s", slot, proc.pid, ", held until the old one saved its state"
-                 if held else "")
+        log.info(
+            "worker %d started (pid %d)%s", slot, proc.pid, ", held until the old one saved its state" if held else ""
+        )
         return worker
 
     def _secret(self) -> bytes:
@@ -482,8 +519,11 @@ class Supervisor:
             status = nats.exit_status
             if status is None:
                 return
-            log.warning("nats-server (pid %s) %s: starting it again on the same port, with its data",
-                        nats.pid, _describe_exit(status))
+            log.warning(
+                "nats-server (pid %s) %s: starting it again on the same port, with its data",
+                nats.pid,
+                _describe_exit(status),
+            )
             self._engine_restart_at = now
         if now < self._engine_restart_at:
             return
@@ -530,8 +570,12 @@ class Supervisor:
         if not worker.ready:
             self._failures[slot] = self._failures.get(slot, 0) + 1
             if self._failures[slot] >= _GIVE_UP and not any(w.ready for w in self.workers):
-                log.error("worker %d %s before accepting connections, %d times in a row, and no worker "
-                          "serves: stopping", slot, _describe_exit(code), _GIVE_UP)
+                log.error(
+                    "worker %d %s before accepting connections, %d times in a row, and no worker serves: stopping",
+                    slot,
+                    _describe_exit(code),
+                    _GIVE_UP,
+                )
                 self.exit_status = 1
                 self._begin_stop()
                 return
@@ -540,8 +584,14 @@ class Supervisor:
         self._delay[slot] = delay
         if not self._slot_has_live(slot):
             self._restart_at[slot] = time.monotonic() + delay
-            log.warning("worker %d (pid %d) %s after %.1f s; restarting in %.1f s",
-                        slot, worker.pid, _describe_exit(code), lived, delay)
+            log.warning(
+                "worker %d (pid %d) %s after %.1f s; restarting in %.1f s",
+                slot,
+                worker.pid,
+                _describe_exit(code),
+                lived,
+                delay,
+            )
 
     def _read_ready(self, worker: _Worker) -> None:
         """Take the worker's reports (L, R, S); EOF means it exited (or closed the pipe)."""
@@ -567,8 +617,12 @@ class Supervisor:
             worker.saved = True
         if worker.ready and not self._announced and all(w.ready for w in self.workers):
             self._announced = True
-            log.info("pyvia listening on %s with %d worker%s", self._url, self.config.workers,
-                     "s" if self.config.workers > 1 else "")
+            log.info(
+                "pyvia listening on %s with %d worker%s",
+                self._url,
+                self.config.workers,
+                "s" if self.config.workers > 1 else "",
+            )
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -654,8 +708,12 @@ class Supervisor:
     def _kill_overdue(self, now: float) -> None:
         for worker in self.workers:
             if worker.term_deadline is not None and now >= worker.term_deadline and worker.proc.poll() is None:
-                log.warning("worker %d (pid %d) still running after %.1f s: SIGKILL",
-                            worker.slot, worker.pid, self.config.graceful_timeout)
+                log.warning(
+                    "worker %d (pid %d) still running after %.1f s: SIGKILL",
+                    worker.slot,
+                    worker.pid,
+                    self.config.graceful_timeout,
+                )
                 self._kill(worker)
 
     # --- rolling reload --------------------------------------------------------------------------
@@ -726,8 +784,11 @@ class Supervisor:
         return False
 
     def _reload_failed(self, new: _Worker, old: _Worker | None, now: float) -> None:
-        log.error("reload stopped: the new worker %d (pid %d) did not become ready; the others keep "
-                  "their old code", new.slot, new.pid)
+        log.error(
+            "reload stopped: the new worker %d (pid %d) did not become ready; the others keep their old code",
+            new.slot,
+            new.pid,
+        )
         if new in self.workers:
             new.retiring = True
             self._kill(new)
@@ -743,8 +804,10 @@ class Supervisor:
 
 
 def _worker_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pyvia.server.supervisor",
-                                     description="One pyvia worker; started by the supervisor, not by hand.")
+    parser = argparse.ArgumentParser(
+        prog="python -m pyvia.server.supervisor",
+        description="One pyvia worker; started by the supervisor, not by hand.",
+    )
     parser.add_argument("app", metavar="MODULE:ATTR")
     parser.add_argument("--graceful-timeout", type=float, default=3.0)
     parser.add_argument("--reload-spread", type=float, default=0.0)
@@ -771,9 +834,9 @@ def _configure_logging(worker_id: str) -> None:
 
         configure_logging(level, fmt)
         return
-    logging.basicConfig(level=level,
-                        format=f"%(asctime)s %(levelname)s %(name)s [worker {worker_id} pid %(process)d]: "
-                               "%(message)s")
+    logging.basicConfig(
+        level=level, format=f"%(asctime)s %(levelname)s %(name)s [worker {worker_id} pid %(process)d]: %(message)s"
+    )
 
 
 def _report(fd: int, what: bytes) -> None:
@@ -792,8 +855,9 @@ def _load(spec: str, dev: bool) -> object:
     except (AppNotFound, Exception) as exc:
         from pyvia.devtools import BrokenApp
 
-        logging.getLogger("pyvia.supervisor").error("the app %s cannot be loaded; serving the error until "
-                                                    "the next change", spec, exc_info=exc)
+        logging.getLogger("pyvia.supervisor").error(
+            "the app %s cannot be loaded; serving the error until the next change", spec, exc_info=exc
+        )
         return BrokenApp(spec, exc)
 
 
@@ -863,9 +927,20 @@ def worker_main(argv: list[str] | None = None) -> int:
 
         loop.add_reader(life_fd, supervisor_gone)
         loop.add_signal_handler(signal.SIGUSR1, retire)
-        await serve(app, sock=sock, ready=ready, stop=stop, backlog=4096, plan=plan, limits=limits,  # type: ignore[arg-type]  # App or BrokenApp
-                    balance=balance, worker_sock=own_sock, certfile=args.certfile, keyfile=args.keyfile,
-                    graceful_timeout=args.graceful_timeout)
+        await serve(
+            app,  # type: ignore[arg-type]  # App or BrokenApp
+            sock=sock,
+            ready=ready,
+            stop=stop,
+            backlog=4096,
+            plan=plan,
+            limits=limits,
+            balance=balance,
+            worker_sock=own_sock,
+            certfile=args.certfile,
+            keyfile=args.keyfile,
+            graceful_timeout=args.graceful_timeout,
+        )
 
     try:
         uvloop.run(main())
