@@ -19,10 +19,9 @@ Rules (php-via 0.13/0.14 semantics, DESIGN.md flow 4, plus the settle rule below
   next one starts once no mark has come for ``settle``, at the latest a tick after the burst's
   first mark, and still no sooner than twice the cut flush's duration after it started. An
   isolated change therefore goes out as soon as before, while a burst costs one full flush
-  instead of a wasted one plus one a tick later (bench/RESULTS-2.md 1b: 200 actions on 1,000
-  tabs in ~21 ms instead of ~36). The tabs of the slices already written get the burst's state
-  too, so only they may render a scope twice within a tick. Throttled scopes are never cut
-  short; ``settle=0`` keeps the plain tick policy.
+  instead of a wasted one plus one a tick later (bench/RESULTS-2.md 1b). The tabs of the slices
+  already written get the burst's state too, so only they may render a scope twice within a
+  tick. Throttled scopes are never cut short; ``settle=0`` keeps the plain tick policy.
 """
 
 from __future__ import annotations
@@ -47,12 +46,12 @@ log = logging.getLogger("pyvia")
 
 __all__ = ["Broadcaster", "next_flush_time", "settled_flush_time"]
 
-#: Work in the first slice of a flush that may be cut short: ~40 tabs at the 6.8 µs per tab of
-#: bench/RESULTS-2.md 1a, so a burst's first mark costs little. Each later slice is twice as long,
-#: so a flush to 5,000 tabs (~50 ms) takes eight loop turns, not hundreds.
+#: Work in the first slice of a flush that may be cut short: a few dozen tabs at the per-tab cost
+#: of bench/RESULTS-2.md 1a, so a burst's first mark costs little. Each later slice is twice as
+#: long, so a flush to thousands of tabs takes a handful of loop turns, not hundreds.
 SLICE_SECONDS = 0.0003
 DESTROYED = State.DESTROYED
-#: Tabs written between two looks at the time (a perf_counter call is ~60 ns, a tab ~7 µs).
+#: Tabs written between two looks at the time (a perf_counter call is cheap next to a tab's write).
 _CHECK_EVERY = 16
 
 

@@ -360,7 +360,7 @@ def console_main() -> None:
     """The ``pyvia`` script and ``python -m pyvia``: :func:`main`, then a fast process exit.
 
     After a graceful stop nothing is left to save, so the process skips freeing a large heap
-    object by object (interpreter teardown took 5-6 s with 800 MB of page contexts,
+    object by object (interpreter teardown took seconds with a large heap of page contexts,
     bench/RESULTS.md finding 2). Calling :func:`main` in-process keeps the normal exit.
     """
     try:

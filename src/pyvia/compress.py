@@ -11,8 +11,8 @@ Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
    cannot), sized from that event (window ≈ log2(1.5 x frame), 16…22), flushed after every
    event so the browser can decode each one at once, and dropped when the stream ends or the
    budget asks for its memory back.
-3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: 83 ms
-   per 127 KB frame and 44 MB per stream (``machine-limits.md`` §3c). Every compressor here is
+3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: far
+   too slow per frame and too large per stream (``machine-limits.md`` §3c). Every compressor here is
    built with an explicit level and window.
 
 Releasing an encoder's memory differs per coding (:class:`Release`):
@@ -84,8 +84,8 @@ GZIP = "gzip"
 IDENTITY = "identity"
 #: The codings this module can produce.
 CODINGS = (ZSTD, BR, GZIP)
-#: Server preference when the client rates codings equally. zstd first: 3-4x less CPU than
-#: brotli q4 at the same memory, 49 B vs 44 B per 2 KB patch (``machine-limits.md`` §3a and
+#: Server preference when the client rates codings equally. zstd first: much less CPU than
+#: brotli q4 at the same memory, for nearly the same bytes per patch (``machine-limits.md`` §3a and
 #: ``bench/compression.py``); brotli next; gzip only for clients offering nothing better.
 DEFAULT_PREFERENCE = (ZSTD, BR, GZIP)
 
@@ -125,19 +125,17 @@ class Levels:
         return int(getattr(self, coding))
 
 
-#: Streams (``bench/compression.py``, 300-event sessions; 96 KB board frames / 2 KB patches):
-#: zstd 3 — 60 µs and 4.4 KB per board, 1.4 µs and 46 B per patch, 565 / 164 KiB per encoder
-#: (level 1 is a tie: ±10% bytes either way depending on the patch shape). brotli 4 — 181 µs and
-#: 3.2 KB, 7.5 µs and 45 B, 1,158 / 739 KiB; not q1 (it cannot refer to earlier events: 5:1 on
-#: patches, ``machine-limits.md`` §3c), not q5 (+53% / +25% CPU for 21% / 9% fewer bytes); q2
-#: if CPU is short (2.2 µs, 55 B). gzip 1 — 159 µs and 7.9 KB, 4.9 µs and 76 B; level 6 saves
-#: 14% / 24% of the bytes for 2.3x / 1.4x the CPU, and gzip only serves clients offering neither
+#: Streams (``bench/compression.py``, sessions of large board frames and small patches): zstd 3
+#: is the cheapest in CPU for its bytes and memory (level 1 is a tie: bytes go either way
+#: depending on the patch shape). brotli 4: not q1 (it cannot refer to earlier events,
+#: ``machine-limits.md`` §3c), not q5 (much more CPU for a few fewer bytes); q2 if CPU is short.
+#: gzip 1: level 6 saves some bytes for more CPU, and gzip only serves clients offering neither
 #: zstd nor br (Chromium 156 offers both, even over plain HTTP to localhost; checked here), so
 #: it is kept cheap.
 STREAM_LEVELS = Levels(zstd=3, br=4, gzip=1)
-#: Pages are compressed whole and the compressor is dropped at once, so only CPU counts: on a
-#: 23 KB page zstd 3 takes 7 µs, brotli 5 57 µs (6% smaller than q4 for +14 µs; q9 is 1 ms),
-#: gzip 6 42 µs, against 0.5-1 ms to render the page (``machine-limits.md`` §4).
+#: Pages are compressed whole and the compressor is dropped at once, so only CPU counts: each of
+#: these costs a small part of rendering the page (brotli 5 is a little smaller than q4 for a
+#: little more CPU; q9 costs about as much as the render) (``machine-limits.md`` §4).
 PAGE_LEVELS = Levels(zstd=3, br=5, gzip=6)
 #: Static files are compressed once, off the event loop: the best each coding offers.
 STATIC_LEVELS = Levels(zstd=19, br=11, gzip=9)
@@ -279,11 +277,11 @@ def window_for(size: int, low: int = MIN_WINDOW, high: int = MAX_WINDOW) -> int:
     """Window log2 for frames of ``size`` bytes: ⌈log2(1.5 x size)⌉, clamped to ``low..high``.
 
     A window smaller than a frame cannot reach back to the previous frame: brotli q4 with a
-    64 KB window on 127 KB frames loses a third of its ratio and costs 60% more CPU
-    (``machine-limits.md`` §3c). A re-rendered view finds its match one frame back, so a window of
-    1.5 frames holds the previous one whole with room for the next to grow by half. (Twice the
-    frame, the earlier rule, doubled the window of a 33 KB Game-of-Life board to 2^17 for nothing:
-    a zstd stream's buffers are window + block, so 128 KB more per tab.)
+    window half the frame loses much of its ratio and costs more CPU (``machine-limits.md`` §3c).
+    A re-rendered view finds its match one frame back, so a window of 1.5 frames holds the
+    previous one whole with room for the next to grow by half. (Twice the frame, the earlier rule,
+    doubled the window of a 33 KB Game-of-Life board to 2^17 for nothing: a zstd stream's buffers
+    are window + block, so 128 KB more per tab.)
     """
     if size <= 0:
         return low
@@ -310,18 +308,17 @@ class ZstdSearch:
                 raise ValueError(f"ZstdSearch {name}={value!r} must be an integer in {low}..{high}")
 
 
-#: The search of stream encoders (``bench/zstd_params.py``, 300 Game-of-Life frames of 31.5 KB, 50-100
-#: encoders in turn, window 2^16): greedy with 16-entry rows and tables of 2^11 gives 57.7x at
-#: 170 KB RSS per encoder, where level 3's own double-fast search (tables window - 3/- 4) gives
-#: 44.8x at 204-208 KB; lazy and lazy2 reach 60x at the same memory for more CPU,
-#: and dfast with any table or min_match stays at 44.8x. The price is CPU
-#: on large frames: ~50 µs instead of ~11 µs per 31 KB board and tab (in the server, +50-63 µs per
-#: tab-frame); on 450 B broadcast events 2.6-2.8 µs instead of 2.2-2.5 µs per tab, 1,000 in turn.
+#: The search of stream encoders (``bench/zstd_params.py``, Game-of-Life frames, many encoders in
+#: turn, window 2^16; bench/RESULTS-2.md §5): greedy with 16-entry rows and tables of 2^11
+#: compresses better at less RSS per encoder than level 3's own double-fast search (tables
+#: window - 3/- 4); lazy and lazy2 do a little better at the same memory for more CPU, and dfast
+#: with any table or min_match does no better. The price is CPU on large frames (several times
+#: the default search's per board and tab); on small broadcast events it is nearly the same.
 STREAM_ZSTD_SEARCH = ZstdSearch()
 #: Without a :class:`ZstdSearch` the level's own search is used, its tables sized from the window:
 #: hash_log = window - 3 and chain_log = window - 4, capped at the level's own (17 and 16 for level
-#: 3); ``bench/compression.py``: bytes within 1% of plain ``from_level(3, window_log=w)``, RSS per
-#: encoder 883 → 167 KiB (window 16). None turns that sizing off too (the bench's "plain" rows).
+#: 3); ``bench/compression.py``: about the bytes of plain ``from_level(3, window_log=w)`` at a
+#: fraction of its RSS per encoder. None turns that sizing off too (the bench's "plain" rows).
 _ZSTD_TABLE_SLACK: int | None = 3
 _zstd_params: dict[tuple[int, int, ZstdSearch | None], zstandard.ZstdCompressionParameters] = {}
 
@@ -389,7 +386,7 @@ def compress(data: bytes, coding: str, level: int, *, window: int | None = None)
 #: ``machine-limits.md`` §3b): (coding, level) → window log2 → (after 64 KB of 2 KB patches: the
 #: hash tables, touched at once; after the window has filled with 96 KB frames). zstd rows are
 #: for ``STREAM_ZSTD_SEARCH`` (the level then hardly matters; the level's own search with tables of
-#: window - 3, the default before, measured 167/243 KiB at level 3 and window 16, 311/588 at 18).
+#: window - 3, the default before, measured more).
 #: gzip's window is always 15.
 _MEMORY_KIB: dict[tuple[str, int], dict[int, tuple[int, int]]] = {
     ("zstd", 1): {16: (129, 207), 18: (161, 433), 20: (281, 1301), 22: (761, 4910)},
@@ -540,8 +537,8 @@ class FreedMemory:
     """Gives the memory of dropped stream encoders back to the operating system (glibc only).
 
     glibc keeps what a process frees for its next allocations, so a tab whose encoder was released
-    still costs its encoder's pages in RSS (measured: 1.5 KB of heap but 208 KB of RSS per released
-    idle zstd tab). Two remedies, both no-ops off glibc:
+    still costs its encoder's pages in RSS (measured: little heap but an encoder's worth of RSS
+    per released idle zstd tab). Two remedies, both no-ops off glibc:
 
     * :meth:`fix_mmap_threshold`, once per process: glibc maps blocks of 128 KB and more on their own
       and unmaps them when freed, but after the first such free it raises that threshold (up to

@@ -83,7 +83,7 @@ class Config:
     connect_timeout: float = setting(30.0, unit="s", low=0)
     #: Page contexts kept while they wait for their stream; past it the oldest waiting one is
     #: destroyed (its tab revives from its signed id if its stream comes after all). A crawler's
-    #: views never connect: at ~5 KB each (bench/RESULTS.md) 10,000 hold about 50 MB.
+    #: views never connect: each holds a few KB (bench/RESULTS.md), so this bounds their memory.
     max_waiting_contexts: int = setting(10_000, low=1)
     #: Grace after a tab's last stream closes before its context is destroyed (5 s).
     cleanup_delay: float = setting(5.0, unit="s", low=0)
@@ -139,7 +139,7 @@ class Config:
     #: make URLs, not to route (a mounting front end or proxy strips it).
     base_path: str = setting("/", check=_base_path)
     #: Compress pages and streams when the browser accepts it, in this order of preference
-    #: (zstd costs a third of brotli's CPU for about the same bytes: bench/RESULTS.md).
+    #: (zstd costs much less CPU than brotli for about the same bytes: bench/RESULTS.md).
     compression: bool = True
     #: The codings offered, best first: any of ``zstd``, ``br``, ``gzip``, ``identity``.
     compression_preference: Sequence[str] = setting(("zstd", "br", "gzip"), check=_codings)
@@ -161,11 +161,11 @@ class Config:
     static_cache_control: str | Callable[[str, str], str] = "no-cache"
     #: Garbage-collector thresholds set when a server starts the app (None leaves Python's).
     #: Tabs are long-lived and hold no reference cycles, so Python's default (700 allocations)
-    #: makes the collector walk them again and again: 70 µs per counter page view instead of 47
-    #: (in-process, 40,000 views; bench/RESULTS.md). Objects alive at start are frozen too.
+    #: makes the collector walk them again and again, slowing every page view (in-process;
+    #: bench/RESULTS.md). Objects alive at start are frozen too.
     #: The middle threshold stays small: a generation-1 pass walks up to 50,000 x it survivors,
-    #: and with 150,000 waiting page contexts 50 gave 0.57 s pauses (enough to trip the load
-    #: shedder), 5 gives 81 ms (in-process, bench/RESULTS.md finding 1).
+    #: and with many waiting page contexts 50 gave pauses long enough to trip the load shedder,
+    #: 5 does not (in-process, bench/RESULTS.md finding 1).
     gc_thresholds: tuple[int, int, int] | None = (50_000, 5, 100)
     #: A SQLite file where global state, shared signals and session data are kept across a
     #: graceful restart (written at stop, read at start). None keeps them in memory only.

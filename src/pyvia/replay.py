@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-#: Default bound of one tab's buffer: a minute of small frames ten times a second, a second of
-#: 6 KB views (which a resume would not replay anyway: one full render is smaller).
+#: Default bound of one tab's buffer: a minute of small frames ten times a second, about a second
+#: of whole views (which a resume would not replay anyway: one full render is smaller).
 TAB_BYTES = 64 << 10
 #: A buffer no frame was added to for this long is dropped (seconds).
 IDLE = 30.0

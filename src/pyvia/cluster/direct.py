@@ -1,7 +1,7 @@
 """A direct channel between workers and nodes, for forwarded actions.
 
 Forwarding an action through the broker costs two hops and nats-py's per-message work: measured,
-a request/reply through a local NATS is ~110 µs of client CPU, several times the action itself
+a request/reply through a local NATS costs several times the action itself in client CPU
 (``bench/RESULTS-2.md``). Workers on one machine can instead talk over a unix socket: each
 worker serves one at ``<tmp>/pyvia-<uid>/<prefix>-<node>.sock`` (a directory only its user can
 enter) and writes the path next to its node id in the directory, so a worker on the same machine

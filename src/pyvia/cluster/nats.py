@@ -449,8 +449,8 @@ class NatsEngine:
 
         nats-py 2.16's ``flush()`` writes its PING straight to the socket while the SUB still
         waits in the client's pending buffer, so one PONG can come back before the server saw
-        the SUB: measured here, 3% of messages published from another connection right after
-        were lost (and requests got "no responders"). The first flush lets the flusher task
+        the SUB: measured here, some of the messages published from another connection right
+        after were lost (and requests got "no responders"). The first flush lets the flusher task
         write the SUB; the second PING goes out after it.
         """
         await nc.flush(timeout=self.op_timeout)  # type: ignore[arg-type]  # float seconds work

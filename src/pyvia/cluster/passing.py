@@ -2,14 +2,14 @@
 
 An action that reaches a worker which does not hold its tab used to be forwarded: the request went
 to the owner over the direct channel (:mod:`pyvia.cluster.direct`) and the answer came back.
-Measured, that cost 2.3-3.9x the CPU of a local action (``bench/RESULTS-2.md`` §7b): the landing
+Measured, that cost several times the CPU of a local action (``bench/RESULTS-2.md`` §7b): the landing
 worker parses and answers HTTP as well, and both processes wake once more each way. And it costs
 that again for each action, since the connection stays where it landed.
 
 Workers of one machine can do better: the landing worker passes the TCP connection itself to the
 owner (``SCM_RIGHTS`` on a unix seqpacket socket), with the request it already read rebuilt as
 bytes. The owner answers it as its own request, and the browser's next actions on that keep-alive
-connection reach the owner directly (0.84-1.08x a local action, measured). A connection moves once
+connection reach the owner directly (about the cost of a local action, measured). A connection moves once
 at most: one that carries the actions of tabs held by different workers (several tabs of one
 browser) would otherwise go back and forth, and a move costs about two forwarded actions. A
 proxy's connection, which carries many browsers' requests, never moves (the caller forwards).

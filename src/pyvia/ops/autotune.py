@@ -53,12 +53,12 @@ RESERVE = 64 * MiB
 #: A worker is never budgeted less than this (ePHPm's per-request floor); it also caps how many
 #: workers "auto" starts in a small container.
 MIN_WORKER_BUDGET = 128 * MiB
-#: RSS of a started worker before any tab: 35 MB for examples.counter
-#: (bench/results/tabs-20261129-230714.jsonl, rss_kb_at_start 34,924), rounded up for app code.
+#: RSS of a started worker before any tab, as measured for examples.counter (bench/RESULTS.md,
+#: "Figures behind the code's defaults"), rounded up for app code.
 BASELINE = 48 * MiB
-#: One idle tab: context, signals, stream and socket state. 7.4 KB measured for the counter
-#: (same bench run, kb_per_tab 7.412), plus ~5 KB of kernel socket outside RSS
-#: (machine-limits.md "Memory budget per open tab"); rounded to 10 KiB.
+#: One idle tab: context, signals, stream and socket state as measured for the counter (same
+#: section of bench/RESULTS.md), plus the kernel socket memory outside RSS (machine-limits.md
+#: "Memory budget per open tab"); rounded up.
 IDLE_TAB = 10 * 1024
 #: One tab busy streaming compressed frames: encoder hash tables and window for small patches
 #: (zstd-3 / brotli-4 at a small window, machine-limits.md §3b) and its render buffers.

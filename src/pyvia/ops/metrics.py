@@ -70,7 +70,7 @@ ACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 #: Event-loop lag past the 250 ms check period; anything over 100 ms is felt in the browser.
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-#: A collection: young ones take microseconds, a full one with 50,000 tabs ~130 ms (bench/gc_pauses.py).
+#: A collection: young ones take microseconds, a full one with many tabs far longer (bench/gc_pauses.py).
 GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 #: Database statements by kind (pyvia.db.sql.classify) and outcome.
 DB_KINDS = ("read", "write")
@@ -93,7 +93,7 @@ TIMEOUT_PHASES = ("header", "body", "idle", "send")
 REFUSAL_STATUSES = ("400", "413", "414", "417", "431", "501", "505")
 #: The native server's effective caps, as ``ConnectionRegistry.stats()`` names them.
 SERVER_CAPS = ("max_connections", "max_connections_per_ip", "max_streams", "max_streams_per_ip", "max_in_flight")
-#: A round trip to the cluster engine (NATS, Redis): loopback is ~0.1 ms.
+#: A round trip to the cluster engine (NATS, Redis): fine low buckets, since loopback is fast.
 ENGINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")

@@ -3,8 +3,8 @@
 The workers share one listening socket (:mod:`pyvia.server.supervisor` holds it, so a rolling
 reload never refuses a connection). Left to uvloop, a worker accepts until the queue is empty
 (libuv loops on ``accept`` until EAGAIN), so whichever wakes first takes a whole burst: 64 tabs
-opened at once were measured landing 46/18 and 64/0 on two workers. A tab lives on the worker
-its stream connected to and its actions run there, so that split capped 2 workers at 0.99-1.73x
+opened at once were measured landing very unevenly on two workers. A tab lives on the worker
+its stream connected to and its actions run there, so that split kept 2 workers well below twice
 the throughput of one (bench/RESULTS-2.md, section 7a).
 
 So with several workers each one accepts by itself (:class:`BalancedAcceptor`), one connection
@@ -22,9 +22,9 @@ older than :data:`STALE_MS` (a stuck loop) or whose slot is cleared (dead, or st
 nobody wait, so a killed worker never stalls the others.
 
 Why not ``SO_REUSEPORT`` (one socket per worker, the kernel hashing connections over them): a
-hash splits 64 tabs 32 ± 4, which alone keeps the ratio under 1.8x in a third of runs, and the
-connections queued on a worker's own socket are lost when it exits, where the one shared socket
-keeps them for the others through a reload.
+hash splits tabs unevenly enough to keep the ratio well under 2x in many runs (bench/RESULTS-2.md,
+section 7a), and the connections queued on a worker's own socket are lost when it exits, where the
+one shared socket keeps them for the others through a reload.
 
 Each slot is three aligned 64-bit words written only by the process that owns it (the supervisor
 writes a slot only while no live worker has it), so readers never see half a value.
@@ -59,8 +59,8 @@ _HEARTBEAT = 0.25
 #: wakes it sooner (its doorbell): the peer it waited for grew busier, or died.
 _DEFER = 0.01
 #: Connections a worker may hold above the least loaded peer and still accept. With none, two
-#: workers hand every new connection over by doorbell, which cost ~50 us of CPU per connection
-#: and halved the rate of short connections; with one, 64 tabs still split 32/32 or 31/33.
+#: workers hand every new connection over by doorbell, which cost CPU per connection and cut
+#: the rate of short connections; with one, a burst of tabs still splits evenly.
 SLACK = 1
 #: Connections one wake may accept while this worker stays the least loaded.
 _BATCH = 16

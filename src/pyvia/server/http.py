@@ -110,11 +110,11 @@ class ServerLimits(Limits):
       of ``shed_after`` is answered 503 when it is read (a new connection's, before the app sees
       it; those still in the listen queue at once, on the raw socket), so turns stay about that
       long and what is served waited at most that. A loop late by twice ``shed_after`` twice in
-      a row sheds every new request until it is on time. A single
-      pause, a GC pass or one slow handler, sheds nothing: the bench measured generation-1
-      collections of 0.6 s (bench/RESULTS.md), and what queued behind one is served a moment
-      later. A 503 costs about 1/50 of a real request, so the queues drain. Issue 21 asked accepted work's p99 within
-      250 ms: that is this default. ``None`` turns it off.
+      a row sheds every new request until it is on time. A single pause, a GC pass or one slow
+      handler, sheds nothing: the bench measured generation-1 collections longer than this
+      (bench/RESULTS.md), and what queued behind one is served a moment later. A 503 costs a
+      small fraction of a real request, so the queues drain. Issue 21 asked accepted work's p99
+      within 250 ms: that is this default. ``None`` turns it off.
     * ``shed_exempt``: the core's ``/_health``, ``/_ready`` and ``/metrics`` are answered even
       when shedding: an overloaded replica is alive, and a readiness probe failing on every
       overloaded replica at once would empty the service (ephpm-lessons §0.7).
@@ -232,7 +232,7 @@ def _head(status: int, headers: Iterable[tuple[str, str]], extra: str) -> bytes:
 
 
 #: (status, connection, *headers) -> encoded head. Most responses repeat a few header sets, and a
-#: hit costs a tuple and a lookup instead of validating and encoding again (3-4x faster measured);
+#: hit costs a tuple and a lookup instead of validating and encoding again (faster, measured);
 #: values that vary (cookies, etags) just miss. Cleared when full, so the hot sets come back.
 _HEADS: dict[tuple[object, ...], bytes] = {}
 _HEADS_MAX = 512

@@ -34,7 +34,7 @@ __all__ = [
 logger = logging.getLogger("pyvia.server")
 
 #: One accepted connection in this many has its wait in the listen backlog measured (a
-#: ``getsockopt`` of ~2 µs); the verdict holds for the accepts in between.
+#: ``getsockopt`` call); the verdict holds for the accepts in between.
 QUEUE_SAMPLE = 8
 #: Linux's ``TCP_INFO``: ``tcpi_last_data_recv`` (ms since the last bytes arrived) is at offset 52.
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
@@ -444,9 +444,9 @@ class ConnectionRegistry:
         sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
         a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
         that queue drains by itself, and its young requests show up in the window). Until then
-        one accept or request in ``QUEUE_SAMPLE`` pays the ``getsockopt`` (~2 µs); while
-        overloaded every one is measured and those that waited too long are answered 503 (about
-        1/50 of a real request), so the queue drains and what is served waited at most
+        one accept or request in ``QUEUE_SAMPLE`` pays the ``getsockopt``; while
+        overloaded every one is measured and those that waited too long are answered 503 (a small
+        fraction of a real request), so the queue drains and what is served waited at most
         ``shed_after``.
         """
         if not self._measure_queue or sock is None:
