@@ -6,7 +6,7 @@ Rules this module keeps:
    over ``max_file_size`` are not served: a body is one ``bytes`` in ``pyvia.http``); brotli 11,
    zstd 19 and gzip 9 forms are made on an executor (one low-priority thread by default: all
    three libraries release the GIL while compressing — ``bench/compression.py`` measured the
-   loop thread at full speed beside brotli 11, against half speed beside pure Python). Until a
+   loop thread at full speed beside brotli 11, but much slowed beside pure Python). Until a
    form exists the plain bytes are sent with ``Cache-Control: no-cache``, so no cache keeps the
    stand-in past its next request.
 2. What a request names is checked before the disk is touched: ``..`` and ``.`` segments,
