@@ -77,8 +77,8 @@ DB_KINDS = ("read", "write")
 DB_STATUSES = ("ok", "error")
 #: A statement as its caller saw it: a SQLite point read is tens of µs, a commit with fsync ms.
 DB_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
-#: The native server's label values (pyvia.server.connection keeps the same tuples; a test compares
-#: them): why it answered 503 itself, where it timed a connection out, what it refused a request with.
+#: The native server's label values, defined here once (pyvia.server.registry takes them): why it
+#: answered 503 itself, where it timed a connection out, what it refused a request with.
 UNAVAILABLE_REASONS = (
     "connections",
     "connections_per_ip",

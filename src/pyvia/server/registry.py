@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from pyvia.ops import metrics
 from pyvia.server import http as wire
 from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
 
@@ -58,22 +59,13 @@ _NEVER = float("inf")
 #: a connection that waited too long in the listen backlog (``backlog``), a stream cap
 #: (``streams``, ``streams_per_ip``), or load shedding of a request (``in_flight``, ``loop_lag``,
 #: ``queued``: one that waited too long to be read).
-UNAVAILABLE_REASONS = (
-    "connections",
-    "connections_per_ip",
-    "backlog",
-    "streams",
-    "streams_per_ip",
-    "in_flight",
-    "loop_lag",
-    "queued",
-)
+UNAVAILABLE_REASONS = metrics.UNAVAILABLE_REASONS
 #: Where a connection was timed out: its request head (408), its body (408), idle between
 #: requests (closed silently), or a peer that stopped reading what it was sent (aborted).
-TIMEOUT_PHASES = ("header", "body", "idle", "send")
+TIMEOUT_PHASES = metrics.TIMEOUT_PHASES
 #: The statuses the server refuses a request with before the app sees it (``wire.ERRORS``; 408 is
 #: counted as a timeout, 500 is the server's own fault).
-REFUSAL_STATUSES = (400, 413, 414, 417, 431, 501, 505)
+REFUSAL_STATUSES = tuple(int(status) for status in metrics.REFUSAL_STATUSES)
 
 
 class RefusalLog:
