@@ -365,6 +365,23 @@ def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() ->
     assert off.late_accept(_InfoSocket(10_000)) < 0
 
 
+def test_requests_on_open_connections_do_not_hide_a_standing_listen_queue() -> None:
+    # The overload run: actions on keep-alive connections were read at once while new visitors
+    # waited seconds in the listen queue; their waits in one window kept its least wait near 0.
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry.probe(0.0)
+    now = 0.0
+    for _ in range(_QUEUE_SAMPLE * 6):
+        registry.late_request(_InfoSocket(1))  # an action read as soon as it came
+        registry.late_accept(_InfoSocket(700))  # a new visitor that waited 0.7 s to be accepted
+    while now < 0.6:
+        now += 0.025
+        registry.probe(now)
+    assert registry.queue_late
+    assert registry.late_accept(_InfoSocket(700)) == pytest.approx(0.7)  # refused at once now
+    assert registry.late_request(_InfoSocket(1)) < 0  # a young request is still served
+
+
 def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.queue_late = True

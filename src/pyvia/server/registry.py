@@ -138,6 +138,7 @@ class ConnectionRegistry:
         "_probe_due",
         "_probe_every",
         "_raw",
+        "_sample_accept_in",
         "_sample_in",
         "_slow_since",
         "_slow_turns",
@@ -213,7 +214,8 @@ class ConnectionRegistry:
         self.hosts = HostPolicy(limits.allowed_hosts)
         self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
-        self._sample_in = 1
+        self._sample_in = 1  # requests on open connections and new connections are sampled apart
+        self._sample_accept_in = 1
         self._window_min = _NEVER
         self._window_samples = 0
         self._window_end = 0.0
@@ -389,14 +391,14 @@ class ConnectionRegistry:
         """How long a connection just accepted waited in the listen queue, when its request must be
         answered 503 (else -1): longer than ``SERVE_WITHIN`` of ``shed_after`` while the server is
         overloaded (:meth:`_late` says how that is judged). Count it with :meth:`shed_late`."""
-        return self._late(sock)
+        return self._late(sock, accept=True)
 
     def late_request(self, sock: socket.socket | None) -> float:
         """How long a request about to be answered waited, when it must get a 503 instead (else
         -1): it waited longer than ``SERVE_WITHIN`` of ``shed_after`` (unread in its socket behind long loop
         turns, or behind the requests ahead of it) while the server is overloaded. Count it with
         :meth:`shed_late`."""
-        return self._late(sock)
+        return self._late(sock, accept=False)
 
     def shed_late(self, client: str, path: str, waited: float, *, accepted: bool = False) -> None:
         """Count (and log) a request answered 503 because it waited ``waited`` seconds, in the
@@ -423,7 +425,7 @@ class ConnectionRegistry:
                 self.limits.shed_after,
             )
 
-    def _late(self, sock: socket.socket | None) -> float:
+    def _late(self, sock: socket.socket | None, *, accept: bool) -> float:
         """The wait of a request (or of a new connection's request) if it must be shed, else -1.
 
         The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
@@ -435,7 +437,11 @@ class ConnectionRegistry:
         CoDel's rule with a fixed target: the server is overloaded (``queue_late``) once every
         sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
         a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
-        that queue drains by itself, and its young requests show up in the window). Until then
+        that queue drains by itself, and its young requests show up in the window). The window
+        holds new connections only (their first request, and what the probe takes from the
+        queue): requests on open connections are read within a turn or two even while the listen
+        queue stands for seconds, so mixed in they would hide it; long turns judge those
+        (``busy``). Until then
         one accept or request in ``QUEUE_SAMPLE`` pays the ``getsockopt``; while
         overloaded every one is measured and those that waited too long are answered 503 (a small
         fraction of a real request), so the queue drains and what is served waited at most
@@ -445,10 +451,16 @@ class ConnectionRegistry:
             return -1.0
         overloaded = self.queue_late or self.busy
         if not overloaded:
-            self._sample_in -= 1
-            if self._sample_in > 0:
-                return -1.0
-            self._sample_in = QUEUE_SAMPLE
+            if accept:
+                self._sample_accept_in -= 1
+                if self._sample_accept_in > 0:
+                    return -1.0
+                self._sample_accept_in = QUEUE_SAMPLE
+            else:
+                self._sample_in -= 1
+                if self._sample_in > 0:
+                    return -1.0
+                self._sample_in = QUEUE_SAMPLE
         try:
             info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
         except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
@@ -456,9 +468,10 @@ class ConnectionRegistry:
         if len(info) < 56:
             return -1.0
         waited = float(struct.unpack_from("I", info, 52)[0]) / 1000
-        self._window_samples += 1
-        if waited < self._window_min:
-            self._window_min = waited
+        if accept:  # the window judges the listen queue: requests on open connections wait elsewhere
+            self._window_samples += 1
+            if waited < self._window_min:
+                self._window_min = waited
         shed_after = self.limits.shed_after
         if not overloaded and self._slow_turns >= 2 and shed_after is not None and waited > shed_after:
             # A long turn right after others: overloaded now, not at the next probe (which this
