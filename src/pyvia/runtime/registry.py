@@ -17,6 +17,7 @@ from pyvia.clock import TimerHandle
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
 from pyvia.lifecycle import State
+from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.runtime.common import STREAM_DOWN
 from pyvia.stream import Stream
 
@@ -87,6 +88,9 @@ class Registry:
         self.next_keep_alive = 0.0
         #: Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited.
         self.evicted_waiting = 0
+        #: Contexts destroyed so far (a burst of them is worth giving their memory back).
+        self.destroyed = 0
+        self.freed_memory = FreedMemory()
 
     async def end_streams(self, spread: float) -> None:
         import random
@@ -199,7 +203,8 @@ class Registry:
                 self.disconnected(ctx)
         if self.app.compression.budget.is_over:
             self.reclaim_encoders()
-        self.app.compression.return_memory(now)
+        # after encoders were dropped, or thousands of contexts (a crawler's burst) went
+        self.freed_memory.trim(self.app.compression.budget.dropped + self.destroyed // CONTEXTS_PER_TRIM, now)
         self.app._replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
@@ -241,6 +246,7 @@ class Registry:
         if ctx.state is State.DESTROYED:
             return
         ctx.state = State.DESTROYED
+        self.destroyed += 1
         if self.contexts.get(ctx.id) is ctx:
             del self.contexts[ctx.id]
         self.connected.pop(ctx.id, None)
