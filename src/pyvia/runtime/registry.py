@@ -16,7 +16,7 @@ from pyvia import protocol
 from pyvia.clock import TimerHandle
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
-from pyvia.lifecycle import State
+from pyvia.lifecycle import EXPIRES, Event, State, move
 from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.runtime.common import STREAM_DOWN
 from pyvia.stream import Stream
@@ -124,7 +124,7 @@ class Registry:
             self.app.link.claim(ctx.id)  # a page view claimed it already
         for name in ctx._scopes:
             self.app.scopes.join(ctx, name)
-        ctx.state = State.CREATED
+        move(ctx, Event.REGISTER)
         self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
         waiting = self.waiting
         waiting[ctx.id] = ctx
@@ -141,7 +141,7 @@ class Registry:
     def disconnected(self, ctx: Context) -> None:
         """The tab has no stream any more (the peer left, or the server ended it)."""
         now = self.app.now()
-        ctx.state = State.DISCONNECTED
+        move(ctx, Event.DISCONNECT)
         self.connected.pop(ctx.id, None)
         deadline = now + self.app.config.cleanup_delay
         if ctx.last_action:
@@ -168,7 +168,7 @@ class Registry:
         heap = self.deadlines
         while heap and heap[0][0] <= now:
             deadline, _, ctx = heapq.heappop(heap)
-            if ctx.deadline == deadline and ctx.state in (State.CREATED, State.DISCONNECTED):
+            if ctx.deadline == deadline and ctx.state in EXPIRES:
                 self.destroy_queue.append(ctx)
         if self.destroy_queue and not self.destroying:
             self.destroying = True
@@ -245,7 +245,7 @@ class Registry:
         """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
         if ctx.state is State.DESTROYED:
             return
-        ctx.state = State.DESTROYED
+        move(ctx, Event.DESTROY)
         self.destroyed += 1
         if self.contexts.get(ctx.id) is ctx:
             del self.contexts[ctx.id]
