@@ -504,3 +504,44 @@ def test_an_overloaded_server_drains_its_listen_queue_refusing_at_once_what_wait
             conn.close()
         listener.close()
         loop.close()
+
+
+class _TimerLoop(FakeLoop):
+    """A clock that records the delay of each timer armed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delays: list[float] = []
+
+    def call_later(self, delay: float, callback: object) -> object:
+        self.delays.append(delay)
+        return object()
+
+
+def test_an_idle_server_probes_its_loop_a_few_times_a_second_and_fast_again_once_requests_come() -> None:
+    # Issue 22 item 4: idle CPU. The loop probe ran every shed_after / 20 (80 times a second at the
+    # defaults), a wake-up and a failed accept each, with nothing connected.
+    loop = _TimerLoop()
+    registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.25))  # type: ignore[arg-type]
+    fast, quiet = 0.25 / 20, 0.25
+
+    def next_probe() -> float:
+        loop.now += loop.delays[-1]
+        registry._on_probe()
+        return loop.delays[-1]
+
+    registry.start()
+    assert loop.delays[-1] == fast
+    assert next_probe() == quiet  # nothing came: the next one waits shed_after
+    assert next_probe() == quiet and registry.lag == 0.0  # on time by its own due time
+    registry.dispatched += 1  # a request
+    assert next_probe() == fast
+    assert next_probe() == quiet
+    registry.accepted += 1  # a connection
+    assert next_probe() == fast
+    registry.in_flight = 1  # an answer still owed
+    assert next_probe() == fast
+    registry.in_flight = 0
+    registry.busy = True
+    registry._busy_until = loop.now + 10
+    assert next_probe() == fast

@@ -135,8 +135,10 @@ class ConnectionRegistry:
         "_max_stream_ip",
         "_measure_queue",
         "_probe",
+        "_probe_accepted",
         "_probe_due",
         "_probe_every",
+        "_quiet_probe_every",
         "_raw",
         "_sample_accept_in",
         "_sample_in",
@@ -213,6 +215,8 @@ class ConnectionRegistry:
         #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
         self.hosts = HostPolicy(limits.allowed_hosts)
         self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
+        self._quiet_probe_every = max(self._probe_every, limits.shed_after or 0.0)
+        self._probe_accepted = 0  # connections accepted when the last probe ran
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
         self._sample_in = 1  # requests on open connections and new connections are sampled apart
         self._sample_accept_in = 1
@@ -798,8 +802,21 @@ class ConnectionRegistry:
         conn.close()
 
     def _on_probe(self) -> None:
-        self.probe(self.loop.time())
-        self._probe = self.loop.call_later(self._probe_every, self._on_probe)
+        now = self.loop.time()
+        dispatched, accepted = self._dispatched_seen, self._probe_accepted  # as the last probe saw them
+        self.probe(now)
+        every = self._quiet_probe_every if self.is_quiet(dispatched, accepted) else self._probe_every
+        self._probe_accepted = self.accepted
+        self._probe_due = now + every
+        self._probe = self.loop.call_later(every, self._on_probe)
+
+    def is_quiet(self, dispatched: int, accepted: int) -> bool:
+        """Whether nothing came since the last probe saw ``dispatched`` requests and ``accepted``
+        connections, nothing is owed and no overload rule is engaged: then the next probe may wait
+        ``shed_after``. An idle server wakes a few times a second instead of ``1 / _probe_every``;
+        a load that starts is seen within one ``shed_after``, as the rules need a whole one anyway."""
+        engaged = self.busy or self.queue_late or self.lagging or self.shedding or self._slow_turns > 0
+        return self.dispatched == dispatched and self.accepted == accepted and not self.in_flight and not engaged
 
     def sweep(self, now: float) -> None:
         """Time out every connection whose deadline is at or before ``now``."""
