@@ -93,3 +93,27 @@ def test_freed_memory_is_trimmed_only_after_frees_and_not_too_often() -> None:
     assert freed.trims == 2
     off = FreedMemory(enabled=False)
     assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
+
+
+def test_a_burst_of_views_leaves_few_graves_and_each_of_its_tabs_still_revives() -> None:
+    # Issue 22 item 3: every destroyed tab kept a grave for the 10-minute revival window, so a
+    # crawler's burst held its memory for ten minutes. A pristine view's grave is the first to go.
+    app = counter_app(max_waiting_contexts=5)
+    with TestClient(app) as client:
+        kept = Tab(client, "/", client.get("/"))
+        kept.connect()
+        kept.action("inc")
+        kept.disconnect()
+        first = Tab(client, "/", client.get("/"))
+        for _ in range(50):
+            client.get("/")
+        client.clock.advance(app.config.reconnect_timeout + app.config.cleanup_delay + 10)
+        graveyard = app.runtime.revival.graveyard
+        assert not app.contexts and len(graveyard) == 6  # five pristine views and the used tab
+        assert kept.id in graveyard and first.id not in graveyard
+        first.connect()  # from its page's signed id and snapshot
+        assert first.is_connected
+        first.action("inc")
+        assert '<p id="count">1</p>' in first.html
+        kept.connect()
+        assert kept.is_connected and '<p id="count">1</p>' in kept.html  # its grave kept its count

@@ -245,6 +245,7 @@ class Registry:
         """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
         if ctx.state is State.DESTROYED:
             return
+        never_connected = ctx.state is State.CREATED
         move(ctx, Event.DESTROY)
         self.destroyed += 1
         if self.contexts.get(ctx.id) is ctx:
@@ -262,7 +263,7 @@ class Registry:
         if self.app.link is not None:
             self.app.link.release(ctx.id)
         if self.app.config.revival_window > 0:
-            self.rt.revival.bury(ctx)
+            self.rt.revival.bury(ctx, pristine=never_connected and ctx.is_pristine)
         ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle
 
     def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
