@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-r", "--repeat", type=int, default=5, help="repetitions (default 5)")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up (default 1)")
     parser.add_argument("--no-expiry", action="store_true", help="skip waiting for the page contexts to expire")
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=0.0,
+        help="after the expiry, read RSS again this many seconds after the last view, against RSS "
+        "before the load (issue 22: a burst's memory returned; default 0: not read)",
+    )
 
 
 class Phase:
@@ -180,6 +187,10 @@ async def measure(args: argparse.Namespace, server: Server, recorder: Recorder) 
     summary["expiry_overlap_reps"] = [r["rep"] for r in reps if r["expiry_overlap"]]
     if not args.no_expiry:
         summary.update(await _expiry(server, load, views))
+        if args.after > 0:
+            await asyncio.sleep(max(0.0, load.last_page_at + args.after - time.monotonic()))
+            summary["rss_after_s"] = args.after
+            summary["rss_after_kb"] = server.rss_kb()
     recorder.write(summary)
     _print_summary(summary)
     return summary
@@ -270,6 +281,12 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"  deferred: expiring the contexts cost {s['expiry_cpu_us_per_page']:.1f} µs/page "
             f"({s['expiry_server_cpu_s']:.2f} s CPU over {s['expiry_wait_s']:.0f} s); "
             f"RSS after expiry {s['rss_after_expiry_kb'] / 1024:.1f} MB"
+        )
+    if "rss_after_kb" in s:
+        print(
+            f"  RSS {s['rss_after_s']:.0f} s after the last of {s['page_views']:,} views: "
+            f"{s['rss_after_kb'] / 1024:.1f} MB = {s['rss_after_kb'] / s['rss_idle_kb']:.2f}x its "
+            f"{s['rss_idle_kb'] / 1024:.1f} MB before the load (issue 22: at most 1.2x)"
         )
     print(
         f"  dirty repetitions: {s['dirty_reps'] or 'none'}; noisy (others took > 5% of a core): "

@@ -4,10 +4,13 @@ tab whose context was evicted still works once its stream comes (revived from it
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from pyvia import App, Context
 from pyvia.errors import ConfigError
+from pyvia.lifecycle import State
 from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.testing import Tab, TestClient
 
@@ -117,3 +120,18 @@ def test_a_burst_of_views_leaves_few_graves_and_each_of_its_tabs_still_revives()
         assert '<p id="count">1</p>' in first.html
         kept.connect()
         assert kept.is_connected and '<p id="count">1</p>' in kept.html  # its grave kept its count
+
+
+def test_an_evicted_view_is_freed_at_once_not_at_its_old_deadline() -> None:
+    # Issue 21 item 4 / issue 22 item 1: the deadline heap held each evicted context until its
+    # connect timeout, so the cap bounded the registry but not the memory (RSS grew ~4 KB a view).
+    app = counter_app(max_waiting_contexts=3)
+    with TestClient(app) as client:
+        for _ in range(1500):
+            client.get("/")
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, Context)]
+        assert len(alive) == 3 and all(ctx.state is State.CREATED for ctx in alive)
+        assert len(app.runtime.registry.deadlines) < 2 * 3 + 1024
+        client.clock.advance(app.config.connect_timeout + 10)
+        assert not app.contexts  # the live ones still expire at their deadline

@@ -79,8 +79,10 @@ class Registry:
         self.connected: dict[str, Context] = {}
         #: Page contexts waiting for their first stream, oldest first (``max_waiting_contexts``).
         self.waiting: dict[str, Context] = {}
-        # (deadline, seq, ctx) for tabs without a stream; stale entries are skipped
-        self.deadlines: list[tuple[float, int, Context]] = []
+        # (deadline, seq, context id) for tabs without a stream; stale entries are skipped, and
+        # hold an id, not the context: a destroyed tab's memory goes when it does, not at its
+        # old deadline (a crawler's evicted views were kept alive for the connect timeout)
+        self.deadlines: list[tuple[float, int, str]] = []
         self.seq = 0
         self.destroy_queue: deque[Context] = deque()
         self.destroying = False
@@ -136,7 +138,17 @@ class Registry:
     def set_deadline(self, ctx: Context, deadline: float) -> None:
         ctx.deadline = deadline
         self.seq += 1
-        heapq.heappush(self.deadlines, (deadline, self.seq, ctx))
+        heap = self.deadlines
+        heapq.heappush(heap, (deadline, self.seq, ctx.id))
+        if len(heap) > 2 * len(self.contexts) + 1024:  # mostly stale: keep only the live entries
+            contexts = self.contexts
+            live = []
+            for entry in heap:
+                found = contexts.get(entry[2])
+                if found is not None and found.deadline == entry[0]:
+                    live.append(entry)
+            heapq.heapify(live)
+            self.deadlines = live
 
     def disconnected(self, ctx: Context) -> None:
         """The tab has no stream any more (the peer left, or the server ended it)."""
@@ -166,9 +178,11 @@ class Registry:
         assert clock is not None
         now = clock.now()
         heap = self.deadlines
+        contexts = self.contexts
         while heap and heap[0][0] <= now:
-            deadline, _, ctx = heapq.heappop(heap)
-            if ctx.deadline == deadline and ctx.state in EXPIRES:
+            deadline, _, ctx_id = heapq.heappop(heap)
+            ctx = contexts.get(ctx_id)
+            if ctx is not None and ctx.deadline == deadline and ctx.state in EXPIRES:
                 self.destroy_queue.append(ctx)
         if self.destroy_queue and not self.destroying:
             self.destroying = True
