@@ -84,10 +84,11 @@ ErrorView = Callable[[ErrorChannel], str]
 
 def channel(messages: Mapping[str, str]) -> ErrorChannel:
     words = seed_json(dict(messages))  # the app's words, safe inside a Datastar expression
-    # ``$_via_failed`` is a status; 0 (or missing) means no failed request.
+    # ``$_via_failed`` is a status; 0 (or missing) means no failed request. The words are written
+    # once, as the argument of an arrow function: every page carries them.
     text = (
-        f"${ERROR_SIGNAL} || ($_via_failed ? ({words})[$_via_failed] || ({words}).default : '') "
-        f"|| ($_via_lost ? ({words}).lost : '')"
+        f"(m => ${ERROR_SIGNAL} || ($_via_failed ? m[$_via_failed] || m.default : '') "
+        f"|| ($_via_lost ? m.lost : ''))({words})"
     )
     return ErrorChannel(
         show=f"!!(${ERROR_SIGNAL} || $_via_failed || $_via_lost)",

@@ -662,7 +662,8 @@ class App:
                 await self.runtime.persistence.restore_from_db()
             except Exception as exc:  # serve without it: readiness never waits for a database
                 self.runtime.reporting.report(exc, None, "start", reraise=False)
-        self.compression.prepare_process()
+        if self.config.compression:  # freed encoder contexts go back to the OS at once
+            self.runtime.registry.freed_memory.fix_mmap_threshold()
         if self.config.gc_thresholds is not None:
             gc.collect()
             gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again

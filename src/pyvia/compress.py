@@ -4,8 +4,8 @@ encoders and the per-process budget on their memory.
 Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
 
 1. No I/O and no asyncio. Everything takes values and returns bytes or decisions; the stream layer
-   writes the bytes and closes sinks. (:class:`FreedMemory` is the one exception: two calls into
-   glibc's allocator, ``mallopt`` once and ``malloc_trim`` from the sweep.)
+   writes the bytes and closes sinks. (Giving a dropped encoder's memory back to the OS is
+   :mod:`pyvia.memory`'s.)
 2. A stream encoder exists only while it is needed: it is created on the first event after the
    stream's opening (zstd and gzip write the opening without it, so an idle tab holds none; brotli
    cannot), sized from that event (window ≈ log2(1.5 x frame), 16…22), flushed after every
@@ -30,10 +30,8 @@ Releasing an encoder's memory differs per coding (:class:`Release`):
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import math
-import platform
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -59,7 +57,6 @@ __all__ = [
     "ZSTD",
     "Compression",
     "EncoderBudget",
-    "FreedMemory",
     "Levels",
     "Negotiator",
     "Release",
@@ -512,74 +509,6 @@ def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 
     return max(16 << 20, total // max(1, workers))
 
 
-# --- giving freed memory back ------------------------------------------------------------------
-
-#: Allocations at least this big are mapped on their own (glibc ``M_MMAP_THRESHOLD``, its default
-#: value): a zstd or brotli context (hundreds of KB in one block) is unmapped when freed.
-MMAP_THRESHOLD = 128 * 1024
-_M_MMAP_THRESHOLD = -3  # glibc malloc.h
-
-
-def _glibc() -> Any:
-    """The C library when it is glibc with ``mallopt`` and ``malloc_trim``; None otherwise."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-class FreedMemory:
-    """Gives the memory of dropped stream encoders back to the operating system (glibc only).
-
-    glibc keeps what a process frees for its next allocations, so a tab whose encoder was released
-    still costs its encoder's pages in RSS (measured: little heap but an encoder's worth of RSS
-    per released idle zstd tab). Two remedies, both no-ops off glibc:
-
-    * :meth:`fix_mmap_threshold`, once per process: glibc maps blocks of 128 KB and more on their own
-      and unmaps them when freed, but after the first such free it raises that threshold (up to
-      32 MB), so later encoder contexts come from the heap and stay resident. Setting the threshold
-      explicitly turns that rise off.
-    * :meth:`trim`, from the periodic sweep: ``malloc_trim(0)`` hands free heap pages back, at most
-      once per ``min_interval`` seconds and only when encoders were dropped since the last call (its
-      cost grows with the heap; never per tab, never on the hot path).
-    """
-
-    __slots__ = ("_libc", "_ready_at", "_seen", "min_interval", "trims")
-
-    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
-        self._libc = _glibc() if enabled else None
-        self.min_interval = min_interval
-        self._seen = 0
-        self._ready_at = 0.0
-        self.trims = 0
-
-    @property
-    def is_active(self) -> bool:
-        """Whether this process's allocator can be told anything (glibc)."""
-        return self._libc is not None
-
-    def fix_mmap_threshold(self, size: int = MMAP_THRESHOLD) -> bool:
-        """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
-        return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
-
-    def trim(self, dropped: int, now: float) -> bool:
-        """Call ``malloc_trim(0)`` if ``dropped`` (a running count of dropped encoders) moved since
-        the last trim and ``min_interval`` seconds (of the caller's clock, ``now``) have passed;
-        returns whether it ran."""
-        if self._libc is None or dropped == self._seen or now < self._ready_at:
-            return False
-        self._seen = dropped
-        self._ready_at = now + self.min_interval
-        self._libc.malloc_trim(0)
-        self.trims += 1
-        return True
-
-
 # --- stream encoders and their budget -----------------------------------------------------------
 
 
@@ -1016,7 +945,6 @@ class Compression:
         "budget",
         "enabled",
         "frames",
-        "freed",
         "min_size",
         "negotiator",
         "page_levels",
@@ -1047,7 +975,6 @@ class Compression:
         self.budget = budget if isinstance(budget, EncoderBudget) else EncoderBudget(budget)
         #: The one compressor for standalone zstd frames (stream openings, keep-alives), shared by all tabs.
         self.frames = SharedFrames(stream_levels.zstd)
-        self.freed = FreedMemory(enabled=enabled)
         self.min_size = min_size
         self.enabled = enabled
 
@@ -1106,17 +1033,6 @@ class Compression:
             frames=self.frames,
             search=self.stream_zstd_search,
         )
-
-    def prepare_process(self) -> None:
-        """Once, in the serving process: make freed encoder contexts go back to the OS at once
-        (:meth:`FreedMemory.fix_mmap_threshold`; glibc only)."""
-        if self.enabled:
-            self.freed.fix_mmap_threshold()
-
-    def return_memory(self, now: float) -> bool:
-        """From the periodic sweep: give freed heap pages back if encoders were dropped since the
-        last time (:meth:`FreedMemory.trim`); returns whether it trimmed."""
-        return self.freed.trim(self.budget.dropped, now)
 
     def reclaim(self) -> list[tuple[StreamEncoder, Released]]:
         """Release the encoders :meth:`EncoderBudget.victims` names; return each with its result.

@@ -668,6 +668,19 @@ class Context:
         return any(sig.writable for sig in self._signals.values()) or any(sig.writable for sig in self._shared.values())
 
     @property
+    def is_pristine(self) -> bool:
+        """Whether the page it was built for holds all there is of this tab: never revived, no
+        action, nothing sent or changed since the page (whose snapshot is number 1), nothing in
+        ``tab_state``. A revival from the page's own id and snapshot rebuilds such a tab exactly."""
+        return (
+            not self.revived
+            and not self.last_action
+            and self._snapshot_seq <= 1
+            and not self.tab_state
+            and not any(sig._changed for sig in self._signals.values())
+        )
+
+    @property
     def snapshot_seq(self) -> int:
         """The number of the last snapshot the browser was sent (a revival refuses older ones)."""
         return self._snapshot_seq

@@ -15,12 +15,14 @@
   for the tab to come back.
 * DESTROYED: hooks ran, timers stopped; the id may still be revived within the revival window.
 
-One periodic sweep of the App compares deadlines with the clock: no timer per tab.
+One periodic sweep of the App compares deadlines with the clock: no timer per tab. Every change
+of state goes through :func:`move`, which obeys :data:`TRANSITIONS`.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 
 class State(enum.Enum):
@@ -30,20 +32,49 @@ class State(enum.Enum):
     DESTROYED = "destroyed"
 
 
-#: (state, event) -> next state. Events: "connect", "disconnect", "expire".
-TRANSITIONS: dict[tuple[State, str], State] = {
-    (State.CREATED, "connect"): State.CONNECTED,
-    (State.CREATED, "expire"): State.DESTROYED,
-    (State.CONNECTED, "connect"): State.CONNECTED,
-    (State.CONNECTED, "disconnect"): State.DISCONNECTED,
-    (State.DISCONNECTED, "connect"): State.CONNECTED,
-    (State.DISCONNECTED, "expire"): State.DESTROYED,
+class Event(enum.Enum):
+    """What happens to a tab: the only ways its state changes (:func:`move`)."""
+
+    #: Its page was served and it joined the registry (or it was revived).
+    REGISTER = "register"
+    #: A stream opened (or replaced the open one).
+    CONNECT = "connect"
+    #: Its stream closed (the peer left, or the server ended it).
+    DISCONNECT = "disconnect"
+    #: It is destroyed: its deadline passed, it was evicted, or the server stops.
+    DESTROY = "destroy"
+
+
+#: (state, event) -> next state; a pair not in the table is a bug (:func:`move` raises).
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (State.CREATED, Event.REGISTER): State.CREATED,
+    (State.CREATED, Event.CONNECT): State.CONNECTED,
+    (State.CREATED, Event.DESTROY): State.DESTROYED,
+    (State.CONNECTED, Event.CONNECT): State.CONNECTED,
+    (State.CONNECTED, Event.DISCONNECT): State.DISCONNECTED,
+    (State.CONNECTED, Event.DESTROY): State.DESTROYED,
+    (State.DISCONNECTED, Event.CONNECT): State.CONNECTED,
+    (State.DISCONNECTED, Event.DISCONNECT): State.DISCONNECTED,  # the server ended it, then its close came
+    (State.DISCONNECTED, Event.DESTROY): State.DESTROYED,
 }
 
+#: The states whose deadline (connect timeout, cleanup grace) destroys the tab when it passes.
+EXPIRES: frozenset[State] = frozenset({State.CREATED, State.DISCONNECTED})
 
-def next_state(state: State, event: str) -> State:
+
+def next_state(state: State, event: Event) -> State:
     """The state after ``event``; raises ``LookupError`` for a move the table does not allow."""
     try:
         return TRANSITIONS[(state, event)]
     except KeyError:
-        raise LookupError(f"a {state.name} context cannot {event}") from None
+        raise LookupError(f"a {state.name} context cannot {event.value}") from None
+
+
+class HasState(Protocol):
+    state: State
+
+
+def move(tab: HasState, event: Event) -> State:
+    """Move ``tab`` (a context) by ``event`` as the table says: the one writer of its state."""
+    tab.state = state = next_state(tab.state, event)
+    return state

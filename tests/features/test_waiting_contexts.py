@@ -8,6 +8,7 @@ import pytest
 
 from pyvia import App, Context
 from pyvia.errors import ConfigError
+from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.testing import Tab, TestClient
 
 
@@ -59,3 +60,60 @@ def test_an_evicted_tab_revives_when_its_stream_comes_after_all() -> None:
 def test_max_waiting_contexts_must_be_a_whole_number_of_at_least_one(bad: object) -> None:
     with pytest.raises(ConfigError, match="max_waiting_contexts"):
         App(max_waiting_contexts=bad)  # type: ignore[arg-type]
+
+
+def test_a_burst_of_views_that_never_connect_gives_its_memory_back() -> None:
+    # Issue 22 item 3: what a crawler's burst built goes back to the OS once its contexts are gone
+    # (malloc_trim, glibc as in CI), and a handful of expired tabs never pays for a trim.
+    app = counter_app(max_waiting_contexts=100_000)
+    with TestClient(app) as client:
+        freed = app.runtime.registry.freed_memory
+        assert freed.is_active
+        for _ in range(10):
+            client.get("/")
+        client.clock.advance(app.config.connect_timeout + 10)
+        assert not app.contexts and freed.trims == 0  # ten contexts: not worth a trim
+        for _ in range(CONTEXTS_PER_TRIM):
+            client.get("/")
+        client.clock.advance(app.config.connect_timeout + 10)
+        assert not app.contexts and freed.trims == 1
+        client.clock.advance(60)
+        assert freed.trims == 1  # nothing freed since
+
+
+def test_freed_memory_is_trimmed_only_after_frees_and_not_too_often() -> None:
+    freed = FreedMemory(min_interval=5.0)
+    assert freed.is_active  # Linux with glibc, as in CI and production
+    assert freed.fix_mmap_threshold()
+    assert not freed.trim(0, now=100.0)  # nothing freed yet
+    assert freed.trim(3, now=100.0)
+    assert not freed.trim(3, now=200.0)  # nothing new
+    assert not freed.trim(4, now=104.0)  # too soon
+    assert freed.trim(4, now=105.0)
+    assert freed.trims == 2
+    off = FreedMemory(enabled=False)
+    assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
+
+
+def test_a_burst_of_views_leaves_few_graves_and_each_of_its_tabs_still_revives() -> None:
+    # Issue 22 item 3: every destroyed tab kept a grave for the 10-minute revival window, so a
+    # crawler's burst held its memory for ten minutes. A pristine view's grave is the first to go.
+    app = counter_app(max_waiting_contexts=5)
+    with TestClient(app) as client:
+        kept = Tab(client, "/", client.get("/"))
+        kept.connect()
+        kept.action("inc")
+        kept.disconnect()
+        first = Tab(client, "/", client.get("/"))
+        for _ in range(50):
+            client.get("/")
+        client.clock.advance(app.config.reconnect_timeout + app.config.cleanup_delay + 10)
+        graveyard = app.runtime.revival.graveyard
+        assert not app.contexts and len(graveyard) == 6  # five pristine views and the used tab
+        assert kept.id in graveyard and first.id not in graveyard
+        first.connect()  # from its page's signed id and snapshot
+        assert first.is_connected
+        first.action("inc")
+        assert '<p id="count">1</p>' in first.html
+        kept.connect()
+        assert kept.is_connected and '<p id="count">1</p>' in kept.html  # its grave kept its count

@@ -365,6 +365,23 @@ def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() ->
     assert off.late_accept(_InfoSocket(10_000)) < 0
 
 
+def test_requests_on_open_connections_do_not_hide_a_standing_listen_queue() -> None:
+    # The overload run: actions on keep-alive connections were read at once while new visitors
+    # waited seconds in the listen queue; their waits in one window kept its least wait near 0.
+    registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
+    registry.probe(0.0)
+    now = 0.0
+    for _ in range(_QUEUE_SAMPLE * 6):
+        registry.late_request(_InfoSocket(1))  # an action read as soon as it came
+        registry.late_accept(_InfoSocket(700))  # a new visitor that waited 0.7 s to be accepted
+    while now < 0.6:
+        now += 0.025
+        registry.probe(now)
+    assert registry.queue_late
+    assert registry.late_accept(_InfoSocket(700)) == pytest.approx(0.7)  # refused at once now
+    assert registry.late_request(_InfoSocket(1)) < 0  # a young request is still served
+
+
 def test_a_late_accept_is_answered_503_and_the_request_never_reaches_the_app() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
     registry.queue_late = True
@@ -487,3 +504,44 @@ def test_an_overloaded_server_drains_its_listen_queue_refusing_at_once_what_wait
             conn.close()
         listener.close()
         loop.close()
+
+
+class _TimerLoop(FakeLoop):
+    """A clock that records the delay of each timer armed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delays: list[float] = []
+
+    def call_later(self, delay: float, callback: object) -> object:
+        self.delays.append(delay)
+        return object()
+
+
+def test_an_idle_server_probes_its_loop_a_few_times_a_second_and_fast_again_once_requests_come() -> None:
+    # Issue 22 item 4: idle CPU. The loop probe ran every shed_after / 20 (80 times a second at the
+    # defaults), a wake-up and a failed accept each, with nothing connected.
+    loop = _TimerLoop()
+    registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.25))  # type: ignore[arg-type]
+    fast, quiet = 0.25 / 20, 0.25
+
+    def next_probe() -> float:
+        loop.now += loop.delays[-1]
+        registry._on_probe()
+        return loop.delays[-1]
+
+    registry.start()
+    assert loop.delays[-1] == fast
+    assert next_probe() == quiet  # nothing came: the next one waits shed_after
+    assert next_probe() == quiet and registry.lag == 0.0  # on time by its own due time
+    registry.dispatched += 1  # a request
+    assert next_probe() == fast
+    assert next_probe() == quiet
+    registry.accepted += 1  # a connection
+    assert next_probe() == fast
+    registry.in_flight = 1  # an answer still owed
+    assert next_probe() == fast
+    registry.in_flight = 0
+    registry.busy = True
+    registry._busy_until = loop.now + 10
+    assert next_probe() == fast

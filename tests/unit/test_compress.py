@@ -23,7 +23,6 @@ from pyvia.compress import (
     ZSTD,
     Compression,
     EncoderBudget,
-    FreedMemory,
     Levels,
     Negotiator,
     Release,
@@ -758,20 +757,6 @@ def test_keepalive_on_an_active_encoder_does_not_count_as_use(coding: str) -> No
     assert budget.victims()[0] is first  # still the least recently used
 
 
-def test_freed_memory_is_trimmed_only_after_drops_and_not_too_often() -> None:
-    freed = FreedMemory(min_interval=5.0)
-    assert freed.is_active  # Linux with glibc, as in CI and production
-    assert freed.fix_mmap_threshold()
-    assert not freed.trim(0, now=100.0)  # nothing dropped yet
-    assert freed.trim(3, now=100.0)
-    assert not freed.trim(3, now=200.0)  # nothing new
-    assert not freed.trim(4, now=104.0)  # too soon
-    assert freed.trim(4, now=105.0)
-    assert freed.trims == 2
-    off = FreedMemory(enabled=False)
-    assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
-
-
 def test_the_budget_counts_every_dropped_encoder() -> None:
     budget = EncoderBudget(1 << 30)
     encoders = [StreamEncoder(ZSTD, budget=budget) for _ in range(3)]
@@ -781,6 +766,3 @@ def test_the_budget_counts_every_dropped_encoder() -> None:
     encoders[1].finish()
     encoders[2].discard()
     assert (budget.dropped, budget.releases, budget.count) == (3, 1, 0)
-    compression = Compression(budget=budget)
-    assert compression.return_memory(now=0.0)
-    assert not compression.return_memory(now=10.0)

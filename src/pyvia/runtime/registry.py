@@ -16,7 +16,8 @@ from pyvia import protocol
 from pyvia.clock import TimerHandle
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
-from pyvia.lifecycle import State
+from pyvia.lifecycle import EXPIRES, Event, State, move
+from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.runtime.common import STREAM_DOWN
 from pyvia.stream import Stream
 
@@ -87,6 +88,9 @@ class Registry:
         self.next_keep_alive = 0.0
         #: Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited.
         self.evicted_waiting = 0
+        #: Contexts destroyed so far (a burst of them is worth giving their memory back).
+        self.destroyed = 0
+        self.freed_memory = FreedMemory()
 
     async def end_streams(self, spread: float) -> None:
         import random
@@ -120,7 +124,7 @@ class Registry:
             self.app.link.claim(ctx.id)  # a page view claimed it already
         for name in ctx._scopes:
             self.app.scopes.join(ctx, name)
-        ctx.state = State.CREATED
+        move(ctx, Event.REGISTER)
         self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
         waiting = self.waiting
         waiting[ctx.id] = ctx
@@ -137,7 +141,7 @@ class Registry:
     def disconnected(self, ctx: Context) -> None:
         """The tab has no stream any more (the peer left, or the server ended it)."""
         now = self.app.now()
-        ctx.state = State.DISCONNECTED
+        move(ctx, Event.DISCONNECT)
         self.connected.pop(ctx.id, None)
         deadline = now + self.app.config.cleanup_delay
         if ctx.last_action:
@@ -164,7 +168,7 @@ class Registry:
         heap = self.deadlines
         while heap and heap[0][0] <= now:
             deadline, _, ctx = heapq.heappop(heap)
-            if ctx.deadline == deadline and ctx.state in (State.CREATED, State.DISCONNECTED):
+            if ctx.deadline == deadline and ctx.state in EXPIRES:
                 self.destroy_queue.append(ctx)
         if self.destroy_queue and not self.destroying:
             self.destroying = True
@@ -199,7 +203,8 @@ class Registry:
                 self.disconnected(ctx)
         if self.app.compression.budget.is_over:
             self.reclaim_encoders()
-        self.app.compression.return_memory(now)
+        # after encoders were dropped, or thousands of contexts (a crawler's burst) went
+        self.freed_memory.trim(self.app.compression.budget.dropped + self.destroyed // CONTEXTS_PER_TRIM, now)
         self.app._replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
@@ -240,7 +245,9 @@ class Registry:
         """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
         if ctx.state is State.DESTROYED:
             return
-        ctx.state = State.DESTROYED
+        never_connected = ctx.state is State.CREATED
+        move(ctx, Event.DESTROY)
+        self.destroyed += 1
         if self.contexts.get(ctx.id) is ctx:
             del self.contexts[ctx.id]
         self.connected.pop(ctx.id, None)
@@ -256,7 +263,7 @@ class Registry:
         if self.app.link is not None:
             self.app.link.release(ctx.id)
         if self.app.config.revival_window > 0:
-            self.rt.revival.bury(ctx)
+            self.rt.revival.bury(ctx, pristine=never_connected and ctx.is_pristine)
         ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle
 
     def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:

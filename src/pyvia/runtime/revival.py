@@ -84,12 +84,17 @@ class Revival:
         # destroyed ids -> what revives them; insertion order is expiry order
         self.graveyard: OrderedDict[str, Grave] = OrderedDict()
         self.graveyard_bytes = 0  # of the snapshots it holds
+        #: The graves of pristine page views (:attr:`Context.is_pristine`, never connected), oldest
+        #: first: a crawler leaves thousands, and its page's id and snapshot revive each exactly,
+        #: so past ``max_waiting_contexts`` of them the oldest go.
+        self.pristine: dict[str, None] = {}
         self.reviving: dict[str, asyncio.Task[Any]] = {}  # revivals under way, by context id
         self.reload_sent: OrderedDict[str, float] = OrderedDict()
 
-    def bury(self, ctx: Context) -> None:
+    def bury(self, ctx: Context, *, pristine: bool = False) -> None:
         """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
-        server-owned signals (the newest, which the browser may not have got), within a budget."""
+        server-owned signals (the newest, which the browser may not have got), within a budget;
+        ``pristine``: a page view whose stream never came and that changed nothing."""
         try:
             snapshot = ctx.final_snapshot()
         except TypeError:
@@ -103,6 +108,10 @@ class Revival:
             ask_page=ctx.has_writable_signals,
         )
         self.graveyard[ctx.id] = grave
+        if pristine:
+            self.pristine[ctx.id] = None
+            if len(self.pristine) > self.app.config.max_waiting_contexts:
+                self.unbury(next(iter(self.pristine)))
         if snapshot is not None:
             self.graveyard_bytes += len(snapshot)
             if self.graveyard_bytes > self.app.config.max_snapshot_bytes * 2048:  # 32 MiB at the default bound
@@ -115,6 +124,7 @@ class Revival:
 
     def unbury(self, ctx_id: str) -> Grave | None:
         grave = self.graveyard.pop(ctx_id, None)
+        self.pristine.pop(ctx_id, None)
         if grave is not None and grave.snapshot is not None:
             self.graveyard_bytes -= len(grave.snapshot)
         return grave

@@ -135,9 +135,12 @@ class ConnectionRegistry:
         "_max_stream_ip",
         "_measure_queue",
         "_probe",
+        "_probe_accepted",
         "_probe_due",
         "_probe_every",
+        "_quiet_probe_every",
         "_raw",
+        "_sample_accept_in",
         "_sample_in",
         "_slow_since",
         "_slow_turns",
@@ -212,8 +215,11 @@ class ConnectionRegistry:
         #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
         self.hosts = HostPolicy(limits.allowed_hosts)
         self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
+        self._quiet_probe_every = max(self._probe_every, limits.shed_after or 0.0)
+        self._probe_accepted = 0  # connections accepted when the last probe ran
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
-        self._sample_in = 1
+        self._sample_in = 1  # requests on open connections and new connections are sampled apart
+        self._sample_accept_in = 1
         self._window_min = _NEVER
         self._window_samples = 0
         self._window_end = 0.0
@@ -389,14 +395,14 @@ class ConnectionRegistry:
         """How long a connection just accepted waited in the listen queue, when its request must be
         answered 503 (else -1): longer than ``SERVE_WITHIN`` of ``shed_after`` while the server is
         overloaded (:meth:`_late` says how that is judged). Count it with :meth:`shed_late`."""
-        return self._late(sock)
+        return self._late(sock, accept=True)
 
     def late_request(self, sock: socket.socket | None) -> float:
         """How long a request about to be answered waited, when it must get a 503 instead (else
         -1): it waited longer than ``SERVE_WITHIN`` of ``shed_after`` (unread in its socket behind long loop
         turns, or behind the requests ahead of it) while the server is overloaded. Count it with
         :meth:`shed_late`."""
-        return self._late(sock)
+        return self._late(sock, accept=False)
 
     def shed_late(self, client: str, path: str, waited: float, *, accepted: bool = False) -> None:
         """Count (and log) a request answered 503 because it waited ``waited`` seconds, in the
@@ -423,7 +429,7 @@ class ConnectionRegistry:
                 self.limits.shed_after,
             )
 
-    def _late(self, sock: socket.socket | None) -> float:
+    def _late(self, sock: socket.socket | None, *, accept: bool) -> float:
         """The wait of a request (or of a new connection's request) if it must be shed, else -1.
 
         The wait is how long ago its last bytes arrived, from ``TCP_INFO`` (Linux): a client
@@ -435,7 +441,11 @@ class ConnectionRegistry:
         CoDel's rule with a fixed target: the server is overloaded (``queue_late``) once every
         sample of a whole window of ``shed_after`` seconds waited longer than ``shed_after`` —
         a standing queue, not the burst a single pause leaves behind (a GC pass, a slow render:
-        that queue drains by itself, and its young requests show up in the window). Until then
+        that queue drains by itself, and its young requests show up in the window). The window
+        holds new connections only (their first request, and what the probe takes from the
+        queue): requests on open connections are read within a turn or two even while the listen
+        queue stands for seconds, so mixed in they would hide it; long turns judge those
+        (``busy``). Until then
         one accept or request in ``QUEUE_SAMPLE`` pays the ``getsockopt``; while
         overloaded every one is measured and those that waited too long are answered 503 (a small
         fraction of a real request), so the queue drains and what is served waited at most
@@ -445,10 +455,16 @@ class ConnectionRegistry:
             return -1.0
         overloaded = self.queue_late or self.busy
         if not overloaded:
-            self._sample_in -= 1
-            if self._sample_in > 0:
-                return -1.0
-            self._sample_in = QUEUE_SAMPLE
+            if accept:
+                self._sample_accept_in -= 1
+                if self._sample_accept_in > 0:
+                    return -1.0
+                self._sample_accept_in = QUEUE_SAMPLE
+            else:
+                self._sample_in -= 1
+                if self._sample_in > 0:
+                    return -1.0
+                self._sample_in = QUEUE_SAMPLE
         try:
             info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)  # type: ignore[arg-type]
         except (OSError, AttributeError, ValueError):  # a Unix socket, a transport without one
@@ -456,9 +472,10 @@ class ConnectionRegistry:
         if len(info) < 56:
             return -1.0
         waited = float(struct.unpack_from("I", info, 52)[0]) / 1000
-        self._window_samples += 1
-        if waited < self._window_min:
-            self._window_min = waited
+        if accept:  # the window judges the listen queue: requests on open connections wait elsewhere
+            self._window_samples += 1
+            if waited < self._window_min:
+                self._window_min = waited
         shed_after = self.limits.shed_after
         if not overloaded and self._slow_turns >= 2 and shed_after is not None and waited > shed_after:
             # A long turn right after others: overloaded now, not at the next probe (which this
@@ -785,8 +802,21 @@ class ConnectionRegistry:
         conn.close()
 
     def _on_probe(self) -> None:
-        self.probe(self.loop.time())
-        self._probe = self.loop.call_later(self._probe_every, self._on_probe)
+        now = self.loop.time()
+        dispatched, accepted = self._dispatched_seen, self._probe_accepted  # as the last probe saw them
+        self.probe(now)
+        every = self._quiet_probe_every if self.is_quiet(dispatched, accepted) else self._probe_every
+        self._probe_accepted = self.accepted
+        self._probe_due = now + every
+        self._probe = self.loop.call_later(every, self._on_probe)
+
+    def is_quiet(self, dispatched: int, accepted: int) -> bool:
+        """Whether nothing came since the last probe saw ``dispatched`` requests and ``accepted``
+        connections, nothing is owed and no overload rule is engaged: then the next probe may wait
+        ``shed_after``. An idle server wakes a few times a second instead of ``1 / _probe_every``;
+        a load that starts is seen within one ``shed_after``, as the rules need a whole one anyway."""
+        engaged = self.busy or self.queue_late or self.lagging or self.shedding or self._slow_turns > 0
+        return self.dispatched == dispatched and self.accepted == accepted and not self.in_flight and not engaged
 
     def sweep(self, now: float) -> None:
         """Time out every connection whose deadline is at or before ``now``."""

@@ -12,7 +12,7 @@ from pyvia.context import Context
 from pyvia.errors import ContextNotFound, Forbidden, MethodNotAllowed
 from pyvia.forms import request_signals
 from pyvia.http import Request, StreamResponse, StreamSink
-from pyvia.lifecycle import State
+from pyvia.lifecycle import Event, State, move
 from pyvia.runtime.common import PASSED, RequestKind, newest, settled, then
 from pyvia.scopes import Scope
 
@@ -83,7 +83,7 @@ class Streams:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
         self.rt.registry.waiting.pop(ctx.id, None)
-        ctx.state = State.CONNECTED
+        move(ctx, Event.CONNECT)
         ctx.deadline = 0.0
         self.rt.registry.connected[ctx.id] = ctx
         signals: dict[str, Any] = {

@@ -1,0 +1,80 @@
+"""Giving freed memory back to the operating system (glibc only; a no-op elsewhere).
+
+glibc keeps what a process frees for its next allocations, so the pages of what a burst built
+stay in RSS after it is gone: dropped stream encoders (hundreds of KB each) and the contexts of a
+crawler's page views (a few KB each, by the thousand). This module holds the two calls into the
+allocator and when to make them; the tab registry's sweep says what was freed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from typing import Any
+
+__all__ = ["CONTEXTS_PER_TRIM", "MMAP_THRESHOLD", "FreedMemory"]
+
+#: Allocations at least this big are mapped on their own (glibc ``M_MMAP_THRESHOLD``, its default
+#: value): a zstd or brotli context (hundreds of KB in one block) is unmapped when freed.
+MMAP_THRESHOLD = 128 * 1024
+#: Destroyed contexts that are worth one trim (about as much memory as one dropped encoder's
+#: worth of trims: a trim's cost grows with the heap, so a few contexts never pay for one).
+CONTEXTS_PER_TRIM = 1024
+_M_MMAP_THRESHOLD = -3  # glibc malloc.h
+
+
+def _glibc() -> Any:
+    """The C library when it is glibc with ``mallopt`` and ``malloc_trim``; None otherwise."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+class FreedMemory:
+    """Hands freed heap pages back after something big went away.
+
+    * :meth:`fix_mmap_threshold`, once per serving process: glibc maps blocks of 128 KB and more
+      on their own and unmaps them when freed, but after the first such free it raises that
+      threshold (up to 32 MB), so later encoder contexts come from the heap and stay resident.
+      Setting the threshold explicitly turns that rise off.
+    * :meth:`trim`, from the periodic sweep: ``malloc_trim(0)`` when the running count of what was
+      freed moved since the last call, at most once per ``min_interval`` seconds (its cost grows
+      with the heap; never per tab, never on the hot path).
+    """
+
+    __slots__ = ("_libc", "_ready_at", "_seen", "min_interval", "trims")
+
+    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
+        self._libc = _glibc() if enabled else None
+        self.min_interval = min_interval
+        self._seen = 0
+        self._ready_at = 0.0
+        #: Trims made so far.
+        self.trims = 0
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this process's allocator can be told anything (glibc)."""
+        return self._libc is not None
+
+    def fix_mmap_threshold(self, size: int = MMAP_THRESHOLD) -> bool:
+        """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
+        return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
+
+    def trim(self, freed: int, now: float) -> bool:
+        """Call ``malloc_trim(0)`` if ``freed`` (a running count of big frees: dropped encoders,
+        thousands of destroyed contexts) moved since the last trim and ``min_interval`` seconds
+        (of the caller's clock, ``now``) have passed; returns whether it ran."""
+        if self._libc is None or freed == self._seen or now < self._ready_at:
+            return False
+        self._seen = freed
+        self._ready_at = now + self.min_interval
+        self._libc.malloc_trim(0)
+        self.trims += 1
+        return True
