@@ -35,7 +35,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, cast
 
-from pyvia.http import Request
+from pyvia.http import Request, Response, StreamResponse
 from pyvia.server import closing, handoff, writer
 from pyvia.server import http as wire
 from pyvia.server.exchange import Exchange
@@ -269,7 +269,11 @@ class HttpProtocol(asyncio.Protocol):
             # One header line still buffered by httptools: cap memory before it completes.
             self._refuse_request(Reject(431, f"request head over {self.limits.max_head} bytes"))
             return
-        after_read(self, state)  # deadlines are set once per read, not per callback (rule 1)
+        # Deadlines are set once per read, not per callback (rule 1).
+        if state is IDLE and reader.phase == NO_REQUEST:  # the keep-alive timeout runs
+            self.deadline = self.loop.time() + self.limits.keep_alive_timeout
+        else:
+            after_read(self, state)
         queue = self._queue
         if (
             (queue or self._exchange is not None)
@@ -356,7 +360,27 @@ class HttpProtocol(asyncio.Protocol):
         if (shedding or waited >= 0) and exchange.request.path not in self.limits.shed_exempt:
             writer.shed(self, exchange, waited, accepted=first)
             return
-        writer.handle(self, exchange)
+        request = exchange.request
+        try:
+            result = self.app.handle(request)
+        except Exception:
+            logger.exception("error handling %s %s", request.method, request.path)
+            writer.write_500(self, exchange)
+            return
+        if isinstance(result, Response):
+            writer.write_response(self, result, exchange)
+        elif isinstance(result, StreamResponse):
+            writer.start_stream(self, result, exchange)
+        else:  # an awaitable: its task answers (a request costs no task unless the app needs one)
+            try:
+                task: asyncio.Future[object] = asyncio.ensure_future(result, loop=self.loop)
+            except TypeError:
+                logger.error("handle() returned %r for %s %s, not a response", result, request.method, request.path)
+                writer.write_500(self, exchange)
+                return
+            exchange.task = task
+            registry.task_started()
+            task.add_done_callback(self.task_done)
 
     def task_done(self, task: asyncio.Future[object]) -> None:
         """The app's task for the exchange being answered is done."""

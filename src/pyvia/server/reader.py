@@ -131,14 +131,57 @@ class RequestReader:
         self._conn = None  # type: ignore[assignment]
 
     def feed(self, data: bytes) -> None:
-        """Read ``data``: raises :class:`Reject` to refuse the request, :class:`Stop` to read no more.
+        """Read ``data``, one head or one body at a time (rule 2): raises :class:`Reject` to
+        refuse the request, :class:`Stop` to read no more.
 
         The parser's own errors become one of the two (rule 3); an error of the server's own while
         parsing is logged and answered 500. Once the connection stopped reading (an error after
         ``Connection: close``, when already answered and leaving) nothing is raised.
         """
         try:
-            self._feed(data)
+            if self.phase == HEAD:
+                self.head_raw += len(data)
+            parser = self._parser
+            conn = self._conn
+            while data:
+                phase = self.phase
+                if phase == BODY:
+                    left = self._body_left
+                    chunks = self._chunks
+                    if left > 0:  # a Content-Length body: exactly that many bytes are its
+                        if left >= len(data):
+                            self._body_left = left - len(data)
+                            parser.feed_data(data)
+                            return
+                        self._body_left = 0
+                        piece, data = data[:left], data[left:]
+                    elif chunks is not None:
+                        try:
+                            end = chunks.scan(data)
+                        except ValueError as exc:
+                            raise Reject(400, str(exc)) from None
+                        if end >= len(data) or end <= 0:
+                            parser.feed_data(data)
+                            return
+                        piece, data = data[:end], data[end:]
+                    else:  # a framing this loop does not follow: the parser has the rest
+                        parser.feed_data(data)
+                        return
+                else:
+                    end = self._head_end(data)
+                    if end < 0 or end >= len(data):
+                        if phase == NO_REQUEST or self._line is not None:
+                            self._check_line(data, phase == NO_REQUEST)
+                        parser.feed_data(data)
+                        if self.phase == HEAD:  # (reset by on_message_begin when this head began here)
+                            self._head_tail = (self._head_tail + data)[-3:]
+                        return
+                    piece, data = data[:end], data[end:]
+                    if phase == NO_REQUEST or self._line is not None:
+                        self._check_line(piece, phase == NO_REQUEST)
+                parser.feed_data(piece)
+                if data and not conn.reading:
+                    return  # answered with a close, or refused: the rest is not read
         except HttpParserUpgrade:
             # Upgrade or CONNECT: the request was answered as plain HTTP; what follows is another
             # protocol, which this server does not speak.
@@ -157,52 +200,6 @@ class RequestReader:
                 logger.error("internal error while parsing a request", exc_info=cause)
                 raise Stop(wire.ERRORS[500]) from None
             raise cause from None  # KeyboardInterrupt, SystemExit: not ours to swallow
-
-    def _feed(self, data: bytes) -> None:
-        """Feed ``data`` to the parser one head, or one body, at a time (rule 2)."""
-        if self.phase == HEAD:
-            self.head_raw += len(data)
-        parser = self._parser
-        conn = self._conn
-        while data:
-            phase = self.phase
-            if phase == BODY:
-                left = self._body_left
-                chunks = self._chunks
-                if left > 0:  # a Content-Length body: exactly that many bytes are its
-                    if left >= len(data):
-                        self._body_left = left - len(data)
-                        parser.feed_data(data)
-                        return
-                    self._body_left = 0
-                    piece, data = data[:left], data[left:]
-                elif chunks is not None:
-                    try:
-                        end = chunks.scan(data)
-                    except ValueError as exc:
-                        raise Reject(400, str(exc)) from None
-                    if end >= len(data) or end <= 0:
-                        parser.feed_data(data)
-                        return
-                    piece, data = data[:end], data[end:]
-                else:  # a framing this loop does not follow: the parser has the rest
-                    parser.feed_data(data)
-                    return
-            else:
-                end = self._head_end(data)
-                if end < 0 or end >= len(data):
-                    if phase == NO_REQUEST or self._line is not None:
-                        self._check_line(data, phase == NO_REQUEST)
-                    parser.feed_data(data)
-                    if self.phase == HEAD:  # (reset by on_message_begin when this head began here)
-                        self._head_tail = (self._head_tail + data)[-3:]
-                    return
-                piece, data = data[:end], data[end:]
-                if phase == NO_REQUEST or self._line is not None:
-                    self._check_line(piece, phase == NO_REQUEST)
-            parser.feed_data(piece)
-            if not conn.reading:
-                return  # answered with a close, or refused: the rest is not read
 
     def _head_end(self, data: bytes) -> int:
         """Where the head being read ends in ``data`` (just past its blank line), or -1."""

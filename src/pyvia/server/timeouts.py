@@ -29,7 +29,8 @@ __all__ = ["TIMEOUTS", "after_read", "kernel_unsent"]
 
 
 def after_read(conn: HttpProtocol, state: ConnState) -> None:
-    """Arm the deadline of what was just read (once per read, not in each parser callback)."""
+    """Arm the deadline of what was just read (once per read, not in each parser callback); the
+    connection arms the commonest itself (idle, nothing of a next request read)."""
     reader = conn.reader
     if reader.phase == HEAD:
         if reader.head_raw == 0 and state is ConnState.RECEIVING:  # the first piece of this head

@@ -9,9 +9,8 @@ Rules this module keeps:
 
 1. One ``transport.write`` per complete response (head and body joined); a stream's head waits in
    its sink for the first event.
-2. A request costs no task unless ``App.handle`` returns an awaitable.
-3. An application error becomes a plain 500 and is logged; the connection keeps serving.
-4. A response after which the server closes the connection says ``connection: close``; one that
+2. An application error becomes a plain 500 and is logged; the connection keeps serving.
+3. A response after which the server closes the connection says ``connection: close``; one that
    does not, does not close it.
 """
 
@@ -31,34 +30,9 @@ from pyvia.server.states import ConnState
 if TYPE_CHECKING:
     from pyvia.server.connection import HttpProtocol
 
-__all__ = ["finish", "handle", "shed", "start_stream", "write_500", "write_response"]
+__all__ = ["finish", "shed", "start_stream", "write_500", "write_response"]
 
 logger = logging.getLogger("pyvia.server")
-
-
-def handle(conn: HttpProtocol, exchange: Exchange) -> None:
-    """Hand the request to the app; answer now unless it gave an awaitable (rule 2)."""
-    request = exchange.request
-    try:
-        result = conn.app.handle(request)
-    except Exception:
-        logger.exception("error handling %s %s", request.method, request.path)
-        write_500(conn, exchange)
-        return
-    if isinstance(result, Response):
-        write_response(conn, result, exchange)
-    elif isinstance(result, StreamResponse):
-        start_stream(conn, result, exchange)
-    else:
-        try:
-            task: asyncio.Future[object] = asyncio.ensure_future(result, loop=conn.loop)
-        except TypeError:
-            logger.error("handle() returned %r for %s %s, not a response", result, request.method, request.path)
-            write_500(conn, exchange)
-            return
-        exchange.task = task
-        conn.registry.task_started()
-        task.add_done_callback(conn.task_done)
 
 
 def finish(conn: HttpProtocol, exchange: Exchange, task: asyncio.Future[object]) -> None:
