@@ -8,15 +8,20 @@ to one request and its answer lives here, from the parsed request to the last by
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from pyvia.http import Request, StreamResponse
+from pyvia.server import closing
 from pyvia.server import http as wire
+from pyvia.server.states import ConnState
 
 if TYPE_CHECKING:
     from pyvia.server.connection import HttpProtocol
 
-__all__ = ["Exchange", "Sink"]
+__all__ = ["Exchange", "Sink", "call_closed"]
+
+logger = logging.getLogger("pyvia.server")
 
 
 class Exchange:
@@ -41,6 +46,25 @@ class Exchange:
     @property
     def head_only(self) -> bool:
         return self.request.method == "HEAD"
+
+    def peer_left(self) -> None:
+        """The connection was lost: an open stream learns it (its sink keeps nothing more)."""
+        stream = self.stream
+        if stream is None:
+            return
+        self.stream = None
+        sink = self.sink
+        if sink is not None and not sink.is_closed:
+            sink.peer_gone()
+            call_closed(stream)
+
+
+def call_closed(stream: StreamResponse) -> None:
+    """Tell the core its stream ended; an error of its callback is logged, not raised."""
+    try:
+        stream.closed()
+    except Exception:
+        logger.exception("error in stream close callback")
 
 
 class Sink:
@@ -91,7 +115,15 @@ class Sink:
             self._head = None
         if data:
             self._transport.write(data)
-        self._conn.stream_finished()
+        # The body is complete: the next request may follow (a stream that ends cleanly leaves
+        # the connection open, as any response does).
+        conn = self._conn
+        exchange = conn.exchange
+        if exchange is None or conn.state is not ConnState.STREAMING:
+            return
+        exchange.stream = None
+        conn.registry.stream_ended(conn)
+        conn.answered(exchange.keep_alive and not conn.draining)
 
     def abort(self) -> None:
         """End the stream and its connection now, dropping what the peer has not read.
@@ -104,8 +136,15 @@ class Sink:
             return
         self._gone = self._closed = True
         self._head = None
-        if self._conn.served == self._turn:
-            self._conn.abort_stream()
+        conn = self._conn
+        if conn.served != self._turn or conn.state is ConnState.CLOSED:
+            return
+        exchange = conn.exchange
+        if exchange is not None and exchange.stream is not None:
+            exchange.stream = None
+            conn.registry.stream_ended(conn)
+        conn.registry.timeouts["send"] += 1
+        closing.reset(conn)
 
     def peer_gone(self) -> None:
         self._closed = self._gone = True
