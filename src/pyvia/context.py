@@ -240,7 +240,7 @@ class Context:
         self.deadline = 0.0
         self.last_action = 0.0
         self.revived = False
-        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays)
+        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays, route.pattern)
         #: Data middleware put in ``request.state`` on the page view (or the revival).
         self.state_from_middleware: dict[str, Any] = dict(request.state)
         #: Server-side per-tab values; kept when the tab is revived in this process.
