@@ -126,8 +126,9 @@ class Registry:
         self.contexts[ctx.id] = ctx
         if self.app.link is not None and ctx.revived:
             self.app.link.claim(ctx.id)  # a page view claimed it already
-        for name in ctx._scopes:
-            self.app.scopes.join(ctx, name)
+        scopes = ctx._scopes
+        for i, name in enumerate(scopes):
+            scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
         ctx.state = State.CREATED
         self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
         waiting = self.waiting
@@ -338,5 +339,5 @@ class Registry:
             raise RuntimeError("set_interval needs a started app")
         interval = Interval(self.app, ctx, fn, period)
         interval.arm()
-        ctx._timers.append(interval)
+        ctx._add_timer(interval)
         return interval

@@ -663,6 +663,7 @@ class HttpProtocol(asyncio.Protocol):
         self.served += 1
         self.deadline = 0.0
         request = exchange.request
+        assert request is not None  # let go only once a stream is open
         registry = self._registry
         registry.dispatched += 1
         shedding = registry.shedding
@@ -701,9 +702,9 @@ class HttpProtocol(asyncio.Protocol):
         registry = self._registry
         closing = waited >= 0 and accepted
         if waited >= 0:
-            registry.shed_late(self.client, exchange.request.path, waited, accepted=accepted)
+            registry.shed_late(self.client, exchange.path, waited, accepted=accepted)
         else:
-            registry.shed(self.client, exchange.request.path)
+            registry.shed(self.client, exchange.path)
         keep_alive = exchange.keep_alive and not self.draining and not closing
         self.transport.write(
             wire.service_unavailable(
@@ -726,6 +727,7 @@ class HttpProtocol(asyncio.Protocol):
             return  # the connection was aborted and moved on (a bug elsewhere, or a transfer)
         exchange.task = None
         request = exchange.request
+        assert request is not None  # let go only once a stream is open
         if task.cancelled():
             if self._state < LINGERING:
                 logger.error("handler task for %s %s was cancelled", request.method, request.path)
@@ -764,7 +766,7 @@ class HttpProtocol(asyncio.Protocol):
                 connection=self._connection_header(keep_alive, exchange.http10),
             )
         except Exception:
-            logger.exception("invalid response to %s %s", exchange.request.method, exchange.request.path)
+            logger.exception("invalid response to %s %s", exchange.method, exchange.path)
             self._write_500(exchange)
             return
         self.transport.write(data)
@@ -801,7 +803,7 @@ class HttpProtocol(asyncio.Protocol):
                 connection=wire.CONNECTION_KEEP_ALIVE if keep_alive else wire.CONNECTION_CLOSE,
             )
         except Exception:
-            logger.exception("invalid stream response to %s %s", exchange.request.method, exchange.request.path)
+            logger.exception("invalid stream response to %s %s", exchange.method, exchange.path)
             self._write_500(exchange)
             self._call_closed(stream)
             return
@@ -832,7 +834,7 @@ class HttpProtocol(asyncio.Protocol):
         try:
             stream.open(sink)
         except Exception:
-            logger.exception("error opening stream for %s %s", exchange.request.method, exchange.request.path)
+            logger.exception("error opening stream for %s %s", exchange.method, exchange.path)
             if not sink.is_closed:
                 sink.peer_gone()
                 exchange.stream = None
@@ -841,6 +843,7 @@ class HttpProtocol(asyncio.Protocol):
                 self._exchange = None
                 self._close()
             return
+        exchange.request = None  # the stream is open: its request is the app's now, if it wants it
         sink.flush_head()
 
     def _call_closed(self, stream: StreamResponse) -> None:
