@@ -109,21 +109,18 @@ class Outflow:
         last call and those that held some then. A stream neither written nor holding anything
         since (an idle tab) holds nothing now: a socket's buffer only grows by a write."""
         written, self.written = self.written, set()
-        streams = self.watch | written  # a new set: ``written`` becomes the next watch below
-        measured = self.measure(streams, cap)
-        for stream in streams:
-            sink = stream.sink
-            if sink is not None and sink.buffered:
-                written.add(stream)
+        streams = self.watch | written  # a new set: ``written`` becomes the next watch
+        measured = self.measure(streams, cap, written)
         self.watch = written
         return measured
 
-    def measure(self, streams: Iterable[Stream], cap: int) -> int:
+    def measure(self, streams: Iterable[Stream], cap: int, holding: set[Stream] | None = None) -> int:
         """Add up what every tab socket holds (and what closed streams still hold); past ``cap``,
         hold view frames everywhere, drop what closed streams hold, then abort the streams
         furthest behind (over their own ``max_buffer``) until the total is under ``cap``.
 
         Returns the total before anything was dropped; ``unsent`` keeps what is left.
+        ``holding``, if given, gets every stream that held bytes.
         """
         total = 0
         behind: list[tuple[int, Stream]] = []
@@ -132,7 +129,11 @@ class Outflow:
             if sink is None:
                 continue
             held = sink.buffered
+            if not held:
+                continue
             total += held
+            if holding is not None:
+                holding.add(stream)
             if held > stream.max_buffer:
                 behind.append((held, stream))
         draining = []
