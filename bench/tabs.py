@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-tabs", type=int, default=20, help="tabs opened and kept before 'before' (default 20)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between opening and reading RSS")
     parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=0.0,
+        help="after reading RSS, seconds of idle server CPU measured with every tab open (default 0: none)",
+    )
+    parser.add_argument(
         "--encoding",
         choices=("identity", "zstd", "br", "gzip"),
         default="identity",
@@ -98,6 +104,12 @@ async def _one_rep(args: argparse.Namespace, server: Server, rep: int, tabs: lis
     await asyncio.sleep(args.settle)
     idle.stop()
     rss_n, slab_n = server.rss_kb(), _slab_kb()
+    idle_ms_per_s = float("nan")
+    if args.idle_seconds > 0:
+        quiet = Window(server).start()
+        await asyncio.sleep(args.idle_seconds)
+        quiet.stop()
+        idle_ms_per_s = quiet.server_cpu_precise / quiet.wall * 1e3
     alive = sum(1 for t in tabs[warm:] if not t.stream.closed)
     first_event_bytes = sum(t.stream.bytes_seen for t in tabs[warm:]) / opened if opened else float("nan")
     phases = await tab_phases.run_phases(args, server, tabs, owners, idle.server_cpu_precise / idle.wall)
@@ -133,6 +145,7 @@ async def _one_rep(args: argparse.Namespace, server: Server, rep: int, tabs: lis
         "open_others_on_client_core": opening.others_on_client_core,
         "idle_server_cpu_s": idle.server_cpu,
         "idle_wall_s": idle.wall,
+        "idle_ms_per_s": idle_ms_per_s,
         "slab_kb_per_tab_pair": (slab_n - slab_before) / opened if opened else float("nan"),
         "first_event_bytes": first_event_bytes,
         "phases": phases,
@@ -162,6 +175,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
         "open_cpu_us_per_tab",
         "open_cpu_us_per_tab_clock",
         "idle_server_cpu_s",
+        "idle_ms_per_s",
         "slab_kb_per_tab_pair",
         "rss_before_kb",
         "rss_with_tabs_kb",
@@ -186,7 +200,8 @@ def _print_rep(r: dict[str, Any]) -> None:
         f"(server core {r['open_server_busy']:.0%}, client core {r['open_client_busy']:.0%}, "
         f"others on server/client core {r['open_others_on_server_core']:.0%}/"
         f"{r['open_others_on_client_core']:.0%}); idle CPU "
-        f"{r['idle_server_cpu_s'] * 1000:.0f} ms in {r['idle_wall_s']:.1f} s; kernel slab "
+        f"{r['idle_server_cpu_s'] * 1000:.0f} ms in {r['idle_wall_s']:.1f} s, then {r['idle_ms_per_s']:.2f} ms/s; "
+        f"kernel slab "
         f"{r['slab_kb_per_tab_pair']:.1f} KB/socket pair; failures {sum(r['failures'].values())}"
         f"{' DIRTY ' + str(r['failures']) if r['dirty'] else ''}",
         flush=True,
@@ -287,6 +302,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"{fmt(s['open_cpu_us_per_tab_clock'], 0)} by the CPU clock   (page view + stream connect)"
     )
     print(f"  server CPU while idle (ms)     {fmt({k: v * 1000 for k, v in s['idle_server_cpu_s'].items()}, 0)}")
+    if s["idle_ms_per_s"]["median"] == s["idle_ms_per_s"]["median"]:  # measured (not NaN)
+        print(f"  idle server CPU, tabs open     {fmt(s['idle_ms_per_s'], 2)} ms/s (the --idle-seconds window)")
     print(f"  kernel slab KB per socket pair {fmt(s['slab_kb_per_tab_pair'], 1)}   (client + server side; not in RSS)")
     q = s["quiet"]
     if s["noisy_reps"] and q["n"]:

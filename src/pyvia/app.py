@@ -78,6 +78,8 @@ from pyvia.static import Asset, StaticFiles
 from pyvia.stream import Outflow
 
 log = logging.getLogger("pyvia")
+#: At most this many action URLs are kept by name (:meth:`App.url_for_action`).
+_ACTION_URLS = 4096
 T = TypeVar("T")
 
 __all__ = ["App", "RouteGroup"]
@@ -445,10 +447,19 @@ class App:
         return fn
 
     def url_for_action(self, name: str) -> str:
-        return self._base + ACTION_PREFIX[1:] + name
+        # One string per action name, shared by every tab that declares it (not one per tab);
+        # names made at run time (past the bound) are built each time instead.
+        urls = self._action_urls
+        url = urls.get(name)
+        if url is None:
+            url = self._base + ACTION_PREFIX[1:] + name
+            if len(urls) < _ACTION_URLS:
+                urls[name] = url
+        return url
 
     def _set_base(self, base: str) -> None:
         self._base = base
+        self._action_urls: dict[str, str] = {}
         self._ids = ContextIds(self._secret, base)
         self._snapshots = Snapshots(self._secret, base, max_bytes=self.config.max_snapshot_bytes)
         self._sse_url = base + SSE_PATH[1:]

@@ -578,6 +578,10 @@ class EncoderBudget:
             excess -= encoder.memory
         return out
 
+    def live(self) -> list[StreamEncoder]:
+        """The encoders holding a compressor now (a copy: releasing one changes the set)."""
+        return list(self._active)
+
     def stats(self) -> dict[str, int]:
         """Figures for ``/metrics``: bytes held (estimated), live encoders, releases, limit."""
         return {

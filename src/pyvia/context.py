@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from types import FunctionType, MethodType
+from types import FunctionType, MappingProxyType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from markupsafe import Markup
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from pyvia.state import SessionData
 
 T = TypeVar("T")
+#: The one empty mapping of every tab that declared no component or shared signal (read-only).
+_NO_ITEMS: Mapping[str, Any] = MappingProxyType({})
 log = logging.getLogger("pyvia")
 
 ActionCallback = Callable[..., Any]
@@ -211,27 +213,27 @@ class Context:
         self._view: str | ViewCallable | None = None
         self._view_block: str | None = None
         self._share_render = False
-        self._components: dict[str, Component] = {}
+        # What most tabs never declare starts as one shared empty value (a tuple, a read-only
+        # mapping), made a list or dict of its own on the first declaration: an idle tab holds none.
+        self._components: dict[str, Component] | Mapping[str, Component] = _NO_ITEMS
         self._updating = False
         #: Shared signals this tab declared, by browser id.
-        self._shared: dict[str, SharedSignal[Any]] = {}
+        self._shared: dict[str, SharedSignal[Any]] | Mapping[str, SharedSignal[Any]] = _NO_ITEMS
         #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
-        self._scopes: set[str] = {
-            Scope.route(route.pattern),
-            Scope.session(session_id),
-            GLOBAL,
-        }
+        # a list, not a set: a tab is in a few scopes (a set of three is 216 bytes, a list 88); the
+        # registry swaps in the names its scopes hold, so a tab keeps no copy of its own
+        self._scopes: list[str] = [Scope.route(route.pattern), Scope.session(session_id), GLOBAL]
         #: Where ``c.broadcast()`` goes: ``"tab"`` (this tab only) until ``c.scope()`` says otherwise.
         self.primary_scope = TAB
         self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
-        self._on_cleanup: list[Callable[..., Any]] = []
-        self._on_disconnect: list[Callable[..., Any]] = []
-        self._on_connect: list[Callable[..., Any]] = []
-        self._timers: list[TimerHandle] = []
-        self._head: list[str] = []
-        self._foot: list[str] = []
+        self._on_cleanup: list[Callable[..., Any]] | tuple[()] = ()
+        self._on_disconnect: list[Callable[..., Any]] | tuple[()] = ()
+        self._on_connect: list[Callable[..., Any]] | tuple[()] = ()
+        self._timers: list[TimerHandle] | tuple[()] = ()
+        self._head: list[str] | tuple[()] = ()
+        self._foot: list[str] | tuple[()] = ()
         self.request = request
-        self._cookies_out: list[str] = []
+        self._cookies_out: list[str] | tuple[()] = ()
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
         self._error_shown = False
@@ -240,7 +242,7 @@ class Context:
         self.deadline = 0.0
         self.last_action = 0.0
         self.revived = False
-        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays)
+        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays, route.pattern)
         #: Data middleware put in ``request.state`` on the page view (or the revival).
         self.state_from_middleware: dict[str, Any] = dict(request.state)
         #: Server-side per-tab values; kept when the tab is revived in this process.
@@ -306,7 +308,10 @@ class Context:
         sig = state.signal(name, initial, writable=writable, max_length=max_length, new=new)
         if self._signals.get(name) is not None or self._actions.get(name) is not None:
             raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
-        self._shared[sig.id] = sig
+        shared = self._shared
+        if not isinstance(shared, dict):
+            shared = self._shared = {}
+        shared[sig.id] = sig
         self._join(concrete)
         return sig
 
@@ -332,16 +337,20 @@ class Context:
         if scope == TAB:
             raise DeclarationError("a tab cannot leave its own TAB scope")
         concrete = resolve(scope, self.route.pattern, self.session_id)
-        self._scopes.discard(concrete)
-        for sid in [sid for sid, sig in self._shared.items() if sig.scope.name == concrete]:
-            del self._shared[sid]
+        if concrete in self._scopes:
+            self._scopes.remove(concrete)
+        shared = self._shared
+        if isinstance(shared, dict):
+            for sid in [sid for sid, sig in shared.items() if sig.scope.name == concrete]:
+                del shared[sid]
         if self.primary_scope == concrete:
             self.primary_scope = TAB
         if self.app.contexts.get(self.id) is self:
             self.app.scopes.leave(self, concrete)
 
     def _join(self, concrete: str) -> None:
-        self._scopes.add(concrete)
+        if concrete not in self._scopes:
+            self._scopes.append(concrete)
         if self.app.contexts.get(self.id) is self:  # a live tab joins now; a new one at registration
             self.app.scopes.join(self, concrete)
 
@@ -424,26 +433,29 @@ class Context:
         if name in self._components:
             raise DeclarationError(f"component {name!r} is declared twice in page {self.route.pattern!r}")
         comp = Component(self, name)
-        self._components[name] = comp
+        components = self._components
+        if not isinstance(components, dict):
+            components = self._components = {}
+        components[name] = comp
         setup(comp)
         return comp
 
     def append_head(self, *markup: str) -> None:
         """Add markup to this page's ``<head>`` (after the app's own ``head`` includes)."""
-        self._head.extend(markup)
+        self._head = [*self._head, *markup]
 
     def append_foot(self, *markup: str) -> None:
         """Add markup before this page's ``</body>``."""
-        self._foot.extend(markup)
+        self._foot = [*self._foot, *markup]
 
     def on_cleanup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the context is destroyed."""
-        self._on_cleanup.append(fn)
+        self._on_cleanup = [*self._on_cleanup, fn]
         return fn
 
     def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the tab's last stream closes."""
-        self._on_disconnect.append(fn)
+        self._on_disconnect = [*self._on_disconnect, fn]
         return fn
 
     def set_interval(
@@ -512,7 +524,7 @@ class Context:
 
     def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) each time this tab's stream opens (first connect and reconnects)."""
-        self._on_connect.append(fn)
+        self._on_connect = [*self._on_connect, fn]
         return fn
 
     def set_cookie(
@@ -527,9 +539,20 @@ class Context:
         samesite: str = "Lax",
     ) -> None:
         """Queue a cookie for the next page or action response of this tab."""
-        self._cookies_out.append(
+        self._add_cookie(
             format_cookie(name, value, max_age=max_age, path=path, secure=secure, httponly=httponly, samesite=samesite)
         )
+
+    def _add_cookie(self, header: str) -> None:
+        """Queue a ``Set-Cookie`` value for the next page or action response."""
+        self._cookies_out = [*self._cookies_out, header]
+
+    def _add_timer(self, timer: TimerHandle) -> None:
+        timers = self._timers
+        if isinstance(timers, list):
+            timers.append(timer)
+        else:
+            self._timers = [timer]
 
     def delete_cookie(self, name: str, path: str = "/") -> None:
         self.set_cookie(name, "", max_age=0, path=path)
@@ -865,15 +888,15 @@ class Context:
     def forget(self) -> None:
         """Drop what closures hold once the tab is destroyed, so it leaves no reference cycle."""
         self._signals = {}
-        self._shared = {}
-        self._components = {}
+        self._shared = _NO_ITEMS
+        self._components = _NO_ITEMS
         self._actions = {}
         self._view = None
         self._view_data = None
-        self._timers = []
-        self._on_cleanup = []
-        self._on_disconnect = []
-        self._on_connect = []
+        self._timers = ()
+        self._on_cleanup = ()
+        self._on_disconnect = ()
+        self._on_connect = ()
 
     def _begin_batch(self) -> None:
         self._batch = []

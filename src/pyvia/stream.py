@@ -73,7 +73,7 @@ class Outflow:
     against the cap, and they are the first dropped when the total is over it.
     """
 
-    __slots__ = ("aborted", "cap_hits", "congested", "draining", "ended", "meter", "unsent")
+    __slots__ = ("aborted", "cap_hits", "congested", "draining", "ended", "meter", "over", "unsent", "watch", "written")
 
     def __init__(self, meter: PyviaMetrics | None = None) -> None:
         self.meter = meter
@@ -87,6 +87,15 @@ class Outflow:
         #: Streams the server ended since the app last looked (their tabs are now without one).
         self.ended = 0
         self.draining: list[StreamSink] = []
+        #: Streams written since the last :meth:`measure_written`: the only ones whose socket can
+        #: have taken more bytes since (an idle tab is in neither set, so a measure never visits it).
+        self.written: set[Stream] = set()
+        #: Streams that held unsent bytes at the last measure, or were written just before it
+        #: (a front end may hand a write to its socket a loop turn later: asgi).
+        self.watch: set[Stream] = set()
+        #: Streams whose socket went over their ``max_buffer`` (``over_since`` set): the only
+        #: ones the stall check looks at.
+        self.over: set[Stream] = set()
 
     def closed_with_bytes(self, sink: StreamSink) -> None:
         """``sink`` was closed while its peer still had bytes to read: count them until it reads."""
@@ -95,12 +104,23 @@ class Outflow:
             del draining[: _DRAINING_MAX // 4]
         draining.append(sink)
 
-    def measure(self, streams: Iterable[Stream], cap: int) -> int:
+    def measure_written(self, cap: int) -> int:
+        """:meth:`measure` over the streams that can hold unsent bytes: those written since the
+        last call and those that held some then. A stream neither written nor holding anything
+        since (an idle tab) holds nothing now: a socket's buffer only grows by a write."""
+        written, self.written = self.written, set()
+        streams = self.watch | written  # a new set: ``written`` becomes the next watch
+        measured = self.measure(streams, cap, written)
+        self.watch = written
+        return measured
+
+    def measure(self, streams: Iterable[Stream], cap: int, holding: set[Stream] | None = None) -> int:
         """Add up what every tab socket holds (and what closed streams still hold); past ``cap``,
         hold view frames everywhere, drop what closed streams hold, then abort the streams
         furthest behind (over their own ``max_buffer``) until the total is under ``cap``.
 
         Returns the total before anything was dropped; ``unsent`` keeps what is left.
+        ``holding``, if given, gets every stream that held bytes.
         """
         total = 0
         behind: list[tuple[int, Stream]] = []
@@ -109,7 +129,11 @@ class Outflow:
             if sink is None:
                 continue
             held = sink.buffered
+            if not held:
+                continue
             total += held
+            if holding is not None:
+                holding.add(stream)
             if held > stream.max_buffer:
                 behind.append((held, stream))
         draining = []
@@ -153,6 +177,8 @@ class Stream:
         "encoder",
         "epoch",
         "held_view",
+        "keep_alive_due",
+        "label",
         "last_event",
         "last_write",
         "lost",
@@ -168,7 +194,11 @@ class Stream:
         "view_size",
     )
 
-    def __init__(self, max_buffer: int, outflow: Outflow | None = None, replays: Replays | None = None) -> None:
+    def __init__(
+        self, max_buffer: int, outflow: Outflow | None = None, replays: Replays | None = None, label: str = ""
+    ) -> None:
+        #: What the logs call the tab (its route's pattern).
+        self.label = label
         self.outflow = outflow if outflow is not None else Outflow()
         # frames: the id of the last one written, and what a reconnect may need again
         self.replays = replays
@@ -189,6 +219,8 @@ class Stream:
         self.max_buffer = max_buffer
         #: When the socket's unsent bytes went over ``max_buffer`` (0 = not over).
         self.over_since = 0.0
+        #: The keep-alive wheel's slot this stream waits in (None: in none; the registry's).
+        self.keep_alive_due: int | None = None
 
     @property
     def is_connected(self) -> bool:
@@ -261,7 +293,9 @@ class Stream:
         if encoder is not None:
             data = encoder.encode_opening(data) if opening else encoder.encode(data)
         sink.write(data)
-        meter = self.outflow.meter
+        outflow = self.outflow
+        outflow.written.add(self)
+        meter = outflow.meter
         if meter is not None:
             meter.frame_sent(len(data), encoder.coding if encoder is not None else "identity")
 
@@ -271,7 +305,15 @@ class Stream:
         if sink is not None:
             encoder = self.encoder
             sink.write(encoder.encode_keepalive(ping) if encoder is not None else ping)
+            self.outflow.written.add(self)
             self.last_write = now
+
+    def write_raw(self, data: bytes) -> None:
+        """Write ``data`` as it is (an encoder's tail of a release) to the open sink, if any."""
+        sink = self.sink
+        if sink is not None:
+            sink.write(data)
+            self.outflow.written.add(self)
 
     def detach(self, sink: StreamSink) -> bool:
         """Forget ``sink`` if it is the current one; return whether the tab is now without a stream."""
@@ -326,6 +368,7 @@ class Stream:
                 self.over_since = 0.0
             elif not self.over_since:
                 self.over_since = now
+                self.outflow.over.add(self)
             if buffered > _BEHIND * self.max_buffer:
                 self.close(abort=True)  # a reader this far behind only grows memory: it reconnects to a full render
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from typing import Any
 
 import pytest
@@ -117,6 +118,21 @@ def test_stream_head_is_written_alone_when_open_writes_nothing() -> None:
     protocol, transport, _ = make_protocol(app)
     protocol.data_received(get("/stream"))
     assert len(transport.writes) == 1 and transport.writes[0].endswith(b"chunked\r\n\r\n")
+
+
+def test_an_open_stream_lets_its_request_go() -> None:
+    app = App()
+    protocol, transport, _ = make_protocol(app)
+    protocol.data_received(get("/stream"))
+    request = app.seen.pop()
+    exchange = protocol._exchange
+    assert app.opened == 1 and exchange is not None and exchange.sink is not None
+    assert exchange.request is None and exchange.path == request.path  # only what the logs name is kept
+    assert sys.getrefcount(request) == 2  # nothing else holds it: this name and the call's argument
+    app.sinks[0].write(b"data: 1\n\n")
+    app.sinks[0].close()
+    protocol.data_received(get("/"))  # the connection goes on to its next request
+    assert transport.writes[-1].startswith(b"HTTP/1.1 200")
 
 
 def test_peer_disconnect_is_reported_once_and_later_writes_are_dropped() -> None:

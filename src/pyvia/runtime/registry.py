@@ -27,6 +27,9 @@ if typing.TYPE_CHECKING:
 
 log = logging.getLogger("pyvia")
 _DESTROY_SLICE = 0.005  # seconds of destroying per loop turn (php-via 0.14 uses 10 ms slices)
+#: The keep-alive wheel's slot width, seconds: a stream waits in the slot of the second its
+#: keep-alive falls due (a slot is visited once that second has begun).
+_SLOT = 1.0
 
 
 class Interval:
@@ -88,6 +91,11 @@ class Registry:
         self.destroying = False
         self.sweep_handle: TimerHandle | None = None
         self.next_keep_alive = 0.0
+        #: The keep-alive wheel: open streams by the slot (``int(due // _SLOT)``) in which their
+        #: keep-alive falls due, so a pass visits only the streams due by then, not every open one.
+        self.wheel: dict[int, list[Stream]] = {}
+        #: Work the passes over open streams did, by kind (counted: what an idle tab costs).
+        self.visits = {"stall": 0, "keep_alive": 0, "idle_release": 0, "unsent": 0}
         #: Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited.
         self.evicted_waiting = 0
         #: Contexts destroyed so far (a burst of them is worth giving their memory back).
@@ -124,8 +132,9 @@ class Registry:
         self.contexts[ctx.id] = ctx
         if self.app.link is not None and ctx.revived:
             self.app.link.claim(ctx.id)  # a page view claimed it already
-        for name in ctx._scopes:
-            self.app.scopes.join(ctx, name)
+        scopes = ctx._scopes
+        for i, name in enumerate(scopes):
+            scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
         move(ctx, Event.REGISTER)
         self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
         waiting = self.waiting
@@ -134,6 +143,24 @@ class Registry:
             oldest = waiting.pop(next(iter(waiting)))
             self.evicted_waiting += 1
             self.destroy(oldest)  # revived from its signed id if its stream comes after all
+
+    def opened(self, ctx: Context, now: float) -> None:
+        """``ctx``'s stream is open: it is connected, and its keep-alive is on the wheel."""
+        self.connected[ctx.id] = ctx
+        interval = self.app.config.keep_alive
+        stream = ctx.stream
+        if interval > 0 and stream.keep_alive_due is None:
+            self.wheel_put(stream, now + interval)
+
+    def wheel_put(self, stream: Stream, due: float, after: int = 0) -> None:
+        """Put ``stream`` in the wheel's slot of ``due`` (or later than slot ``after``)."""
+        slot = max(int(due // _SLOT), after + 1)
+        stream.keep_alive_due = slot
+        bucket = self.wheel.get(slot)
+        if bucket is None:
+            self.wheel[slot] = [stream]
+        else:
+            bucket.append(stream)
 
     def set_deadline(self, ctx: Context, deadline: float) -> None:
         ctx.deadline = deadline
@@ -189,26 +216,11 @@ class Registry:
             clock.call_soon(self.destroy_slice)
         if now >= self.next_keep_alive:  # the pass over open streams: a few times per keep-alive period
             interval = self.app.config.keep_alive
-            ping = protocol.keep_alive()
-            patience = self.app.config.slow_tab_timeout
             idle_release = self.app.config.encoder_idle_release
-            for ctx in list(self.connected.values()):
-                stream = ctx.stream
-                if stream.over_since and stream.is_stalled(now, patience):
-                    log.info("disconnecting a tab of %s that stopped reading", ctx.route.pattern)
-                    stream.close(abort=True)  # what it has not read is dropped, not kept for the send deadline
-                    continue
-                if interval > 0 and now - stream.last_write >= interval:
-                    stream.keep_alive(ping, now)
-                encoder = stream.encoder
-                if (
-                    encoder is not None
-                    and encoder.is_active
-                    and now - stream.last_event > idle_release
-                    and encoder.releases_in_place
-                    and stream.sink is not None
-                ):
-                    stream.sink.write(encoder.release().data)  # zstd ends its frame; a new compressor starts later
+            self.check_stalls(now)
+            if interval > 0:
+                self.keep_alive(now, interval)
+            self.release_idle_encoders(now, idle_release)
             period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.app.config.sweep_interval))
             self.next_keep_alive = now + period
         if self.app._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
@@ -224,10 +236,73 @@ class Registry:
         self.rt.revival.prune(now)
         self.sweep_handle = clock.call_later(self.app.config.sweep_interval, self.sweep)
 
+    def check_stalls(self, now: float) -> None:
+        """End the streams whose socket stayed over its limit too long: only those that went over
+        (``Outflow.over``) are looked at."""
+        over = self.app._outflow.over
+        if not over:
+            return
+        patience = self.app.config.slow_tab_timeout
+        for stream in list(over):
+            self.visits["stall"] += 1
+            if stream.sink is None or not stream.over_since:
+                over.discard(stream)
+            elif stream.is_stalled(now, patience):
+                over.discard(stream)
+                log.info("disconnecting a tab of %s that stopped reading", stream.label)
+                stream.close(abort=True)  # what it has not read is dropped, not kept for the send deadline
+            elif not stream.over_since:  # back under its limit
+                over.discard(stream)
+
+    def keep_alive(self, now: float, interval: float) -> None:
+        """Write a keep-alive comment to every open stream with nothing written for ``interval``
+        seconds. Only the wheel's slots up to now are visited: a stream not due waits in a later one."""
+        wheel = self.wheel
+        current = int(now // _SLOT)
+        due = [slot for slot in wheel if slot <= current]
+        if not due:
+            return
+        ping = protocol.keep_alive()
+        for slot in sorted(due):
+            for stream in wheel.pop(slot):
+                if stream.keep_alive_due != slot:
+                    continue  # moved to another slot meanwhile
+                self.visits["keep_alive"] += 1
+                if stream.sink is None:
+                    stream.keep_alive_due = None  # put back on the wheel when a stream opens again
+                    continue
+                if now - stream.last_write >= interval:
+                    stream.keep_alive(ping, now)
+                self.wheel_put(stream, stream.last_write + interval, current)
+
+    def release_idle_encoders(self, now: float, idle_release: float) -> None:
+        """Release the compressors of open streams idle for ``idle_release`` seconds (zstd ends its
+        frame; a new compressor starts with the next event). Only live encoders are looked at."""
+        budget = self.app.compression.budget
+        if not budget.count:
+            return
+        outflow = self.app._outflow
+        for encoder in budget.live():
+            stream = encoder.owner
+            if not isinstance(stream, Stream) or stream.outflow is not outflow:
+                continue
+            self.visits["idle_release"] += 1
+            if (
+                stream.encoder is encoder
+                and encoder.is_active
+                and now - stream.last_event > idle_release
+                and encoder.releases_in_place
+                and stream.sink is not None
+            ):
+                stream.write_raw(encoder.release().data)
+
     def measure_unsent(self) -> None:
-        """Add up what waits in every tab socket; past the cap, view frames are held everywhere
-        and the readers furthest behind are cut off (:meth:`pyvia.stream.Outflow.measure`)."""
-        self.app._outflow.measure([ctx.stream for ctx in self.connected.values()], self.app.config.max_unsent_bytes)
+        """Add up what waits in the tab sockets; past the cap, view frames are held everywhere
+        and the readers furthest behind are cut off (:meth:`pyvia.stream.Outflow.measure_written`).
+        Only streams written since the last sweep or still holding bytes are visited."""
+        outflow = self.app._outflow
+        self.visits["unsent"] += len(outflow.written) + len(outflow.watch)
+        outflow.measure_written(self.app.config.max_unsent_bytes)
 
     def reclaim_encoders(self) -> None:
         """Over the encoder budget: release the least recently used encoders (zstd keeps its stream;
@@ -237,7 +312,7 @@ class Registry:
             if not isinstance(stream, Stream) or stream.sink is None:
                 continue
             if released.data:
-                stream.sink.write(released.data)
+                stream.write_raw(released.data)
             if released.action is Release.RECONNECT:
                 stream.encoder = None
                 stream.close()
@@ -285,5 +360,5 @@ class Registry:
             raise RuntimeError("set_interval needs a started app")
         interval = Interval(self.app, ctx, fn, period)
         interval.arm()
-        ctx._timers.append(interval)
+        ctx._add_timer(interval)
         return interval

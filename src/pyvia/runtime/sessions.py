@@ -67,7 +67,7 @@ class Sessions:
         self.rotate(old, new, first)
         if self.app.link is not None:
             self.app.link.session_rotated(old, new, first)  # the session's tabs on other workers move too
-        ctx._cookies_out.append(self.cookie_header(new))
+        ctx._add_cookie(self.cookie_header(new))
         return new
 
     def rotate(self, old: str, new: str, first: str) -> None:
@@ -84,9 +84,11 @@ class Sessions:
         old_scope, new_scope = Scope.session(old), Scope.session(new)
         for tab in [c for c in self.rt.registry.contexts.values() if c.session_id == old]:
             tab.session_id = new
-            if old_scope in tab._scopes:
-                tab._scopes.discard(old_scope)
-                tab._scopes.add(new_scope)
+            scopes = tab._scopes
+            if old_scope in scopes:
+                scopes.remove(old_scope)
+                if new_scope not in scopes:
+                    scopes.append(new_scope)
         self.app.scopes.rename(old_scope, new_scope)
 
     def rotated_elsewhere(self, old_key: str, new_key: str) -> None:
@@ -108,9 +110,11 @@ class Sessions:
             return  # nothing of that session here
         self.app.sessions.forget(old)  # its data moved to the new session in the engine
         for tab in self.rt.registry.contexts.values():
-            if old_scope in tab._scopes:
-                tab._scopes.discard(old_scope)
-                tab._scopes.add(new_scope)
+            scopes = tab._scopes
+            if old_scope in scopes:
+                scopes.remove(old_scope)
+                if new_scope not in scopes:
+                    scopes.append(new_scope)
         self.app.scopes.rename(old_scope, new_scope)
         self.awaiting_rotation[new_key] = old
         while len(self.awaiting_rotation) > GRAVEYARD_CAP:

@@ -357,10 +357,11 @@ class HttpProtocol(asyncio.Protocol):
         # listen queue); what it waits after that is the server's own turns, not a queue to shed.
         first = self.served == 1
         waited = -1.0 if shedding else self._accept_wait if first else registry.late_request(self._sock)
-        if (shedding or waited >= 0) and exchange.request.path not in self.limits.shed_exempt:
+        if (shedding or waited >= 0) and exchange.path not in self.limits.shed_exempt:
             writer.shed(self, exchange, waited, accepted=first)
             return
         request = exchange.request
+        assert request is not None  # let go only once a stream is open
         try:
             result = self.app.handle(request)
         except Exception:

@@ -31,10 +31,14 @@ class Exchange:
     written: the handler's task while the app answers, the stream and its sink while streaming.
     """
 
-    __slots__ = ("http10", "keep_alive", "request", "sink", "stream", "task")
+    __slots__ = ("http10", "keep_alive", "method", "path", "request", "sink", "stream", "task")
 
     def __init__(self, request: Request, keep_alive: bool, http10: bool) -> None:
-        self.request = request
+        #: The request until its answer starts: an open stream lets it go (a tab's stream is
+        #: long-lived, and the app keeps what it needs of it), keeping its method and path for the logs.
+        self.request: Request | None = request
+        self.method = request.method
+        self.path = request.path
         #: The client allows another request after this one (and the server has not refused it).
         self.keep_alive = keep_alive
         #: An HTTP/1.0 request: its keep-alive is announced, its stream cannot be chunked.
@@ -45,7 +49,7 @@ class Exchange:
 
     @property
     def head_only(self) -> bool:
-        return self.request.method == "HEAD"
+        return self.method == "HEAD"
 
     def peer_left(self) -> None:
         """The connection was lost: an open stream learns it (its sink keeps nothing more)."""

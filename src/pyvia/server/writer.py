@@ -37,15 +37,14 @@ logger = logging.getLogger("pyvia.server")
 
 def finish(conn: HttpProtocol, exchange: Exchange, task: asyncio.Future[object]) -> None:
     """The app's task for ``exchange`` is done: write what it resolved to (a 500 for an error)."""
-    request = exchange.request
     if task.cancelled():
         if not conn.leaving:
-            logger.error("handler task for %s %s was cancelled", request.method, request.path)
+            logger.error("handler task for %s %s was cancelled", exchange.method, exchange.path)
             write_500(conn, exchange)
         return
     exc = task.exception()
     if exc is not None:
-        logger.error("error handling %s %s", request.method, request.path, exc_info=exc)
+        logger.error("error handling %s %s", exchange.method, exchange.path, exc_info=exc)
         result: object = None
     else:
         result = task.result()
@@ -57,7 +56,7 @@ def finish(conn: HttpProtocol, exchange: Exchange, task: asyncio.Future[object])
         start_stream(conn, result, exchange)
     else:
         if exc is None:
-            logger.error("handle() for %s %s resolved to %r, not a response", request.method, request.path, result)
+            logger.error("handle() for %s %s resolved to %r, not a response", exchange.method, exchange.path, result)
         write_500(conn, exchange)
 
 
@@ -68,9 +67,9 @@ def shed(conn: HttpProtocol, exchange: Exchange, waited: float, *, accepted: boo
     registry = conn.registry
     closing = waited >= 0 and accepted
     if waited >= 0:
-        registry.shed_late(conn.client, exchange.request.path, waited, accepted=accepted)
+        registry.shed_late(conn.client, exchange.path, waited, accepted=accepted)
     else:
-        registry.shed(conn.client, exchange.request.path)
+        registry.shed(conn.client, exchange.path)
     keep_alive = exchange.keep_alive and not conn.draining and not closing
     conn.transport.write(
         wire.service_unavailable(
@@ -103,7 +102,7 @@ def write_response(conn: HttpProtocol, response: Response, exchange: Exchange) -
             connection=_connection_header(keep_alive, exchange.http10),
         )
     except Exception:
-        logger.exception("invalid response to %s %s", exchange.request.method, exchange.request.path)
+        logger.exception("invalid response to %s %s", exchange.method, exchange.path)
         write_500(conn, exchange)
         return
     conn.transport.write(data)
@@ -132,7 +131,7 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
             connection=wire.CONNECTION_KEEP_ALIVE if keep_alive else wire.CONNECTION_CLOSE,
         )
     except Exception:
-        logger.exception("invalid stream response to %s %s", exchange.request.method, exchange.request.path)
+        logger.exception("invalid stream response to %s %s", exchange.method, exchange.path)
         write_500(conn, exchange)
         call_closed(stream)
         return
@@ -163,7 +162,7 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
     try:
         stream.open(sink)
     except Exception:
-        logger.exception("error opening stream for %s %s", exchange.request.method, exchange.request.path)
+        logger.exception("error opening stream for %s %s", exchange.method, exchange.path)
         if not sink.is_closed:
             sink.peer_gone()
             exchange.stream = None
@@ -171,4 +170,5 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
             registry.stream_ended(conn)
             conn.answered(False)  # nothing more is written on this connection
         return
+    exchange.request = None  # the stream is open: its request is the app's now, if it wants it
     sink.flush_head()

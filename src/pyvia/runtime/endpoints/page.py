@@ -125,4 +125,4 @@ class Pages:
     def take_cookies(ctx: Context, response: Response) -> None:
         if ctx._cookies_out:
             response.headers.extend(("set-cookie", c) for c in ctx._cookies_out)
-            ctx._cookies_out.clear()
+            ctx._cookies_out = ()

@@ -85,7 +85,7 @@ class Streams:
         self.rt.registry.waiting.pop(ctx.id, None)
         move(ctx, Event.CONNECT)
         ctx.deadline = 0.0
-        self.rt.registry.connected[ctx.id] = ctx
+        self.rt.registry.opened(ctx, now)
         signals: dict[str, Any] = {
             protocol.DISCONNECTED_SIGNAL: False,
             protocol.FILTER_SIGNAL: protocol.FILTER_OPEN,
