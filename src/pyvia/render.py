@@ -11,14 +11,15 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any
 
 import jinja2
+import markupsafe
 import orjson
 from jinja2.runtime import new_context
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from pyvia.alerts import FETCH_EVENTS
 from pyvia.protocol import FILTER_DOWN, seed_json
@@ -35,12 +36,92 @@ FOOT_MARK = "<!--via:foot-->"
 
 
 def is_document(markup: str) -> bool:
-    return _HTML_TAG.search(markup) is not None
+    """Whether ``markup`` holds an ``<html`` tag (any case): a whole document, not a fragment.
+
+    The tag starts ``<h`` or ``<H``, which ``str.find`` locates much faster than a case-blind
+    regex scans a long view; the regex is tried only where one of them is."""
+    for opener in ("<h", "<H"):
+        at = markup.find(opener)
+        while at >= 0:
+            if _HTML_TAG.match(markup, at) is not None:
+                return True
+            at = markup.find(opener, at + 2)
+    return False
 
 
 def body_of(document: str) -> str:
     m = _BODY.search(document)
     return m.group(1) if m else document
+
+
+def _replace_escape(value: str) -> str:
+    return (
+        value.replace("&", "&amp;")
+        .replace(">", "&gt;")
+        .replace("<", "&lt;")
+        .replace("'", "&#39;")
+        .replace('"', "&#34;")
+    )
+
+
+#: markupsafe's own escape of a plain string (its C one, in markupsafe 3), without the ``Markup``
+#: around it; the same replacements where that version has none.
+_escape_str: Callable[[str], str] = getattr(markupsafe, "_escape_inner", None) or _replace_escape
+
+
+def output_escape(value: Any) -> str:
+    """What a template writes for ``{{ value }}``: the characters of markupsafe's ``escape(value)``.
+
+    Jinja's compiled templates call ``escape`` only on what they output, and the outputs are joined
+    into one string (Jinja wraps what it buffers, a macro's or a block's, in ``Markup`` itself), so
+    nothing needs the ``Markup`` object that markupsafe makes for each. A plain string is escaped
+    with the same replacements; an object with ``__html__`` writes what it returns.
+    """
+    kind = type(value)
+    if kind is str:
+        return _escape_str(value)
+    if kind is int or kind is float:
+        return str(value)  # no character to escape
+    html_of = getattr(value, "__html__", None)
+    if html_of is not None:
+        out = html_of()
+        return out if isinstance(out, str) else str(out)
+    return escape(value)
+
+
+class _Template(jinja2.Template):
+    """A template whose output goes through :func:`output_escape`."""
+
+    @classmethod
+    def from_code(
+        cls,
+        environment: jinja2.Environment,
+        code: Any,
+        globals: Any,
+        uptodate: Any = None,
+    ) -> jinja2.Template:
+        template = super().from_code(environment, code, globals, uptodate)
+        # the module namespace the compiled template runs in: its ``escape`` is a global name there
+        template.root_render_func.__globals__["escape"] = output_escape
+        return template
+
+
+#: What a dict has as attributes: ``{{ d.name }}`` reads the key ``name`` unless it is one of these.
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _Environment(jinja2.Environment):
+    """Jinja's environment, with ``{{ d.key }}`` on a dict read without the failed attribute
+    lookup (and its exception) that precedes the item lookup in Jinja's own ``getattr``: a dict
+    has no attributes but its type's, so when ``key`` is not one of them the answer is the same."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
 
 class Templates:
@@ -52,12 +133,13 @@ class Templates:
         loader: jinja2.BaseLoader = (
             jinja2.FileSystemLoader(directory) if directory is not None else jinja2.DictLoader({})
         )
-        self.env = jinja2.Environment(
+        self.env = _Environment(
             loader=loader,
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             auto_reload=False,
         )
+        self.env.template_class = _Template
         self.env.globals["via_head"] = lambda: Markup(HEAD_MARK)
         self.env.globals["via_foot"] = lambda: Markup(FOOT_MARK)
         # Jinja iterates its globals ChainMap twice per render (costing more than the counter

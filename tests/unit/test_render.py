@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from markupsafe import Markup, escape
 
 from pyvia.render import (
     FOOT_MARK,
@@ -18,6 +19,7 @@ from pyvia.render import (
     bootstrap_head,
     build_document,
     is_document,
+    output_escape,
     signals_attr,
 )
 
@@ -39,6 +41,82 @@ def templates(tmp_path: Path) -> Templates:
 
 
 # --- Templates -----------------------------------------------------------------------------------
+
+
+class _Html:
+    def __html__(self) -> str:
+        return "<b>raw</b>"
+
+
+class _Plain:
+    def __str__(self) -> str:
+        return "<i>'x'</i>"
+
+
+_ESCAPED = [
+    "<script>alert('x')</script>&\"",
+    "",
+    "plain text",
+    "é ü — 🙂 <",
+    3,
+    -2.5,
+    True,
+    None,
+    Markup("<em>safe</em>"),
+    _Html(),
+    _Plain(),
+    ["<a>", 1],
+]
+
+
+@pytest.mark.parametrize("value", _ESCAPED, ids=repr)
+def test_output_escape_writes_what_markupsafe_escape_does(value: object) -> None:
+    assert output_escape(value) == str(escape(value))
+
+
+def test_templates_output_what_markupsafe_escaping_outputs(tmp_path: Path) -> None:
+    """Macros, call blocks, filter blocks, includes, set blocks, inheritance and concatenation
+    render the same text as a plain Jinja environment with autoescape."""
+    sources = {
+        "base.html": "<main>{% block body %}{{ v }}{% endblock %}</main>",
+        "part.html": "<aside>{{ v }}|{{ h }}</aside>",
+        "all.html": (
+            "{% extends 'base.html' %}{% block body %}"
+            "{% macro box(x) %}<div>{{ x }}</div>{% endmacro %}"
+            "{% macro frame(x) %}<div>{{ x }}{{ caller() }}</div>{% endmacro %}"
+            "{{ box(v) }}{% call frame(h) %}<i>{{ v }}</i>{% endcall %}"
+            "{% filter upper %}{{ v }}<p>{{ m }}</p>{% endfilter %}"
+            "{% set block_set %}<s>{{ v }}</s>{% endset %}{{ block_set }}"
+            "{% include 'part.html' %}{{ v ~ m }}{{ v | e }}{{ m | safe }}{{ n }}{{ f }}{{ o }}"
+            "{% autoescape false %}{{ v }}{% endautoescape %}{{ super() }}"
+            "{% for x in items %}{{ loop.index }}{{ x }}{% endfor %}"
+            "{{ d.title }}{{ d['items'] }}{{ d.items is callable }}{{ d.get('title') }}{{ d.nested.k }}"
+            "{% endblock %}"
+        ),
+    }
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    data = {
+        "v": "<a href='x'>&\"",
+        "m": Markup("<b>m</b>"),
+        "h": _Html(),
+        "n": 7,
+        "f": 1.5,
+        "o": _Plain(),
+        "items": ["<1>", 2, None],
+        "d": {"title": "<t>", "items": "<key>", "nested": {"k": "&"}},
+    }
+    plain = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path), autoescape=True)
+    expected = plain.get_template("all.html").render(data)
+    assert "&lt;a href=&#39;x&#39;&gt;&amp;&#34;" in expected
+    assert "&lt;t&gt;&lt;key&gt;True&lt;t&gt;&amp;" in expected
+    assert Templates(tmp_path).render("all.html", data) == expected
+
+
+def test_a_missing_dict_key_is_an_error_not_blank(tmp_path: Path) -> None:
+    (tmp_path / "d.html").write_text("<p>{{ d.missing }}</p>")
+    with pytest.raises(jinja2.UndefinedError, match="missing"):
+        Templates(tmp_path).render("d.html", {"d": {"present": 1}})
 
 
 def test_render_fills_the_template(templates: Templates) -> None:
