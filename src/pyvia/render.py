@@ -36,17 +36,7 @@ FOOT_MARK = "<!--via:foot-->"
 
 
 def is_document(markup: str) -> bool:
-    """Whether ``markup`` holds an ``<html`` tag (any case): a whole document, not a fragment.
-
-    The tag starts ``<h`` or ``<H``, which ``str.find`` locates much faster than a case-blind
-    regex scans a long view; the regex is tried only where one of them is."""
-    for opener in ("<h", "<H"):
-        at = markup.find(opener)
-        while at >= 0:
-            if _HTML_TAG.match(markup, at) is not None:
-                return True
-            at = markup.find(opener, at + 2)
-    return False
+    return _HTML_TAG.search(markup) is not None
 
 
 def body_of(document: str) -> str:
@@ -113,7 +103,8 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 class _Environment(jinja2.Environment):
     """Jinja's environment, with ``{{ d.key }}`` on a dict read without the failed attribute
     lookup (and its exception) that precedes the item lookup in Jinja's own ``getattr``: a dict
-    has no attributes but its type's, so when ``key`` is not one of them the answer is the same."""
+    has no attributes but its type's, so when ``key`` is not one of them the answer is the same.
+    Anything else is looked up as Jinja documents it: the attribute, else the item, else undefined."""
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
@@ -121,7 +112,14 @@ class _Environment(jinja2.Environment):
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
-        return super().getattr(obj, attribute)
+        try:
+            return getattr(obj, attribute)
+        except AttributeError:
+            pass
+        try:
+            return obj[attribute]
+        except (TypeError, LookupError, AttributeError):
+            return self.undefined(obj=obj, name=attribute)
 
 
 class Templates:
@@ -232,26 +230,72 @@ _SHELL = """<!doctype html>
 """
 
 
-def document_bytes(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> bytes:
-    """:func:`build_document`, encoded as UTF-8. For a fragment view the shell around it is encoded
-    once per (lang, title, foot): a page's foot (its alert) is most of its bytes and the same for
-    every view of the route, so only the head and the view are encoded per page."""
-    if is_document(content):
-        return build_document(content, title=title, head=head, foot=foot, lang=lang).encode()
-    top, middle, bottom = _shell_bytes(lang, title, foot)
-    return b"".join((top, head.encode(), middle, content.encode(), bottom))
+class PageShell:
+    """A fragment view's page around what differs per view, encoded once per route and app.
+
+    Everything but the seed, the CSP nonce, the tags a tab adds to its head or foot, and the view
+    is the same for every view of a route (the title, the bootstrap tags and their URLs, the app's
+    head and foot, the route's alert, the dev panel); :meth:`render` joins those bytes with the
+    view's own parts. The bytes are what :func:`build_document` around :func:`bootstrap_head`
+    gives.
+    """
+
+    __slots__ = ("_after", "_foot", "_head", "_middle", "_panel", "_start", "end")
+
+    def __init__(
+        self,
+        lang: str,
+        title: str,
+        head: tuple[str, ...],
+        foot: tuple[str, ...],
+        panel: str,
+        bundle_url: str,
+        integrity: str,
+        sse_url: str,
+        close_url: str,
+    ) -> None:
+        before, after = _boot_tags(bundle_url, integrity, sse_url, close_url)
+        top, _, rest = _SHELL.partition("{head}")
+        middle, _, _bottom = rest.partition("{content}")
+        self._start = (top.format(lang=lang, title=html.escape(title)) + before).encode()
+        self._after = after.encode()
+        self._head = ("></script>" + "".join("\n" + tag for tag in head)).encode()
+        self._middle = middle.format(view_id=VIEW_ID).encode()
+        self._foot, self._panel = foot, panel
+        self.end = self._end(())
+
+    def _end(self, extra: list[str] | tuple[str, ...]) -> bytes:
+        foot = [*self._foot, *extra]
+        if self._panel:
+            foot.append(self._panel)
+        return _SHELL.partition("{content}")[2].format(foot="\n".join(foot)).encode()
+
+    def render(self, seed: str, nonce: str | None, head: list[str], foot: list[str], content: str) -> bytes:
+        """The page: ``seed`` is the ``data-signals`` value (escaped), ``head``/``foot`` the tab's own tags."""
+        parts = [self._start, seed.encode(), self._after]
+        if nonce:
+            parts.append(f' nonce="{html.escape(nonce)}"'.encode())
+        parts.append(self._head)
+        if head:
+            parts.append(("\n" + "\n".join(head)).encode())
+        parts += (self._middle, content.encode(), self._end(foot) if foot else self.end)
+        return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=256)
-def _shell_bytes(lang: str, title: str, foot: str) -> tuple[bytes, bytes, bytes]:
-    """The shell before the head, between the head and the view, and after the view, encoded."""
-    top, _, rest = _SHELL.partition("{head}")
-    middle, _, bottom = rest.partition("{content}")
-    return (
-        top.format(lang=lang, title=html.escape(title)).encode(),
-        middle.format(view_id=VIEW_ID).encode(),
-        bottom.format(foot=foot).encode(),
-    )
+def page_shell(
+    lang: str,
+    title: str,
+    head: tuple[str, ...],
+    foot: tuple[str, ...],
+    panel: str,
+    bundle_url: str,
+    integrity: str,
+    sse_url: str,
+    close_url: str,
+) -> PageShell:
+    """The :class:`PageShell` of these values: made once, and again whenever one of them differs."""
+    return PageShell(lang, title, head, foot, panel, bundle_url, integrity, sse_url, close_url)
 
 
 def build_document(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> str:

@@ -20,6 +20,7 @@ from pyvia.render import (
     build_document,
     is_document,
     output_escape,
+    page_shell,
     signals_attr,
 )
 
@@ -314,3 +315,46 @@ def test_signals_attr_escapes_quotes_and_angle_brackets() -> None:
     for ch in "\"'<>":
         assert ch not in out.replace("&quot;", "").replace("&#x27;", "").replace("&lt;", "").replace("&gt;", "")
     assert html.unescape(out) == '{"k":"\\"\'<>&"}'
+
+
+# --- the page shell ------------------------------------------------------------------------------
+
+_URLS = ("/datastar.js?v=1", "sha384-abc", "/_sse", "/_session/close")
+
+
+@pytest.mark.parametrize("nonce", [None, "n<1>"])
+@pytest.mark.parametrize("app_head", [(), ('<link rel="a">', "<meta b>")])
+@pytest.mark.parametrize("tab_head", [[], ["<meta tab>"]])
+@pytest.mark.parametrize("tab_foot", [[], ["<p>tab foot</p>", "<p>2</p>"]])
+@pytest.mark.parametrize("panel", ["", "<aside>dev</aside>"])
+def test_the_page_shell_writes_the_document_the_shell_and_bootstrap_make(
+    nonce: str | None, app_head: tuple[str, ...], tab_head: list[str], tab_foot: list[str], panel: str
+) -> None:
+    seed = {"via_ctx": "id.sig", "msg": "<'\"&@$;>"}
+    foot = ('<div id="alert">α</div>', "<footer>app</footer>")
+    shell = page_shell("fr", "Über <T>", app_head, foot, panel, *_URLS)
+    got = shell.render(signals_attr(seed), nonce, tab_head, tab_foot, "<p>é {x}</p>")
+    head = bootstrap_head(seed, *_URLS, nonce=nonce)
+    if app_head or tab_head:
+        head += "\n" + "\n".join([*app_head, *tab_head])
+    feet = "\n".join([*foot, *tab_foot, *([panel] if panel else [])])
+    assert got == build_document("<p>é {x}</p>", title="Über <T>", head=head, foot=feet, lang="fr").encode()
+
+
+def test_the_page_shell_is_made_again_when_what_it_holds_differs() -> None:
+    values = ("en", "T", (), ("<div>alert</div>",), "", *_URLS)
+    shell = page_shell(*values)
+    assert page_shell(*values) is shell  # once per route and app
+    for at, other in [
+        (0, "de"),
+        (1, "U"),
+        (2, ("<meta x>",)),
+        (3, ("<div>other</div>",)),
+        (4, "<aside>"),
+        (5, "/b.js"),
+    ]:
+        changed = list(values)
+        changed[at] = other
+        page = page_shell(*changed).render("{}", None, [], [], "<p>x</p>")
+        assert page != shell.render("{}", None, [], [], "<p>x</p>")
+        assert (other if isinstance(other, str) else other[0]).encode() in page
