@@ -331,7 +331,7 @@ def test_the_page_shell_writes_the_document_the_shell_and_bootstrap_make(
     nonce: str | None, app_head: tuple[str, ...], tab_head: list[str], tab_foot: list[str], panel: str
 ) -> None:
     seed = {"via_ctx": "id.sig", "msg": "<'\"&@$;>"}
-    foot = ('<div id="alert">α</div>', "<footer>app</footer>")
+    foot = ('<div id="alert">ß</div>', "<footer>app</footer>")
     shell = page_shell("fr", "Über <T>", app_head, foot, panel, *_URLS)
     got = shell.render(signals_attr(seed), nonce, tab_head, tab_foot, "<p>é {x}</p>")
     head = bootstrap_head(seed, *_URLS, nonce=nonce)
