@@ -120,7 +120,7 @@ class Pages:
             doc = shell.render(signals_attr(seed), nonce, ctx._head, ctx._foot, content)
         self.rt.registry.register(ctx)
         response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
-        self.app.compression.encode_page(ctx.request, response)
+        self.app.compression.encode_html(ctx.request, response)
         response.headers.append(("set-cookie", self.rt.sessions.cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
         if self.app.config.security_headers:
