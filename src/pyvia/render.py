@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import html
 import re
+import types
 from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any
@@ -122,6 +123,30 @@ class _Environment(jinja2.Environment):
             return self.undefined(obj=obj, name=attribute)
 
 
+class _Context(jinja2.runtime.Context):
+    """Jinja's template context, with ``{{ signal.ref() }}`` (a bound method) called directly.
+
+    Jinja's ``call`` looks for a ``jinja_pass_arg`` marker (``pass_context`` and the like) on the
+    callable and on its ``__call__``, an attribute lookup that fails with an exception for a bound
+    method. A bound method's marker is its function's, and its ``__call__`` never has one, so a
+    method whose function is unmarked is called as Jinja would call it; anything else goes to
+    Jinja's ``call``."""
+
+    def call(__self, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # Jinja's spelling
+        __traceback_hide__ = True  # Jinja's tracebacks leave this frame out
+        if type(__obj) is not types.MethodType or hasattr(__obj.__func__, "jinja_pass_arg"):
+            return super().call(__obj, *args, **kwargs)
+        if kwargs:
+            kwargs.pop("_block_vars", None)  # what Jinja adds to a call inside a loop or a block
+            kwargs.pop("_loop_vars", None)
+        try:
+            return __obj(*args, **kwargs)
+        except StopIteration:
+            return __self.environment.undefined(
+                "value was undefined because a callable raised a StopIteration exception"
+            )
+
+
 class Templates:
     """A Jinja2 environment with autoescape on and pyvia's helpers."""
 
@@ -138,6 +163,7 @@ class Templates:
             auto_reload=False,
         )
         self.env.template_class = _Template
+        self.env.context_class = _Context
         self.env.globals["via_head"] = lambda: Markup(HEAD_MARK)
         self.env.globals["via_foot"] = lambda: Markup(FOOT_MARK)
         # Jinja iterates its globals ChainMap twice per render (costing more than the counter

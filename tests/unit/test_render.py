@@ -114,6 +114,35 @@ def test_templates_output_what_markupsafe_escaping_outputs(tmp_path: Path) -> No
     assert Templates(tmp_path).render("all.html", data) == expected
 
 
+class _Methods:
+    def plain(self, x: object = "<p>") -> str:
+        return f"plain {x}"
+
+    @jinja2.pass_context
+    def with_context(self, context: jinja2.runtime.Context, key: str) -> str:
+        return f"context {context[key]}"
+
+    def stop(self) -> str:
+        raise StopIteration
+
+
+def test_template_method_calls_answer_as_jinja_calls_them(tmp_path: Path) -> None:
+    """Bound methods, with or without Jinja's pass_context, inside blocks and loops, raising
+    StopIteration (undefined, so an error under StrictUndefined) — as a plain environment does."""
+    (tmp_path / "m.html").write_text(
+        "{{ m.plain() }}{{ m.plain(x='<b>') }}{{ m.with_context('v') }}"
+        "{% block b %}{% for i in [1, 2] %}{% set v = i %}{{ m.plain(i) }}{{ m.with_context('v') }}"
+        "{% endfor %}{% endblock %}{{ m.stop() is defined }}"
+    )
+    data = {"m": _Methods(), "v": "<top>"}
+    plain = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path), autoescape=True)
+    expected = plain.get_template("m.html").render(data)
+    assert "plain &lt;p&gt;plain &lt;b&gt;context &lt;top&gt;plain 1context 1" in expected
+    assert expected.endswith("False")
+    assert Templates(tmp_path).render("m.html", data) == expected
+    assert Templates(tmp_path).render("m.html", data, block="b") == "plain 1context 1plain 2context 2"
+
+
 def test_a_missing_dict_key_is_an_error_not_blank(tmp_path: Path) -> None:
     (tmp_path / "d.html").write_text("<p>{{ d.missing }}</p>")
     with pytest.raises(jinja2.UndefinedError, match="missing"):
