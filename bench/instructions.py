@@ -15,6 +15,7 @@ requests and their bodies happens before, outside it).
     python -m bench.instructions --src ../other/src # another checkout's pyvia (and its examples/)
     python -m bench.instructions --keep out/        # keep the callgrind files for callgrind_annotate
     python -m bench.instructions --wall             # no valgrind: µs per request, perf_counter
+    python -m bench.instructions --kind doc         # the ~20 KB documentation page of bench/peer_apps
 
 What a page view does here is what a crawler's does (``bench/pages.py``): ``GET /`` with its
 session cookie, no ``Accept-Encoding``, a context left waiting for a stream that never comes. An
@@ -41,7 +42,8 @@ from typing import Any
 
 __all__ = ["main"]
 
-KINDS = ("pages", "actions")
+#: ``doc``: the page view of ``bench/peer_apps``' documentation page (``/doc``, about 20 KB).
+KINDS = ("pages", "actions", "doc")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -89,8 +91,13 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
     import pyvia
     from pyvia.testing import TestClient
 
-    examples = Path(pyvia.__file__).resolve().parents[2] / "examples"
-    app = _load_counter(examples)
+    if kind == "doc":
+        from bench.peer_apps.pyvia_app import app
+
+        path = "/doc"
+    else:
+        app = _load_counter(Path(pyvia.__file__).resolve().parents[2] / "examples")
+        path = "/"
     client = TestClient(app)
     seen: list[Any] = []
     handle = app.handle
@@ -100,15 +107,18 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
         return handle(request)
 
     app.handle = recording
-    client.get("/")  # the session cookie
+    client.get(path)  # the session cookie
     seen.clear()
-    tab = client.open("/")
+    tab = client.open(path)
     page, stream = seen[0], seen[-1]
-    assert page.method == "GET" and page.path == "/", page
+    assert page.method == "GET" and page.path == path, page
     seen.clear()
-    tab.action("increment")
-    action = seen[0]
-    assert action.method == "POST", action
+    if kind == "doc":
+        action = page  # a doc page has no action
+    else:
+        tab.action("increment")
+        action = seen[0]
+        assert action.method == "POST", action
     app.handle = handle
     # The tab's stream again, on a sink that keeps nothing: the test client parses no frame.
     tab.disconnect()
@@ -119,8 +129,8 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
     run_due = client.clock.run_due
     run_due()
 
-    payload = orjson.loads(action.body)
-    count = app.contexts[tab.id]._signals["count"].value  # type: ignore[attr-defined]
+    payload = orjson.loads(action.body) if kind == "actions" else {}
+    count = app.contexts[tab.id]._signals["count"].value if kind == "actions" else 0  # type: ignore[attr-defined]
 
     def actions(k: int) -> list[Any]:
         nonlocal count
@@ -133,7 +143,7 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
         return out
 
     def make(k: int) -> list[Any]:
-        return [_copy(page) for _ in range(k)] if kind == "pages" else actions(k)
+        return actions(k) if kind == "actions" else [_copy(page) for _ in range(k)]
 
     loop = client.loop
 
@@ -233,7 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--src", default=str(ROOT / "src"), help="the src/ directory whose pyvia is measured")
     parser.add_argument("-n", type=int, default=2000, help="requests of each kind measured (default 2000)")
     parser.add_argument("--warmup", type=int, default=200, help="requests of each kind before (default 200)")
-    parser.add_argument("--kind", choices=KINDS, action="append", help="only this kind (repeatable)")
+    parser.add_argument(
+        "--kind", choices=KINDS, action="append", help="only this kind (repeatable; default pages and actions)"
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep the callgrind output files in DIR")
     parser.add_argument("--wall", action="store_true", help="no valgrind: time the loop with perf_counter")
     parser.add_argument("--profile", action="store_true", help="no valgrind: cProfile the loop (calls per function)")
@@ -242,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.inner:
         _inner(args.inner, args.n, args.warmup, wall=False)
         return
-    kinds = args.kind or list(KINDS)
+    kinds = args.kind or ["pages", "actions"]
     if args.wall or args.profile:
         env_src = str(Path(args.src).resolve())
         for kind in kinds:
@@ -269,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         label = _describe(Path(args.src))
         for kind in kinds:
             per = _count(kind, args, out_dir)
-            noun = "page view" if kind == "pages" else "action"
+            noun = {"pages": "page view", "actions": "action", "doc": "doc page view"}[kind]
             print(f"{label}: {per:,.0f} instructions per {noun} (n={args.n}, callgrind Ir, PYTHONHASHSEED=0)")
 
 

@@ -1005,6 +1005,17 @@ class Compression:
         if not is_compressible(content_type):
             return response
         add_vary(response.headers)
+        return self._compressed(request, response)
+
+    def encode_html(self, request: Request, response: Response) -> Response:
+        """:meth:`encode_page` for a page view's own answer: status 200 and ``text/html`` as its
+        only header so far (no ``Vary``, ``ETag``, coding or ``cache-control`` to look for)."""
+        if not self.enabled or len(response.body) < self.min_size:
+            return response
+        response.headers.append(("vary", "Accept-Encoding"))
+        return self._compressed(request, response)
+
+    def _compressed(self, request: Request, response: Response) -> Response:
         coding = self.negotiator.for_request(request)
         if coding == IDENTITY:
             return response

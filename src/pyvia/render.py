@@ -11,14 +11,16 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
 import jinja2
+import markupsafe
 import orjson
 from jinja2.runtime import new_context
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from pyvia.alerts import FETCH_EVENTS
 from pyvia.protocol import FILTER_DOWN, seed_json
@@ -43,6 +45,108 @@ def body_of(document: str) -> str:
     return m.group(1) if m else document
 
 
+def _replace_escape(value: str) -> str:
+    return (
+        value.replace("&", "&amp;")
+        .replace(">", "&gt;")
+        .replace("<", "&lt;")
+        .replace("'", "&#39;")
+        .replace('"', "&#34;")
+    )
+
+
+#: markupsafe's own escape of a plain string (its C one, in markupsafe 3), without the ``Markup``
+#: around it; the same replacements where that version has none.
+_escape_str: Callable[[str], str] = getattr(markupsafe, "_escape_inner", None) or _replace_escape
+
+
+def output_escape(value: Any) -> str:
+    """What a template writes for ``{{ value }}``: the characters of markupsafe's ``escape(value)``.
+
+    Jinja's compiled templates call ``escape`` only on what they output, and the outputs are joined
+    into one string (Jinja wraps what it buffers, a macro's or a block's, in ``Markup`` itself), so
+    nothing needs the ``Markup`` object that markupsafe makes for each. A plain string is escaped
+    with the same replacements; an object with ``__html__`` writes what it returns.
+    """
+    kind = type(value)
+    if kind is str:
+        return _escape_str(value)
+    if kind is int or kind is float:
+        return str(value)  # no character to escape
+    html_of = getattr(value, "__html__", None)
+    if html_of is not None:
+        out = html_of()
+        return out if isinstance(out, str) else str(out)
+    return escape(value)
+
+
+class _Template(jinja2.Template):
+    """A template whose output goes through :func:`output_escape`."""
+
+    @classmethod
+    def from_code(
+        cls,
+        environment: jinja2.Environment,
+        code: Any,
+        globals: Any,
+        uptodate: Any = None,
+    ) -> jinja2.Template:
+        template = super().from_code(environment, code, globals, uptodate)
+        # the module namespace the compiled template runs in: its ``escape`` is a global name there
+        template.root_render_func.__globals__["escape"] = output_escape
+        return template
+
+
+#: What a dict has as attributes: ``{{ d.name }}`` reads the key ``name`` unless it is one of these.
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _Environment(jinja2.Environment):
+    """Jinja's environment, with ``{{ d.key }}`` on a dict read without the failed attribute
+    lookup (and its exception) that precedes the item lookup in Jinja's own ``getattr``: a dict
+    has no attributes but its type's, so when ``key`` is not one of them the answer is the same.
+    Anything else is looked up as Jinja documents it: the attribute, else the item, else undefined."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        try:
+            return getattr(obj, attribute)
+        except AttributeError:
+            pass
+        try:
+            return obj[attribute]
+        except (TypeError, LookupError, AttributeError):
+            return self.undefined(obj=obj, name=attribute)
+
+
+class _Context(jinja2.runtime.Context):
+    """Jinja's template context, with ``{{ signal.ref() }}`` (a bound method) called directly.
+
+    Jinja's ``call`` looks for a ``jinja_pass_arg`` marker (``pass_context`` and the like) on the
+    callable and on its ``__call__``, an attribute lookup that fails with an exception for a bound
+    method. A bound method's marker is its function's, and its ``__call__`` never has one, so a
+    method whose function is unmarked is called as Jinja would call it; anything else goes to
+    Jinja's ``call``."""
+
+    def call(__self, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # Jinja's spelling
+        __traceback_hide__ = True  # Jinja's tracebacks leave this frame out
+        if type(__obj) is not types.MethodType or hasattr(__obj.__func__, "jinja_pass_arg"):
+            return super().call(__obj, *args, **kwargs)
+        if kwargs:
+            kwargs.pop("_block_vars", None)  # what Jinja adds to a call inside a loop or a block
+            kwargs.pop("_loop_vars", None)
+        try:
+            return __obj(*args, **kwargs)
+        except StopIteration:
+            return __self.environment.undefined(
+                "value was undefined because a callable raised a StopIteration exception"
+            )
+
+
 class Templates:
     """A Jinja2 environment with autoescape on and pyvia's helpers."""
 
@@ -52,12 +156,14 @@ class Templates:
         loader: jinja2.BaseLoader = (
             jinja2.FileSystemLoader(directory) if directory is not None else jinja2.DictLoader({})
         )
-        self.env = jinja2.Environment(
+        self.env = _Environment(
             loader=loader,
             autoescape=True,
             undefined=jinja2.StrictUndefined,
             auto_reload=False,
         )
+        self.env.template_class = _Template
+        self.env.context_class = _Context
         self.env.globals["via_head"] = lambda: Markup(HEAD_MARK)
         self.env.globals["via_foot"] = lambda: Markup(FOOT_MARK)
         # Jinja iterates its globals ChainMap twice per render (costing more than the counter
@@ -150,26 +256,72 @@ _SHELL = """<!doctype html>
 """
 
 
-def document_bytes(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> bytes:
-    """:func:`build_document`, encoded as UTF-8. For a fragment view the shell around it is encoded
-    once per (lang, title, foot): a page's foot (its alert) is most of its bytes and the same for
-    every view of the route, so only the head and the view are encoded per page."""
-    if is_document(content):
-        return build_document(content, title=title, head=head, foot=foot, lang=lang).encode()
-    top, middle, bottom = _shell_bytes(lang, title, foot)
-    return b"".join((top, head.encode(), middle, content.encode(), bottom))
+class PageShell:
+    """A fragment view's page around what differs per view, encoded once per route and app.
+
+    Everything but the seed, the CSP nonce, the tags a tab adds to its head or foot, and the view
+    is the same for every view of a route (the title, the bootstrap tags and their URLs, the app's
+    head and foot, the route's alert, the dev panel); :meth:`render` joins those bytes with the
+    view's own parts. The bytes are what :func:`build_document` around :func:`bootstrap_head`
+    gives.
+    """
+
+    __slots__ = ("_after", "_foot", "_head", "_middle", "_panel", "_start", "end")
+
+    def __init__(
+        self,
+        lang: str,
+        title: str,
+        head: tuple[str, ...],
+        foot: tuple[str, ...],
+        panel: str,
+        bundle_url: str,
+        integrity: str,
+        sse_url: str,
+        close_url: str,
+    ) -> None:
+        before, after = _boot_tags(bundle_url, integrity, sse_url, close_url)
+        top, _, rest = _SHELL.partition("{head}")
+        middle, _, _bottom = rest.partition("{content}")
+        self._start = (top.format(lang=lang, title=html.escape(title)) + before).encode()
+        self._after = after.encode()
+        self._head = ("></script>" + "".join("\n" + tag for tag in head)).encode()
+        self._middle = middle.format(view_id=VIEW_ID).encode()
+        self._foot, self._panel = foot, panel
+        self.end = self._end(())
+
+    def _end(self, extra: Sequence[str]) -> bytes:
+        foot = [*self._foot, *extra]
+        if self._panel:
+            foot.append(self._panel)
+        return _SHELL.partition("{content}")[2].format(foot="\n".join(foot)).encode()
+
+    def render(self, seed: str, nonce: str | None, head: Sequence[str], foot: Sequence[str], content: str) -> bytes:
+        """The page: ``seed`` is the ``data-signals`` value (escaped), ``head``/``foot`` the tab's own tags."""
+        parts = [self._start, seed.encode(), self._after]
+        if nonce:
+            parts.append(f' nonce="{html.escape(nonce)}"'.encode())
+        parts.append(self._head)
+        if head:
+            parts.append(("\n" + "\n".join(head)).encode())
+        parts += (self._middle, content.encode(), self._end(foot) if foot else self.end)
+        return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=256)
-def _shell_bytes(lang: str, title: str, foot: str) -> tuple[bytes, bytes, bytes]:
-    """The shell before the head, between the head and the view, and after the view, encoded."""
-    top, _, rest = _SHELL.partition("{head}")
-    middle, _, bottom = rest.partition("{content}")
-    return (
-        top.format(lang=lang, title=html.escape(title)).encode(),
-        middle.format(view_id=VIEW_ID).encode(),
-        bottom.format(foot=foot).encode(),
-    )
+def page_shell(
+    lang: str,
+    title: str,
+    head: tuple[str, ...],
+    foot: tuple[str, ...],
+    panel: str,
+    bundle_url: str,
+    integrity: str,
+    sse_url: str,
+    close_url: str,
+) -> PageShell:
+    """The :class:`PageShell` of these values: made once, and again whenever one of them differs."""
+    return PageShell(lang, title, head, foot, panel, bundle_url, integrity, sse_url, close_url)
 
 
 def build_document(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> str:

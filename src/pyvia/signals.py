@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any, Generic, TypeVar
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from pyvia.errors import DeclarationError, SignalTooLarge
 
@@ -161,7 +161,7 @@ class Signal(Generic[T]):
         return self.as_str()
 
     def __html__(self) -> Markup:
-        return Markup.escape(self.as_str())
+        return escape(self.as_str())
 
     def __repr__(self) -> str:
         return f"Signal({self.name!r}, {self._value!r})"

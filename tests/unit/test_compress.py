@@ -766,3 +766,18 @@ def test_the_budget_counts_every_dropped_encoder() -> None:
     encoders[1].finish()
     encoders[2].discard()
     assert (budget.dropped, budget.releases, budget.count) == (3, 1, 0)
+
+
+@pytest.mark.parametrize("coding", ["br", "gzip", "zstd", None])
+@pytest.mark.parametrize("size", [10, 5000])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_encode_html_answers_a_page_view_as_encode_page_does(coding: str | None, size: int, enabled: bool) -> None:
+    body = ("<p>page</p>" * size)[:size].encode()
+    compression = Compression(enabled=enabled)
+
+    def page() -> Response:
+        return Response(200, [("content-type", "text/html; charset=utf-8")], body)
+
+    expected = compression.encode_page(page_request(coding), page())
+    got = compression.encode_html(page_request(coding), page())
+    assert (got.status, got.headers, got.body) == (expected.status, expected.headers, expected.body)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from markupsafe import Markup, escape
 
 from pyvia.render import (
     FOOT_MARK,
@@ -18,6 +19,8 @@ from pyvia.render import (
     bootstrap_head,
     build_document,
     is_document,
+    output_escape,
+    page_shell,
     signals_attr,
 )
 
@@ -39,6 +42,111 @@ def templates(tmp_path: Path) -> Templates:
 
 
 # --- Templates -----------------------------------------------------------------------------------
+
+
+class _Html:
+    def __html__(self) -> str:
+        return "<b>raw</b>"
+
+
+class _Plain:
+    def __str__(self) -> str:
+        return "<i>'x'</i>"
+
+
+_ESCAPED = [
+    "<script>alert('x')</script>&\"",
+    "",
+    "plain text",
+    "é ü — 🙂 <",
+    3,
+    -2.5,
+    True,
+    None,
+    Markup("<em>safe</em>"),
+    _Html(),
+    _Plain(),
+    ["<a>", 1],
+]
+
+
+@pytest.mark.parametrize("value", _ESCAPED, ids=repr)
+def test_output_escape_writes_what_markupsafe_escape_does(value: object) -> None:
+    assert output_escape(value) == str(escape(value))
+
+
+def test_templates_output_what_markupsafe_escaping_outputs(tmp_path: Path) -> None:
+    """Macros, call blocks, filter blocks, includes, set blocks, inheritance and concatenation
+    render the same text as a plain Jinja environment with autoescape."""
+    sources = {
+        "base.html": "<main>{% block body %}{{ v }}{% endblock %}</main>",
+        "part.html": "<aside>{{ v }}|{{ h }}</aside>",
+        "all.html": (
+            "{% extends 'base.html' %}{% block body %}"
+            "{% macro box(x) %}<div>{{ x }}</div>{% endmacro %}"
+            "{% macro frame(x) %}<div>{{ x }}{{ caller() }}</div>{% endmacro %}"
+            "{{ box(v) }}{% call frame(h) %}<i>{{ v }}</i>{% endcall %}"
+            "{% filter upper %}{{ v }}<p>{{ m }}</p>{% endfilter %}"
+            "{% set block_set %}<s>{{ v }}</s>{% endset %}{{ block_set }}"
+            "{% include 'part.html' %}{{ v ~ m }}{{ v | e }}{{ m | safe }}{{ n }}{{ f }}{{ o }}"
+            "{% autoescape false %}{{ v }}{% endautoescape %}{{ super() }}"
+            "{% for x in items %}{{ loop.index }}{{ x }}{% endfor %}"
+            "{{ d.title }}{{ d['items'] }}{{ d.items is callable }}{{ d.get('title') }}{{ d.nested.k }}"
+            "{% endblock %}"
+        ),
+    }
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    data = {
+        "v": "<a href='x'>&\"",
+        "m": Markup("<b>m</b>"),
+        "h": _Html(),
+        "n": 7,
+        "f": 1.5,
+        "o": _Plain(),
+        "items": ["<1>", 2, None],
+        "d": {"title": "<t>", "items": "<key>", "nested": {"k": "&"}},
+    }
+    plain = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path), autoescape=True)
+    expected = plain.get_template("all.html").render(data)
+    assert "&lt;a href=&#39;x&#39;&gt;&amp;&#34;" in expected
+    assert "&lt;t&gt;&lt;key&gt;True&lt;t&gt;&amp;" in expected
+    assert Templates(tmp_path).render("all.html", data) == expected
+
+
+class _Methods:
+    def plain(self, x: object = "<p>") -> str:
+        return f"plain {x}"
+
+    @jinja2.pass_context
+    def with_context(self, context: jinja2.runtime.Context, key: str) -> str:
+        return f"context {context[key]}"
+
+    def stop(self) -> str:
+        raise StopIteration
+
+
+def test_template_method_calls_answer_as_jinja_calls_them(tmp_path: Path) -> None:
+    """Bound methods, with or without Jinja's pass_context, inside blocks and loops, raising
+    StopIteration (undefined, so an error under StrictUndefined) — as a plain environment does."""
+    (tmp_path / "m.html").write_text(
+        "{{ m.plain() }}{{ m.plain(x='<b>') }}{{ m.with_context('v') }}"
+        "{% block b %}{% for i in [1, 2] %}{% set v = i %}{{ m.plain(i) }}{{ m.with_context('v') }}"
+        "{% endfor %}{% endblock %}{{ m.stop() is defined }}"
+    )
+    data = {"m": _Methods(), "v": "<top>"}
+    plain = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path), autoescape=True)
+    expected = plain.get_template("m.html").render(data)
+    assert "plain &lt;p&gt;plain &lt;b&gt;context &lt;top&gt;plain 1context 1" in expected
+    assert expected.endswith("False")
+    assert Templates(tmp_path).render("m.html", data) == expected
+    assert Templates(tmp_path).render("m.html", data, block="b") == "plain 1context 1plain 2context 2"
+
+
+def test_a_missing_dict_key_is_an_error_not_blank(tmp_path: Path) -> None:
+    (tmp_path / "d.html").write_text("<p>{{ d.missing }}</p>")
+    with pytest.raises(jinja2.UndefinedError, match="missing"):
+        Templates(tmp_path).render("d.html", {"d": {"present": 1}})
 
 
 def test_render_fills_the_template(templates: Templates) -> None:
@@ -236,3 +344,46 @@ def test_signals_attr_escapes_quotes_and_angle_brackets() -> None:
     for ch in "\"'<>":
         assert ch not in out.replace("&quot;", "").replace("&#x27;", "").replace("&lt;", "").replace("&gt;", "")
     assert html.unescape(out) == '{"k":"\\"\'<>&"}'
+
+
+# --- the page shell ------------------------------------------------------------------------------
+
+_URLS = ("/datastar.js?v=1", "sha384-abc", "/_sse", "/_session/close")
+
+
+@pytest.mark.parametrize("nonce", [None, "n<1>"])
+@pytest.mark.parametrize("app_head", [(), ('<link rel="a">', "<meta b>")])
+@pytest.mark.parametrize("tab_head", [[], ["<meta tab>"]])
+@pytest.mark.parametrize("tab_foot", [[], ["<p>tab foot</p>", "<p>2</p>"]])
+@pytest.mark.parametrize("panel", ["", "<aside>dev</aside>"])
+def test_the_page_shell_writes_the_document_the_shell_and_bootstrap_make(
+    nonce: str | None, app_head: tuple[str, ...], tab_head: list[str], tab_foot: list[str], panel: str
+) -> None:
+    seed = {"via_ctx": "id.sig", "msg": "<'\"&@$;>"}
+    foot = ('<div id="alert">ß</div>', "<footer>app</footer>")
+    shell = page_shell("fr", "Über <T>", app_head, foot, panel, *_URLS)
+    got = shell.render(signals_attr(seed), nonce, tab_head, tab_foot, "<p>é {x}</p>")
+    head = bootstrap_head(seed, *_URLS, nonce=nonce)
+    if app_head or tab_head:
+        head += "\n" + "\n".join([*app_head, *tab_head])
+    feet = "\n".join([*foot, *tab_foot, *([panel] if panel else [])])
+    assert got == build_document("<p>é {x}</p>", title="Über <T>", head=head, foot=feet, lang="fr").encode()
+
+
+def test_the_page_shell_is_made_again_when_what_it_holds_differs() -> None:
+    values = ("en", "T", (), ("<div>alert</div>",), "", *_URLS)
+    shell = page_shell(*values)
+    assert page_shell(*values) is shell  # once per route and app
+    for at, other in [
+        (0, "de"),
+        (1, "U"),
+        (2, ("<meta x>",)),
+        (3, ("<div>other</div>",)),
+        (4, "<aside>"),
+        (5, "/b.js"),
+    ]:
+        changed = list(values)
+        changed[at] = other
+        page = page_shell(*changed).render("{}", None, [], [], "<p>x</p>")
+        assert page != shell.render("{}", None, [], [], "<p>x</p>")
+        assert (other if isinstance(other, str) else other[0]).encode() in page

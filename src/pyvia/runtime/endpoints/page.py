@@ -13,7 +13,7 @@ from pyvia.context import Context
 from pyvia.devtools import panel as devtools_panel
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
-from pyvia.render import bootstrap_head, document_bytes
+from pyvia.render import bootstrap_head, build_document, is_document, page_shell, signals_attr
 from pyvia.routing import Route
 from pyvia.runtime.binding import bind
 from pyvia.runtime.common import STREAM_DOWN, then
@@ -88,30 +88,39 @@ class Pages:
     def document(self, ctx: Context, content: str) -> Response:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}
         seed.update(ctx.seed_signals())
-        bundle = self.rt.assets.bundle
+        config = self.app.config
+        assets = self.rt.assets
         nonce = (
-            typing.cast("str | None", ctx.request.state.get("csp_nonce"))
-            if self.app.config.content_security_policy
-            else None
+            typing.cast("str | None", ctx.request.state.get("csp_nonce")) if config.content_security_policy else None
         )
-        head = bootstrap_head(
-            seed, self.rt.assets.bundle_url, bundle.integrity, self.app._sse_url, self.app._close_url, nonce=nonce
-        )
-        if self.app.config.head or ctx._head:
-            head += "\n" + "\n".join([*self.app.config.head, *ctx._head])
-        foot = [ctx.route.alert, *self.app.config.foot, *ctx._foot]
-        if self.app.config.dev:
-            foot.append(devtools_panel(self.app))
-        doc = document_bytes(
-            content,
-            title=ctx.route.title or self.app.config.title,
-            head=head,
-            foot="\n".join(foot),
-            lang=self.app.config.lang,
-        )
+        title = ctx.route.title or config.title
+        panel = devtools_panel(self.app) if config.dev else ""
+        if is_document(content):  # a whole document: the tags go into its own head and body
+            head = bootstrap_head(
+                seed, assets.bundle_url, assets.bundle.integrity, self.app._sse_url, self.app._close_url, nonce=nonce
+            )
+            if config.head or ctx._head:
+                head += "\n" + "\n".join([*config.head, *ctx._head])
+            foot = [ctx.route.alert, *config.foot, *ctx._foot]
+            if panel:
+                foot.append(panel)
+            doc = build_document(content, title=title, head=head, foot="\n".join(foot), lang=config.lang).encode()
+        else:
+            shell = page_shell(
+                config.lang,
+                title,
+                tuple(config.head),
+                (ctx.route.alert, *config.foot),
+                panel,
+                assets.bundle_url,
+                assets.bundle.integrity,
+                self.app._sse_url,
+                self.app._close_url,
+            )
+            doc = shell.render(signals_attr(seed), nonce, ctx._head, ctx._foot, content)
         self.rt.registry.register(ctx)
         response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
-        self.app.compression.encode_page(ctx.request, response)
+        self.app.compression.encode_html(ctx.request, response)
         response.headers.append(("set-cookie", self.rt.sessions.cookie_header(ctx.session_id)))
         response.headers.append(("cache-control", "no-store"))
         if self.app.config.security_headers:
