@@ -1,6 +1,7 @@
 """An app's link to the engine: shared state, broadcasts and forwarding across workers and nodes.
 
-With one worker none of this exists (``app.link`` is None) and shared state is plain Python.
+With one worker none of this exists: the app's ownership and shared store are the local ones
+(:mod:`pyvia.runtime.ownership`, :mod:`pyvia.sharing`) and shared state is plain Python.
 With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes one
 :class:`ClusterLink` at start (DESIGN.md, "Multi-worker and multi-node"). It composes one part
 per subsystem, each in its module with its own start and stop:
@@ -106,6 +107,11 @@ class ClusterLink:
             self.directory,
             self.forwarding,
         )
+
+    @property
+    def shared(self) -> bool:
+        """Tabs and values are shared with the other workers (the ownership and store seams)."""
+        return True
 
     # --- start and stop --------------------------------------------------------------------------
 
@@ -221,8 +227,9 @@ class ClusterLink:
     def has_session(self, session_id: str) -> bool:
         return self.sessions.has_session(session_id)
 
-    def new_session(self, session_id: str) -> None:
+    def new_session(self, session_id: str) -> bool:
         self.sessions.new_session(session_id)
+        return True  # followed: its session-scoped signals are new too
 
     async def load_session(self, session_id: str) -> None:
         await self.sessions.load_session(session_id)

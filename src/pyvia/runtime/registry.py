@@ -116,8 +116,8 @@ class Registry:
 
     def register(self, ctx: Context) -> None:
         self.contexts[ctx.id] = ctx
-        if self.app.link is not None and ctx.revived:
-            self.app.link.claim(ctx.id)  # a page view claimed it already
+        if ctx.revived:
+            self.app.ownership.claim(ctx.id)  # a page view claimed it already
         for name in ctx._scopes:
             self.app.scopes.join(ctx, name)
         ctx.state = State.CREATED
@@ -253,8 +253,7 @@ class Registry:
         self.app._replays.forget(ctx.stream)
         for name in ctx._scopes:
             self.app.scopes.leave(ctx, name)
-        if self.app.link is not None:
-            self.app.link.release(ctx.id)
+        self.app.ownership.release(ctx.id)
         if self.app.config.revival_window > 0:
             self.rt.revival.bury(ctx)
         ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle
