@@ -22,7 +22,6 @@ from pyvia.alerts import alert_markup, messages_for
 from pyvia.assets import Bundle
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock, TimerHandle
-from pyvia.cluster.link import ClusterLink
 from pyvia.compress import Compression, default_budget
 from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
 from pyvia.context import Context
@@ -51,6 +50,7 @@ from pyvia.runtime.common import (
     CLOSE_PATH,
     SSE_PATH,
 )
+from pyvia.runtime.ownership import LOCAL_OWNERSHIP, Ownership
 from pyvia.runtime.registry import Interval
 from pyvia.runtime.revival import Grave
 from pyvia.scopes import (
@@ -71,6 +71,7 @@ from pyvia.session import (
     SessionIds,
     load_secret,
 )
+from pyvia.sharing import LOCAL_STORE, SharedStore
 from pyvia.signals import check_name
 from pyvia.snapshot import Snapshots
 from pyvia.state import GlobalState, SessionData, SessionStore
@@ -276,8 +277,10 @@ class App:
         self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
         self.raise_server_exceptions = False
-        #: The engine link when several workers or nodes share state (pyvia.cluster.link), else None.
-        self.link: ClusterLink | None = None
+        #: Where tabs are (pyvia.runtime.ownership) and where shared values live (pyvia.sharing): this
+        #: process alone until ``use_engine`` plugs in the cluster's link, which is both.
+        self.ownership: Ownership = LOCAL_OWNERSHIP
+        self.store: SharedStore = LOCAL_STORE
         #: Set by the native server (plain HTTP): ``adopt_connection(sock, request_bytes)`` serves a
         #: connection another worker of this machine passed (pyvia.cluster.passing).
         self.adopt_connection: Callable[[socket.socket, bytes], None] | None = None
@@ -495,8 +498,7 @@ class App:
         check_broadcast_target(scope)
         for state in self.scopes.matching(scope):
             self.broadcaster.mark(state)
-        if self.link is not None:
-            self.link.broadcast(scope)
+        self.store.broadcast(scope)
 
     def flush_broadcasts(self) -> int:
         """Send every marked scope now, ignoring the tick and throttles; return the tabs written
@@ -561,7 +563,7 @@ class App:
         """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
         lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
         local = len(self.local_clients(scope))
-        return local if self.link is None else local + self.link.remote_count(scope)
+        return local + self.ownership.remote_count(scope)
 
     # --- hooks -----------------------------------------------------------------------------------
 
@@ -642,7 +644,7 @@ class App:
 
         def tick() -> None:
             try:
-                elsewhere = self.link is not None and not every_worker and not self.link.is_timer_leader
+                elsewhere = not every_worker and not self.ownership.is_timer_leader
                 result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
                 if inspect.isawaitable(result):
                     self._spawn(result, None, "timer")
@@ -665,7 +667,7 @@ class App:
 
         self._loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and (self.link is None or self.link.is_stopped):
+        if url and not url.startswith("memory:") and (not self.store.shared or self.store.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self._loop))
         if self.runtime.persistence.in_db:
@@ -684,17 +686,16 @@ class App:
         """Share scoped signals, global state, broadcasts and tabs with other workers through ``engine``
         (a :class:`pyvia.cluster.Engine`, not yet connected). ``startup`` does it when
         ``PYVIA_ENGINE_URL`` is set, as ``pyvia run --workers N`` does."""
-        link = ClusterLink(self, engine)
-        await link.start()
-        self.link = link
-        self.scopes.link = link
-        self.global_state.link = link
-        self.sessions.link = link
+        from pyvia.cluster import attach
+
+        link = await attach(self, engine)
+        self.ownership = self.store = link
+        self.scopes.store = self.global_state.store = self.sessions.store = link
 
     @property
     def engine(self) -> Any:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
-        return self.link.engine if self.link is not None else None
+        return self.store.engine
 
     @property
     def is_running(self) -> bool:
@@ -740,8 +741,7 @@ class App:
         replaced worker reconnect staggered rather than all in the same second.
         """
         self.draining = True
-        if self.link is not None:
-            self.link.stop_taking_connections()  # they would not be told to close after their answer
+        self.ownership.stop_taking_connections()  # they would not be told to close after their answer
         self.metrics.stop_monitors()
         if self.clock is not None:
             moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
@@ -780,10 +780,9 @@ class App:
         for closable in (self.runtime.assets.static, self.runtime.assets.bundle_asset):
             if closable is not None:
                 closable.close()
-        if self.link is not None:
-            # It stays attached, stopped: a request still answered after this fails on the closed
-            # engine (503) instead of changing shared state here alone and answering 200.
-            await self.link.stop()
+        # A cluster's store stays attached, stopped: a request still answered after this fails on
+        # the closed engine (503) instead of changing shared state here alone and answering 200.
+        await self.store.stop()
         if self.runtime.assets.executor is not None:
             self.runtime.assets.executor.shutdown(wait=False, cancel_futures=True)
             self.runtime.assets.executor = None

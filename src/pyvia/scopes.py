@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyvia import protocol
 from pyvia.errors import DeclarationError
+from pyvia.sharing import LOCAL_STORE
 from pyvia.signals import Signal
 
 if TYPE_CHECKING:
-    from pyvia.cluster.link import ClusterLink
     from pyvia.context import Context
+    from pyvia.sharing import SharedStore
 
 T = TypeVar("T")
 
@@ -190,9 +191,7 @@ class SharedSignal(Signal[T]):
     @value.setter
     def value(self, new: T) -> None:
         self._set_local(new)
-        link = self.scope.registry.link
-        if link is not None:
-            link.put_signal(self)
+        self.scope.registry.store.put_signal(self)
 
     def _set_local(self, new: T) -> None:
         self._value = new
@@ -211,9 +210,7 @@ class SharedSignal(Signal[T]):
         if not isinstance(current, int) or isinstance(current, bool):
             raise TypeError(f"increment() needs an int signal; {self.id} holds {type(current).__name__}")
         self._set_local(current + by)  # type: ignore[arg-type]  # checked int above
-        link = self.scope.registry.link
-        if link is not None:
-            link.increment_signal(self, by)
+        self.scope.registry.store.increment_signal(self, by)
         return self._value  # type: ignore[return-value]  # checked int above
 
     def mutate(self, fn: Callable[[T], T]) -> T:
@@ -221,9 +218,7 @@ class SharedSignal(Signal[T]):
         (with several workers the engine may run it again on a newer value)."""
         before = self._value
         self._set_local(fn(before))
-        link = self.scope.registry.link
-        if link is not None:
-            link.mutate_signal(self, fn, before)
+        self.scope.registry.store.mutate_signal(self, fn, before)
         return self._value
 
     def accept_client_value(self, value: Any) -> bool:
@@ -231,9 +226,7 @@ class SharedSignal(Signal[T]):
         if accepted:
             self._changed = True
             self.scope.touch(self)
-            link = self.scope.registry.link
-            if link is not None:
-                link.put_signal(self)
+            self.scope.registry.store.put_signal(self)
         return accepted
 
     def __repr__(self) -> str:
@@ -274,8 +267,7 @@ class ScopeState:
         sig: SharedSignal[T] = SharedSignal(self, name, initial, writable=writable, max_length=max_length)
         sig._changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
-        if self.registry.link is not None:
-            self.registry.link.track(sig, new=new)  # other workers may hold a value already
+        self.registry.store.track(sig, new=new)  # other workers may hold a value already
         return sig
 
     def touch(self, sig: SharedSignal[Any]) -> None:
@@ -311,13 +303,13 @@ class ScopeState:
 class ScopeRegistry:
     """All scopes of one process: membership, shared signals and wildcard lookup."""
 
-    __slots__ = ("_scopes", "link", "on_change", "restored")
+    __slots__ = ("_scopes", "on_change", "restored", "store")
 
     def __init__(self, on_change: Callable[[ScopeState], None]) -> None:
         self._scopes: dict[str, ScopeState] = {}
         self.on_change = on_change
-        #: The engine link with several workers (``pyvia.cluster.link``), else None.
-        self.link: ClusterLink | None = None
+        #: Where shared signals are shared (:mod:`pyvia.sharing`): nowhere else in one process.
+        self.store: SharedStore = LOCAL_STORE
         #: Values saved at the last graceful stop, taken by the first declaration of each signal.
         self.restored: dict[tuple[str, str], Any] = {}
 
@@ -343,9 +335,8 @@ class ScopeRegistry:
             del state.members[ctx.id]
         if not state.members and not state.kept:
             del self._scopes[name]
-            if self.link is not None:
-                for sig in state.signals.values():
-                    self.link.untrack(sig)
+            for sig in state.signals.values():
+                self.store.untrack(sig)
 
     def rename(self, old: str, new: str) -> None:
         """A session got a new id (``regenerate_session``): its scope goes on under the new name,
@@ -353,18 +344,16 @@ class ScopeRegistry:
         state = self._scopes.pop(old, None)
         if state is None:
             return
-        link = self.link
-        if link is not None:
-            for sig in state.signals.values():
-                link.untrack(sig)
+        store = self.store
+        for sig in state.signals.values():
+            store.untrack(sig)
         state.name = new
         joined = self._scopes.get(new)  # tabs of the new id that joined before the news came
         if joined is not None:
             state.members.update(joined.members)
         self._scopes[new] = state
-        if link is not None:
-            for sig in state.signals.values():
-                link.track(sig)  # the value under the new name (created with this one if none yet)
+        for sig in state.signals.values():
+            store.track(sig)  # the value under the new name (created with this one if none yet)
 
     def matching(self, pattern: str) -> Iterator[ScopeState]:
         """Scopes named ``pattern``, or matching it where it holds ``*`` wildcards."""

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from pyvia.errors import UsageError
+from pyvia.sharing import LOCAL_STORE
 
 if TYPE_CHECKING:
-    from pyvia.cluster.link import ClusterLink
+    from pyvia.sharing import SharedStore
 
 __all__ = ["GlobalState", "SessionData", "SessionStore"]
 
@@ -27,21 +28,20 @@ class GlobalState(MutableMapping[str, Any]):
     its local copy, writes go to the engine, ``increment`` and ``mutate`` run atomically there.
     """
 
-    __slots__ = ("_data", "link", "max_keys")
+    __slots__ = ("_data", "max_keys", "store")
 
     def __init__(self, max_keys: int = 100_000) -> None:
         self._data: dict[str, Any] = {}
         self.max_keys = max_keys
-        #: The engine link with several workers (``pyvia.cluster.link``), else None.
-        self.link: ClusterLink | None = None
+        #: Where the values are shared (:mod:`pyvia.sharing`): nowhere else in one process.
+        self.store: SharedStore = LOCAL_STORE
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._set_local(key, value)
-        if self.link is not None:
-            self.link.put_global(key, value)
+        self.store.put_global(key, value)
 
     def _set_local(self, key: str, value: Any) -> None:
         if key not in self._data and len(self._data) >= self.max_keys:
@@ -50,8 +50,7 @@ class GlobalState(MutableMapping[str, Any]):
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
-        if self.link is not None:
-            self.link.delete_global(key)
+        self.store.delete_global(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -65,8 +64,7 @@ class GlobalState(MutableMapping[str, Any]):
         if not isinstance(current, int) or isinstance(current, bool):
             raise TypeError(f"increment() needs an int; global state {key!r} holds {type(current).__name__}")
         self._set_local(key, current + by)
-        if self.link is not None:
-            self.link.increment_global(key, by)
+        self.store.increment_global(key, by)
         return current + by
 
     def mutate(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
@@ -76,8 +74,7 @@ class GlobalState(MutableMapping[str, Any]):
         """
         value = fn(self._data.get(key, default))
         self._set_local(key, value)
-        if self.link is not None:
-            self.link.mutate_global(key, fn, default)
+        self.store.mutate_global(key, fn, default)
         return value
 
 
@@ -89,25 +86,23 @@ class SessionData(MutableMapping[str, Any]):
     that one key in the engine, so two workers writing different keys of a session lose neither.
     """
 
-    __slots__ = ("_data", "key", "link")
+    __slots__ = ("_data", "key", "store")
 
-    def __init__(self, link: ClusterLink | None = None, key: str = "") -> None:
+    def __init__(self, store: SharedStore = LOCAL_STORE, key: str = "") -> None:
         self._data: dict[str, Any] = {}
-        self.link = link
-        self.key = key  # the session's hash: its key in the engine
+        self.store = store
+        self.key = key  # the session's hash: its key in the engine (empty when nothing is shared)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if self.link is not None:
-            self.link.set_session_item(self, key, value)  # raises TypeError for a value JSON cannot hold
+        self.store.set_session_item(self, key, value)  # shared: raises TypeError for a value JSON cannot hold
         self._data[key] = value
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
-        if self.link is not None:
-            self.link.delete_session_item(self, key)
+        self.store.delete_session_item(self, key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -122,27 +117,25 @@ class SessionData(MutableMapping[str, Any]):
 class SessionStore:
     """Session data by session id, least recently used evicted past ``max_sessions``."""
 
-    __slots__ = ("_sessions", "evictions", "link", "max_sessions")
+    __slots__ = ("_sessions", "evictions", "max_sessions", "store")
 
     def __init__(self, max_sessions: int = 10_000) -> None:
         self._sessions: OrderedDict[str, SessionData] = OrderedDict()
         self.max_sessions = max_sessions
         self.evictions = 0
-        #: The engine link with several workers (``pyvia.cluster.link``), else None.
-        self.link: ClusterLink | None = None
+        #: Where session data is shared (:mod:`pyvia.sharing`): nowhere else in one process.
+        self.store: SharedStore = LOCAL_STORE
 
     def get(self, session_id: str) -> SessionData:
         data = self._sessions.get(session_id)
         if data is None:
-            link = self.link
-            data = self._sessions[session_id] = SessionData(link, link.session_key(session_id) if link else "")
-            if link is not None:
-                link.follow_session(data)
+            store = self.store
+            data = self._sessions[session_id] = SessionData(store, store.session_key(session_id))
+            store.follow_session(data)
             if len(self._sessions) > self.max_sessions:
                 _, evicted = self._sessions.popitem(last=False)
                 self.evictions += 1
-                if link is not None:
-                    link.forget_session(evicted)
+                store.forget_session(evicted)
         else:
             self._sessions.move_to_end(session_id)
         return data
@@ -155,14 +148,14 @@ class SessionStore:
 
     def clear(self, session_id: str) -> None:
         data = self._sessions.pop(session_id, None)
-        if data is not None and self.link is not None:
-            self.link.forget_session(data, delete=True)  # the engine's copy goes too (a rotation)
+        if data is not None:
+            self.store.forget_session(data, delete=True)  # the engine's copy goes too (a rotation)
 
     def forget(self, session_id: str) -> None:
         """Stop following a session here (the engine keeps what it holds)."""
         data = self._sessions.pop(session_id, None)
-        if data is not None and self.link is not None:
-            self.link.forget_session(data)
+        if data is not None:
+            self.store.forget_session(data)
 
     def drop_all(self) -> None:
         """Forget every session here (the engine holds them; they are read again when used)."""

@@ -24,11 +24,11 @@ ALLOWED = {
     # Entry points that genuinely start a server.
     ("pyvia.app", "pyvia.server.options"): "App.run() starts the native server (its limits, checked)",
     ("pyvia.app", "pyvia.server.runner"): "App.run() starts the native server",
-    # The cluster seams still to be cut (issue 20): the shrinking part of this list.
-    ("pyvia.app", "pyvia.cluster"): "App.startup() creates the engine PYVIA_ENGINE_URL names",
-    ("pyvia.app", "pyvia.cluster.link"): "App.use_engine() builds the ClusterLink; App.link is typed by it",
-    ("pyvia.scopes", "pyvia.cluster.link"): "typing only: ScopeRegistry.link",
-    ("pyvia.state", "pyvia.cluster.link"): "typing only: GlobalState.link and SessionStore.link",
+    # The core talks to the cluster through its seams (pyvia.runtime.ownership, pyvia.sharing); what
+    # is left is where the engine is made and plugged in.
+    ("pyvia.app", "pyvia.cluster"): (
+        "App.startup() creates the engine PYVIA_ENGINE_URL names; App.use_engine() attaches it (cluster.attach)"
+    ),
 }
 
 

@@ -10,6 +10,7 @@ optional dependencies. ``pyvia run --workers N`` hands the URL to each worker in
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from pyvia.cluster.base import (
     Engine,
@@ -27,6 +28,10 @@ from pyvia.cluster.base import (
 from pyvia.cluster.memory import MemoryEngine, MemoryHub
 from pyvia.cluster.replica import Replica
 
+if TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.cluster.link import ClusterLink
+
 __all__ = [
     "CLUSTER_ADDRESS_ENV",
     "ENGINE_URL_ENV",
@@ -43,6 +48,7 @@ __all__ = [
     "Replica",
     "RequestTimeout",
     "Subscription",
+    "attach",
     "check_engine_url",
     "create_engine",
     "engine_from_env",
@@ -100,3 +106,13 @@ def create_engine(url: str, *, prefix: str = "pyvia") -> Engine:
 def engine_from_env(*, prefix: str = "pyvia") -> Engine:
     """The engine named by ``PYVIA_ENGINE_URL``, or a :class:`MemoryEngine` when it is unset."""
     return create_engine(os.environ.get(ENGINE_URL_ENV) or "memory://", prefix=prefix)
+
+
+async def attach(app: App, engine: Engine) -> ClusterLink:
+    """The started link of ``app`` to ``engine`` (not yet connected): the app's ownership and
+    shared store from now on (``App.use_engine`` plugs it in)."""
+    from pyvia.cluster.link import ClusterLink
+
+    link = ClusterLink(app, engine)
+    await link.start()
+    return link

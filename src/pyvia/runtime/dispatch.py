@@ -53,7 +53,7 @@ class Dispatch:
 
     def handle(self, request: Request) -> HandleResult:
         """Answer one request (see the module docstring)."""
-        if self.app.link is not None:  # several workers: the session's data comes from the engine first
+        if self.app.ownership.shared:  # several workers: the session's data comes from the engine first
             if request.path.startswith(ACTION_PREFIX):
                 relayed = self.rt.actions.relay(request)
                 if relayed is not None:
@@ -84,14 +84,13 @@ class Dispatch:
 
     def unfollowed(self, session_id: str | None) -> bool:
         """Several workers, and this one has not read the session's data from the engine yet."""
-        link = self.app.link
-        return link is not None and session_id is not None and not link.has_session(session_id)
+        return session_id is not None and not self.app.store.has_session(session_id)
 
     async def follow(self, session_id: str | None) -> None:
         """Read the session's data, if this worker does not follow it yet, before a tab of it comes here."""
         if self.unfollowed(session_id):
-            assert self.app.link is not None and session_id is not None  # checked by _unfollowed
-            await self.app.link.load_session(session_id)
+            assert session_id is not None  # checked by unfollowed
+            await self.app.store.load_session(session_id)
 
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
         """An action for tab ``ctx_id`` of this worker that another worker received: checked

@@ -42,7 +42,7 @@ class Persistence:
     def in_db(self) -> bool:
         """Shared state is kept in the app's database across graceful restarts: ``persist_in_db``
         is on and no engine holds the state (one worker)."""
-        return self.app.config.persist_in_db and self.app.link is None
+        return self.app.config.persist_in_db and not self.app.store.shared
 
     async def save_to_db(self) -> None:
         signals = [(state.name, name, sig.value) for state in self.app.scopes for name, sig in state.signals.items()]

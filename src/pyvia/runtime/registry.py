@@ -130,8 +130,8 @@ class Registry:
 
     def register(self, ctx: Context) -> None:
         self.contexts[ctx.id] = ctx
-        if self.app.link is not None and ctx.revived:
-            self.app.link.claim(ctx.id)  # a page view claimed it already
+        if ctx.revived:
+            self.app.ownership.claim(ctx.id)  # a page view claimed it already
         scopes = ctx._scopes
         for i, name in enumerate(scopes):
             scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
@@ -349,8 +349,7 @@ class Registry:
         self.app._replays.forget(ctx.stream)
         for name in ctx._scopes:
             self.app.scopes.leave(ctx, name)
-        if self.app.link is not None:
-            self.app.link.release(ctx.id)
+        self.app.ownership.release(ctx.id)
         if self.app.config.revival_window > 0:
             self.rt.revival.bury(ctx, pristine=never_connected and ctx.is_pristine)
         ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle

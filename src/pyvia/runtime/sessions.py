@@ -65,8 +65,7 @@ class Sessions:
             self.app.sessions.clear(old)
             self.app.sessions.get(new).update(saved)
         self.rotate(old, new, first)
-        if self.app.link is not None:
-            self.app.link.session_rotated(old, new, first)  # the session's tabs on other workers move too
+        self.app.store.session_rotated(old, new, first)  # the session's tabs on other workers move too
         ctx._add_cookie(self.cookie_header(new))
         return new
 

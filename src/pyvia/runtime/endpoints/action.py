@@ -56,7 +56,7 @@ class Actions:
             return None
         if not isinstance(ctx_id, str) or ctx_id in self.rt.registry.contexts:
             return None
-        assert self.app.link is not None and self.app._loop is not None  # called by handle() with several workers
+        assert self.app._loop is not None  # called by handle() with several workers
         answer: asyncio.Future[Response] = self.app._loop.create_future()
 
         def answered(result: Response | Exception | None) -> None:
@@ -70,7 +70,7 @@ class Actions:
             self.app.metrics.observe_request("action", response.status)
             answer.set_result(response)
 
-        if not self.app.link.relay(ctx_id, request, self.app.config.action_timeout, answered):
+        if not self.app.ownership.relay(ctx_id, request, self.app.config.action_timeout, answered):
             return None
         request.kind = RequestKind.ACTION
         return answer
@@ -87,7 +87,7 @@ class Actions:
         session_id = self.rt.sessions.of(request)
         named = ctx_id != ""
         ctx = self.rt.registry.contexts.get(ctx_id) if named else None
-        if ctx is None and named and self.app.link is not None:
+        if ctx is None and named and self.app.ownership.shared:
             return self.forward(request, ctx_id, session_id, signals, name)  # checked where it runs
         self.check(request)
         if not named:
@@ -175,12 +175,11 @@ class Actions:
     ) -> Any:
         """An action for a tab held by another worker or node: its owner answers it; when the
         owner is gone the tab is revived here."""
-        assert self.app.link is not None
-        owner = await self.app.link.owner(ctx_id)
-        if owner is not None and await self.app.link.pass_connection(owner, request):
+        owner = await self.app.ownership.owner(ctx_id)
+        if owner is not None and await self.app.ownership.pass_connection(owner, request):
             request.kind = RequestKind.PASSED  # answered by the owner, on the connection it now holds
             return PASSED
-        response = await self.app.link.forward(ctx_id, request, self.app.config.action_timeout)
+        response = await self.app.ownership.forward(ctx_id, request, self.app.config.action_timeout)
         if response is not None:
             return response
         self.check(request)  # it runs here
@@ -188,7 +187,7 @@ class Actions:
         if (
             ctx_id not in self.rt.revival.graveyard
             and self.rt.registry.contexts.get(ctx_id) is None
-            and await self.app.link.owner(ctx_id, cached=False) is not None
+            and await self.app.ownership.owner(ctx_id, cached=False) is not None
         ):
             self.rt.revival.vouch(ctx_id, {})
         ctx = self.rt.registry.contexts.get(ctx_id) or await settled(self.revive(request, ctx_id, session_id, signals))
@@ -208,7 +207,7 @@ class Actions:
         def endpoint(req: Request) -> Any:
             now = self.app.now()
             started = time.perf_counter()
-            writes = self.app.link.writing if self.app.link is not None else 0
+            writes = self.app.store.writing
             ctx.request = req
             ctx.last_action = now
             if ctx.state is State.DISCONNECTED:
@@ -225,7 +224,7 @@ class Actions:
                 self.app.metrics.observe_action(time.perf_counter() - started)
                 if self.app.config.dev:
                     self.app._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
-                if self.app.link is not None and self.app.link.writing > writes:
+                if self.app.store.writing > writes:
                     return self.after_writes(ctx, writes)
                 return self.response(ctx)
             return self.await_action(ctx, pending, started, writes)
@@ -242,14 +241,12 @@ class Actions:
         finally:
             ctx._end_batch()
             self.app.metrics.observe_action(time.perf_counter() - started)
-        if self.app.link is not None:
-            await self.app.link.written(writes)
+        await self.app.store.written(writes)
         return self.response(ctx)
 
     async def after_writes(self, ctx: Context, writes: int) -> Response:
         """Answer once the shared-state writes the action made are in the engine."""
-        assert self.app.link is not None
-        await self.app.link.written(writes)
+        await self.app.store.written(writes)
         return self.response(ctx)
 
     def response(self, ctx: Context) -> Response:

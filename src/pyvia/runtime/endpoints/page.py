@@ -51,26 +51,24 @@ class Pages:
         session_id = self.rt.sessions.of(request)
         if session_id is None:
             session_id = self.app._session_ids.make()
-            if self.app.link is not None:
-                self.app.link.new_session(session_id)
+            if self.app.store.new_session(session_id):
                 request.state[NEW_SESSION] = True  # its session-scoped signals are new too
         params = request.path_params
         ctx = Context(
             self.app, self.app._ids.make(route.pattern, params, session_id), route, params, session_id, request
         )
-        if self.app.link is not None:
-            self.app.link.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
+        self.app.ownership.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = bind(route, params, ctx, request)
         return then(route.handler(**kwargs), lambda result: self.after_loads(lambda: self.response(ctx, result)))
 
     def after_loads(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` once the scoped signals just declared hold their shared values (several workers)."""
-        link = self.app.link
-        if link is None or not link.loading:
+        store = self.app.store
+        if not store.loading:
             return fn()
 
         async def later() -> Any:
-            await link.loaded()
+            await store.loaded()
             return fn()
 
         return later()

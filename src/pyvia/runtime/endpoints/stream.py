@@ -128,7 +128,7 @@ class Streams:
         session_id = self.rt.sessions.of(request)
         ctx = self.rt.registry.contexts.get(ctx_id)
         if ctx is None:
-            if self.app.link is not None:
+            if self.app.ownership.shared:
                 return self.take_over(request, ctx_id, session_id, signals)
             return self.revive(request, ctx_id, session_id, signals)
         return self.stream_for(request, ctx)
@@ -159,14 +159,13 @@ class Streams:
         this machine no busier than this one, else take the tab over (with its tab state and its
         signals); revive it here when that worker is gone. (The stream is the tab's long-lived
         connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
-        assert self.app.link is not None
-        owner = await self.app.link.owner(ctx_id, cached=False)
-        if owner is not None and await self.app.link.pass_connection(owner, request, balanced=True):
+        owner = await self.app.ownership.owner(ctx_id, cached=False)
+        if owner is not None and await self.app.ownership.pass_connection(owner, request, balanced=True):
             request.kind = RequestKind.PASSED  # the stream opens there
             return PASSED
         await self.rt.dispatch.follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
-            handed = await self.app.link.take_over(owner, ctx_id, Scope.session(session_id))
+            handed = await self.app.ownership.take_over(owner, ctx_id, Scope.session(session_id))
             self.rt.revival.vouch(ctx_id, handed or {})
         found = self.rt.registry.contexts.get(ctx_id)
         if found is None:

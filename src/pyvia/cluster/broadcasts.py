@@ -1,0 +1,96 @@
+"""Broadcasts across workers. One named explicitly (``app.broadcast``, ``c.broadcast``) is
+published once per scope per loop turn with the bucket revisions the sender had seen; a receiver
+that has not yet seen those revisions waits for them (at most a second) before it marks the
+scope, so it never renders older state than the sender. Signal writes need no message: their
+change marks the scope on every worker that holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+
+from pyvia.cluster.base import EngineError, valid_wire_scope
+from pyvia.cluster.parts import Part
+
+if TYPE_CHECKING:
+    from pyvia.cluster.link import ClusterLink
+
+__all__ = ["BroadcastRelay"]
+
+log = logging.getLogger("pyvia.cluster")
+
+_BROADCAST_SUBJECT = "bcast"
+_CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
+
+
+class BroadcastRelay(Part):
+    """Sends this worker's broadcasts to the others and marks the scopes theirs name."""
+
+    __slots__ = ("_outgoing", "_publish_scheduled")
+
+    def __init__(self, link: ClusterLink) -> None:
+        super().__init__(link)
+        self._outgoing: set[str] = set()
+        self._publish_scheduled = False
+
+    async def start(self) -> None:
+        self._subs.append(await self.engine.subscribe(_BROADCAST_SUBJECT, self._on_broadcast))
+
+    def _revisions(self) -> list[int]:
+        link = self.link
+        return [
+            link.signals.replica.revision,
+            link.globals.replica.revision,
+            link.signals.session_scope_replica.revision,
+        ]
+
+    def broadcast(self, scope: str) -> None:
+        """Tell the other workers to re-render ``scope`` (a name or pattern), once per loop turn."""
+        self._outgoing.add(scope)
+        if not self._publish_scheduled:
+            self._publish_scheduled = True
+            asyncio.get_running_loop().call_soon(self._publish)
+
+    def _publish(self) -> None:
+        self._publish_scheduled = False
+        scopes, self._outgoing = sorted(self._outgoing), set()
+        after = self.link.writes.writing
+        self.spawn(self._send_broadcast(scopes, after))
+
+    async def _send_broadcast(self, scopes: list[str], after: int) -> None:
+        await self.link.writes.settled(after - 1 if after else 0)  # the writes made before the broadcast go first
+        payload = orjson.dumps({"n": self.node, "s": scopes, "v": self._revisions()})
+        try:
+            await self.engine.publish(_BROADCAST_SUBJECT, payload)
+        except EngineError as exc:
+            log.warning("a broadcast of %s did not reach the other workers: %s", ", ".join(scopes), exc)
+
+    def _on_broadcast(self, subject: str, payload: bytes) -> None:
+        try:
+            message = orjson.loads(payload)
+            node, scopes, revisions = message["n"], message["s"], [int(r) for r in message["v"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.warning("dropped a malformed broadcast message")
+            return
+        if node == self.node or not isinstance(scopes, list):
+            return
+        valid = [s for s in scopes if valid_wire_scope(s)]
+        if len(valid) != len(scopes):
+            log.warning("dropped invalid scope names from a broadcast message")
+        if valid:
+            self._mark_when_caught_up(valid, revisions, time.monotonic() + _CATCH_UP_LIMIT)
+
+    def _mark_when_caught_up(self, scopes: list[str], revisions: list[int], deadline: float) -> None:
+        held = self._revisions()
+        behind = any(mine < theirs for mine, theirs in zip(held, revisions, strict=False))
+        if behind and time.monotonic() < deadline:
+            asyncio.get_running_loop().call_later(0.002, self._mark_when_caught_up, scopes, revisions, deadline)
+            return
+        app = self.app
+        for name in scopes:
+            for state in app.scopes.matching(name):
+                app.broadcaster.mark(state)
