@@ -294,7 +294,7 @@ class Hub:
     in the same flush (a broadcast writes the view, then the signals, in one write).
     """
 
-    def __init__(self, key: str = "route__n", check_view: bool = False) -> None:
+    def __init__(self, key: str = "_route__n", check_view: bool = False) -> None:
         self.key = key
         self.check_view = check_view
         self.round = 0
