@@ -310,7 +310,7 @@ def _limits(args: argparse.Namespace, clients: int) -> dict[str, Any]:
     """Raise the fd limits for the server and the harness; what the kernel allows alongside."""
     import resource
 
-    need = max(stream_fds_needed(args.tabs), -(-args.tabs // clients) + 4096)
+    need = max(stream_fds_needed(args.tabs), -(-args.tabs // clients) + 1024)
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         soft, hard = raise_fd_limit(need)
