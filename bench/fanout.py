@@ -596,9 +596,9 @@ def bound_socket(source: str) -> socket.socket:
     return sock
 
 
-def stream_fds_needed(tabs: int, spare: int = 1000) -> int:
+def stream_fds_needed(tabs: int, spare: int = 100) -> int:
     """The ``RLIMIT_NOFILE`` a pyvia server needs to hold ``tabs`` streams (plus ``spare``
-    connections for page views and actions) under its derived caps: it keeps a tenth of its files
+    streams: a gate, a reload) under its derived caps: it keeps a tenth of its files
     for itself and lets streams take nine tenths of the connections (``pyvia.server.http``)."""
     from pyvia.server.http import derive_max_connections, derive_max_streams
 

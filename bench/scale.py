@@ -62,6 +62,7 @@ from bench.fanout import (
 from bench.provenance import print_provenance, provenance
 from bench.report import Recorder, fmt, spread
 from bench.server import PAGE_MARKER, REPO, Server, free_port, server_env
+from pyvia.server.http import derive_max_connections, derive_max_streams
 
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 NR_OPEN = Path("/proc/sys/fs/nr_open")
@@ -306,24 +307,39 @@ def rss_by_process(server: Server) -> dict[str, int]:
 # --- the run -------------------------------------------------------------------------------------
 
 
+#: The balance spreads new connections by least connections: a worker may hold a few more than its share.
+IMBALANCE = 1.05
+
+
+def worker_share(tabs: int, workers: int) -> int:
+    """The most tabs one worker is expected to hold when ``workers`` share ``tabs``."""
+    return tabs if workers <= 1 else -(-int(tabs * IMBALANCE) // workers)
+
+
 def _limits(args: argparse.Namespace, clients: int) -> dict[str, Any]:
     """Raise the fd limits for the server and the harness; what the kernel allows alongside."""
     import resource
 
-    need = max(stream_fds_needed(args.tabs), -(-args.tabs // clients) + 1024)
+    share = worker_share(args.tabs, args.workers)
+    need = max(stream_fds_needed(share), -(-args.tabs // clients) + 1024)
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         soft, hard = raise_fd_limit(need)
     except (PermissionError, ValueError, OSError) as exc:
+        held = max(0, derive_max_streams(derive_max_connections(before[1])) - 100)
+        workers = -(-int(args.tabs * IMBALANCE) // held) if held else 0
         raise RuntimeError(
-            f"{args.tabs:,} tabs need an open-file limit of {need:,} for the server and the harness; this "
-            f"process has {before[0]:,} (hard {before[1]:,}) and may not raise it ({exc}). Run as root, or "
-            f"first: ulimit -Hn {need} && ulimit -Sn {need} (and fs.nr_open >= {need})"
+            f"{args.tabs:,} tabs on {args.workers} worker(s) need an open-file limit of {need:,} per process "
+            f"(~{share:,} streams per worker); this process has {before[0]:,} (hard {before[1]:,}) and may not "
+            f"raise the hard limit ({exc}). At that limit one worker holds {held:,} tabs under the server's "
+            f"derived caps: --workers {workers} would do, or raise it first as root (CAP_SYS_RESOURCE): "
+            f"ulimit -Hn {need} && ulimit -Sn {need} (fs.nr_open >= {need})"
         ) from None
     return {
         "fd_needed": need,
         "fd_before": list(before),
         "fd_now": [soft, hard],
+        "worker_share": share,
         "nr_open": _read(NR_OPEN),
         "somaxconn": _read(SOMAXCONN),
         "ip_local_port_range": _read(PORT_RANGE),
