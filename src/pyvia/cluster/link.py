@@ -32,7 +32,8 @@ With ``PYVIA_ENGINE_URL`` set (``pyvia run --workers N`` sets it) the app makes 
   dispatch); the owner checks them (Origin, rate limit) as it does every action it runs.
 * **Presence**: each worker tells the others its open tabs per scope when they change (checked
   every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a change re-renders
-  the scope where it is shown.
+  the scope where it is shown (once anything asked for a count: an app that never does re-renders
+  nothing, so tabs opening do not rewrite every tab's view four times a second).
 * **Rate limit**: each worker tells the others every 250 ms how many action tokens each client
   address took there, and takes them out of its own buckets, so the per-address rate holds for
   the whole app.
@@ -166,6 +167,7 @@ class ClusterLink:
     __slots__ = (
         "_busy",
         "_claims",
+        "_counted",
         "_direct",
         "_failed_upto",
         "_key",
@@ -242,6 +244,9 @@ class ClusterLink:
         self._claims: dict[str, int] = {}  # ctx id of a tab held here -> revision of its directory entry
         self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
         self._presence_dirty = True
+        #: Whether anything asked for a count (:meth:`remote_count`): until then no view shows one,
+        #: and a count that changed re-renders nothing.
+        self._counted = False
         self._direct: DirectServer | None = None  # on a unix socket, for the workers of this machine
         self._tcp: DirectServer | None = None  # on TCP, for the other machines (``cluster_address``)
         self._key = b""  # what a TCP channel's handshake proves (channel_key)
@@ -935,6 +940,11 @@ class ClusterLink:
         counts = {k: v for k, v in counts.items() if isinstance(v, int) and valid_wire_scope(k, allow_pattern=False)}
         before = self._remote.get(node, (0.0, {}))[1]
         self._remote[node] = (time.monotonic(), counts)
+        if not self._counted:
+            # No view asked how many watch: re-rendering would write every tab of the scope the
+            # same view again each time the counts change, four times a second while tabs open
+            # (opening N tabs then costs N² writes).
+            return
         app = self.app
         for name in {*before, *counts}:
             if before.get(name) != counts.get(name):  # "N watching" changed: re-render who shows it
@@ -943,6 +953,7 @@ class ClusterLink:
 
     def remote_count(self, scope: str) -> int:
         """Open tabs in ``scope`` (a name or pattern) on the other workers and nodes, as last told."""
+        self._counted = True
         now = time.monotonic()
         total = 0
         for node, (seen, counts) in list(self._remote.items()):
