@@ -123,7 +123,7 @@ async def _child(args: argparse.Namespace) -> int:
         hub,
         sessions=args.sessions,
         failures=failures,
-        deadline_s=60.0 + args.tabs / 50,
+        deadline_s=60.0 + args.tabs / 25,
         sources=args.sources.split(",") if args.sources else None,
     )
     _emit({"type": "opened", "tabs": len(tabs), "failures": dict(failures), "seconds": time.perf_counter() - started})
