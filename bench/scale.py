@@ -300,8 +300,17 @@ def rss_by_process(server: Server) -> dict[str, int]:
         name = "nats-server" if b"nats-server" in cmdline[0] else "worker"
         if b"pyvia.server.supervisor" not in b" ".join(cmdline) and name != "nats-server":
             name = "supervisor" if b"pyvia" in b" ".join(cmdline) else Path(cmdline[0].decode()).name
-        out[f"{name} {pid}"] = proc.rss_kb(pid) - sum(proc.rss_kb(c) for c in proc.tree_pids(pid) if c != pid)
+        out[f"{name} {pid}"] = _own_rss_kb(pid)
     return out
+
+
+def _own_rss_kb(pid: int) -> int:
+    """``Rss:`` of one process (``proc.rss_kb`` sums its descendants too)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("Rss:")), 0)
 
 
 # --- the run -------------------------------------------------------------------------------------
