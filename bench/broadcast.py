@@ -4,7 +4,7 @@ actions reaches 1,000 tabs, and how long one broadcast takes to reach 5,000 (iss
 The app (``bench.apps_broadcast:app``) is one page whose tabs share the route scope, a shared
 signal ``n`` and a 300-byte view rendered once per flush (``share_render=True``); a broadcast
 therefore writes to each tab one ``datastar-patch-elements`` event (the view) and one
-``datastar-patch-signals`` event (``{"route__n": v}``) in a single write, 440 bytes in all.
+``datastar-patch-signals`` event (``{"_route__n": v}``) in a single write, 440 bytes in all.
 
 (a) **CPU per receiving tab**, per coding (identity, zstd, br), a fresh server each: N tabs
 (+20 warm-up tabs, which receive too) are opened; then rounds, closed loop: ``POST /bump``

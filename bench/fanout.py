@@ -45,11 +45,16 @@ __all__ = [
     "Hub",
     "Meter",
     "TabStream",
+    "bound_socket",
     "env_record",
+    "ephemeral_ports",
     "launch",
     "open_tabs",
     "pin_client",
+    "raise_fd_limit",
     "server_versions",
+    "source_addresses",
+    "stream_fds_needed",
     "wait_quiet",
 ]
 
@@ -294,7 +299,7 @@ class Hub:
     in the same flush (a broadcast writes the view, then the signals, in one write).
     """
 
-    def __init__(self, key: str = "route__n", check_view: bool = False) -> None:
+    def __init__(self, key: str = "_route__n", check_view: bool = False) -> None:
         self.key = key
         self.check_view = check_view
         self.round = 0
@@ -547,17 +552,98 @@ class Browser:
         return build_request("POST", f"/_action/{name}", self.host, headers, orjson.dumps({"via_ctx": ctx_id}))
 
 
+# --- source addresses and open files, for tens of thousands of tabs -------------------------------
+
+#: Linux's ``IP_BIND_ADDRESS_NO_PORT`` (Python 3.11 lacks the name): a socket bound to an address
+#: with port 0 gets its port at ``connect``, unique per (source, destination), not at ``bind``,
+#: where every address would draw from one shared pool of ephemeral ports.
+IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> int:
+    """How many ephemeral ports the kernel hands out (``net.ipv4.ip_local_port_range``): the most
+    connections one source address can hold to one destination address and port."""
+    try:
+        low, high = (int(v) for v in PORT_RANGE.read_text().split()[:2])
+    except (OSError, ValueError):
+        return 28232  # Linux's default range, 32768-60999
+    return high - low + 1
+
+
+def source_addresses(connections: int, per_address: int) -> list[str]:
+    """Loopback source addresses (127.0.0.1, .2, ...) enough for ``connections`` to one server
+    port at most ``per_address`` each: all of 127.0.0.0/8 is local on Linux, and each address
+    has its own ephemeral ports towards the same destination."""
+    if per_address < 1:
+        raise ValueError(f"per_address must be positive, got {per_address}")
+    count = max(1, -(-connections // per_address))
+    if count > 254:
+        raise ValueError(f"{connections} connections at {per_address} per address need {count} addresses (> 254)")
+    return [f"127.0.0.{i}" for i in range(1, count + 1)]
+
+
+def bound_socket(source: str) -> socket.socket:
+    """A non-blocking TCP socket bound to ``source`` whose port the kernel picks at connect."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((source, 0))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def stream_fds_needed(tabs: int, spare: int = 100) -> int:
+    """The ``RLIMIT_NOFILE`` a pyvia server needs to hold ``tabs`` streams (plus ``spare``
+    streams: a gate, a reload) under its derived caps: it keeps a tenth of its files
+    for itself and lets streams take nine tenths of the connections (``pyvia.server.http``)."""
+    from pyvia.server.http import derive_max_connections, derive_max_streams
+
+    fds = -(-(tabs + spare) * 100 // 81) + 64
+    while derive_max_streams(derive_max_connections(fds)) < tabs + spare:
+        fds += 1024
+    return fds
+
+
+def raise_fd_limit(need: int) -> tuple[int, int]:
+    """Raise this process's soft and hard ``RLIMIT_NOFILE`` to at least ``need`` (children inherit
+    both); ``(soft, hard)`` after. Raising the hard limit needs root (CAP_SYS_RESOURCE) and at most
+    ``fs.nr_open``: PermissionError or ValueError otherwise, the limits left as they were."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    infinite = resource.RLIM_INFINITY
+    new_hard = hard if hard == infinite or hard >= need else need
+    new_soft = soft if soft == infinite or soft >= need else need
+    if (new_soft, new_hard) != (soft, hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, new_hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 async def open_stream(
-    host: str, port: int, browser: Browser, ctx_id: str, hub: Hub, coding: str, timeout: float = 10.0
+    host: str,
+    port: int,
+    browser: Browser,
+    ctx_id: str,
+    hub: Hub,
+    coding: str,
+    timeout: float = 10.0,
+    source: str | None = None,
 ) -> TabStream:
+    """One tab's stream; from ``source`` (a local address) when given, else from 127.0.0.1."""
     headers = [*_STREAM_HEADERS, *browser.cookie_headers()]
     if coding != "identity":
         headers.append(("Accept-Encoding", coding))
     request = build_request("GET", stream_target({"via_ctx": ctx_id}), host, headers)
     loop = asyncio.get_running_loop()
-    _, tab = await asyncio.wait_for(
-        loop.create_connection(lambda: TabStream(hub, request, coding), "127.0.0.1", port), timeout
-    )
+    if source is None:
+        connecting = loop.create_connection(lambda: TabStream(hub, request, coding), "127.0.0.1", port)
+    else:
+        connecting = _connect_from(source, port, lambda: TabStream(hub, request, coding))
+    _, tab = await asyncio.wait_for(connecting, timeout)
     try:
         await asyncio.wait_for(asyncio.shield(tab.opened), timeout)
     except BaseException:
@@ -577,8 +663,12 @@ async def open_tabs(
     path: str = "/",
     failures: Counter[str] | None = None,
     deadline_s: float = 120.0,
+    sources: list[str] | None = None,
 ) -> tuple[list[Browser], list[TabStream]]:
-    """Open ``n`` tabs spread over ``sessions`` browsers (page view, then stream), 16 at a time."""
+    """Open ``n`` tabs spread over ``sessions`` browsers (page view, then stream), 16 at a time.
+
+    With ``sources``, the streams come from those local addresses in turn (more connections to
+    one server port than one address has ephemeral ports, :func:`source_addresses`)."""
     if browsers is None:
         browsers = [await Browser.open(host, port) for _ in range(sessions)]
     failures = failures if failures is not None else Counter()
@@ -586,14 +676,21 @@ async def open_tabs(
     shares = [n // len(browsers) + (1 if i < n % len(browsers) else 0) for i in range(len(browsers))]
     deadline = time.monotonic() + deadline_s
 
+    turn = 0
+
     async def one(browser: Browser, share: int) -> None:
+        nonlocal turn
         for _ in range(share):
             if time.monotonic() > deadline:
                 failures["deadline"] += 1
                 return
+            source = None
+            if sources:
+                source = sources[turn % len(sources)]
+                turn += 1
             try:
                 _, ctx_id = await browser.page(path)
-                tab = await open_stream(host, port, browser, ctx_id, hub, coding)
+                tab = await open_stream(host, port, browser, ctx_id, hub, coding, source=source)
             except (OSError, TimeoutError, ProtocolError) as exc:
                 failures[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
                 if browser.conn.closed:
@@ -604,6 +701,18 @@ async def open_tabs(
 
     await asyncio.gather(*(one(b, s) for b, s in zip(browsers, shares, strict=True)))
     return browsers, tabs
+
+
+async def _connect_from(source: str, port: int, factory: Any) -> tuple[asyncio.BaseTransport, TabStream]:
+    loop = asyncio.get_running_loop()
+    sock = bound_socket(source)
+    try:
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    transport, protocol = await loop.create_connection(factory, sock=sock)
+    return transport, protocol
 
 
 async def get_json(conn: Connection, host: str, method: str, target: str, timeout: float = 10.0) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Presence across workers: each worker tells the others its open tabs per scope when they
 change (checked every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a
-change re-renders the scope where it is shown. A worker silent for longer than the expiry is
+change re-renders the scope where it is shown (once anything asked for a count: an app that never
+does re-renders nothing, so tabs opening do not rewrite every tab's view four times a second). A worker silent for longer than the expiry is
 gone (the directory's sweep asks :meth:`Presence.alive_nodes`)."""
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ _PRESENCE_EXPIRY = 6.0
 class Presence(Part):
     """This worker's open tabs by scope, told to the others, and theirs as last told."""
 
-    __slots__ = ("_dirty", "_remote")
+    __slots__ = ("_counted", "_dirty", "_remote")
 
     def __init__(self, link: ClusterLink) -> None:
         super().__init__(link)
         self._remote: dict[str, tuple[float, dict[str, int]]] = {}  # node -> (when, open tabs by scope)
         self._dirty = True
+        #: Whether anything asked for a count (:meth:`remote_count`): until then no view shows one,
+        #: and a count that changed re-renders nothing.
+        self._counted = False
 
     async def start(self) -> None:
         self._subs.append(await self.engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
@@ -93,6 +97,11 @@ class Presence(Part):
         counts = {k: v for k, v in counts.items() if isinstance(v, int) and valid_wire_scope(k, allow_pattern=False)}
         before = self._remote.get(node, (0.0, {}))[1]
         self._remote[node] = (time.monotonic(), counts)
+        if not self._counted:
+            # No view asked how many watch: re-rendering would write every tab of the scope the
+            # same view again each time the counts change, four times a second while tabs open
+            # (opening N tabs then costs N² writes).
+            return
         app = self.app
         for name in {*before, *counts}:
             if before.get(name) != counts.get(name):  # "N watching" changed: re-render who shows it
@@ -101,6 +110,7 @@ class Presence(Part):
 
     def remote_count(self, scope: str) -> int:
         """Open tabs in ``scope`` (a name or pattern) on the other workers and nodes, as last told."""
+        self._counted = True
         now = time.monotonic()
         total = 0
         for node, (seen, counts) in list(self._remote.items()):
