@@ -891,7 +891,7 @@ class Context:
         of that signal (its ``via_rev`` is older), so the server's write wins.
         """
         revisions = values.get(protocol.REVISION_SIGNAL)
-        if not isinstance(revisions, dict):
+        if type(revisions) is not dict:  # JSON gives a plain dict or something else
             revisions = {}
         signals = self._signals
         shared = self._shared

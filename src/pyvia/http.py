@@ -77,6 +77,11 @@ class Headers:
         return self._map.get(name, default)
 
     def get_all(self, name: str) -> list[str]:
+        value = self._map.get(name)
+        if value is None:
+            return []
+        if len(self._map) == len(self._items):  # no name repeats (the usual request): no scan
+            return [value]
         return [v for n, v in self._items if n == name]
 
     def __contains__(self, name: object) -> bool:

@@ -170,7 +170,10 @@ class Replays:
         encoders = self.encoders
         if encoders is None:
             return self.limit
-        return min(self.limit, max(0, encoders.limit - encoders.total))
+        room = encoders.limit - encoders.total  # comparisons, not min() and max(): asked once a frame
+        if room >= self.limit:
+            return self.limit
+        return room if room > 0 else 0
 
     def _shrink(self) -> None:
         room = self._room()

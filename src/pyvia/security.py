@@ -157,7 +157,10 @@ class RateLimiter:
         if self.rate <= 0:
             return 0.0
         tokens, last = self._buckets.pop(address, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        if now > last:  # comparisons, not min() and max(): this runs on every action
+            tokens += (now - last) * self.rate
+        if tokens > self.burst:
+            tokens = self.burst
         if tokens >= 1.0:
             self._buckets[address] = (tokens - 1.0, now)
             wait = 0.0
