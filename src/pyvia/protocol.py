@@ -147,6 +147,8 @@ def patch_signals(
     object; each of its lines gets its own ``data: signals`` prefix. ``only_if_missing``: the
     browser keeps the signals it already has.
     """
+    if type(signals) is dict and not only_if_missing and event_id is None and retry is None:
+        return _PATCH_SIGNALS_HEAD + orjson.dumps(signals) + b"\n\n"  # the hot path (a tab's changed signals)
     if isinstance(signals, (str, bytes)):
         raw = signals.encode() if isinstance(signals, str) else signals
         try:

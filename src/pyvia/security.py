@@ -44,7 +44,7 @@ class TrustedProxies:
     def client_address(self, request: Request) -> str:
         """The nearest address in the forwarding chain that is not one of our proxies."""
         peer = request.client
-        if not self._trusted(peer):
+        if not self._networks or not self._trusted(peer):
             return peer
         chain = _forwarded_for(request)
         for address in reversed(chain):
@@ -56,7 +56,7 @@ class TrustedProxies:
         """The scheme the client used: what a trusted proxy says (``X-Forwarded-Proto``, else
         the ``proto`` of ``Forwarded``), else the request's own. A proxy that terminates TLS
         talks plain HTTP to us, so without it an ``https`` page's Origin would look foreign."""
-        if not self._trusted(request.client):
+        if not self._networks or not self._trusted(request.client):
             return request.scheme
         for header in request.headers.get_all("x-forwarded-proto"):
             first = header.split(",", 1)[0].strip().lower()
