@@ -142,7 +142,10 @@ class Replays:
             replay.size -= dropped
             replay.first += 1
             self.total -= dropped
-        if self.total > self._room():
+        total = self.total
+        encoders = self.encoders
+        # total > _room(), without its call (total > 0 here): over the cap, or over what the encoders leave
+        if total > self.limit or (encoders is not None and total > encoders.limit - encoders.total):
             self._shrink()
 
     def forget(self, owner: _Owner) -> None:
