@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 __all__ = [
@@ -158,9 +158,10 @@ _MEDIA_TYPES: dict[str, str] = {}
 _COOKIES: dict[str, dict[str, str]] = {}
 _PARSED_KEPT = 4096
 _PARSED_LENGTH = 512
+_Parsed = TypeVar("_Parsed")
 
 
-def _keep(cache: dict[str, object], raw: str, parsed: object) -> None:
+def _keep(cache: dict[str, _Parsed], raw: str, parsed: _Parsed) -> None:
     if len(raw) <= _PARSED_LENGTH:
         if len(cache) >= _PARSED_KEPT:
             cache.clear()
@@ -173,7 +174,7 @@ def parse_cookies(values: list[str]) -> dict[str, str]:
         known = _COOKIES.get(values[0])
         if known is None:
             known = _parse_cookies(values)
-            _keep(_COOKIES, values[0], known)  # type: ignore[arg-type]  # a dict of str
+            _keep(_COOKIES, values[0], known)
         return dict(known)
     return _parse_cookies(values)
 
