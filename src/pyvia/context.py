@@ -667,9 +667,8 @@ class Context:
 
     def _snapshot(self) -> str | None:
         """A new signed snapshot of the server-owned tab signals (None past the size bound)."""
-        values = {name: sig._value for name, sig in self._signals.items() if not sig.writable}
         self._snapshot_seq += 1
-        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
+        return self.app._snapshots.make(self.id, self._snapshot_seq, self._owned_values())
 
     def restore_snapshot(self, seq: int, values: Mapping[str, Any]) -> None:
         """Give the server-owned tab signals the values of a verified snapshot (a revival)."""
@@ -682,8 +681,15 @@ class Context:
 
     def final_snapshot(self) -> str | None:
         """A snapshot of the values now, numbered as the last one sent (kept when the tab is destroyed)."""
-        values = {name: sig._value for name, sig in self._signals.items() if not sig.writable}
-        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
+        return self.app._snapshots.make(self.id, self._snapshot_seq, self._owned_values())
+
+    def _owned_values(self) -> dict[str, Any]:
+        """The server-owned tab signals' values, by name (a loop: cheaper than a comprehension's frame)."""
+        values = {}
+        for name, sig in self._signals.items():
+            if not sig.writable:
+                values[name] = sig._value
+        return values
 
     @property
     def has_writable_signals(self) -> bool:
@@ -927,7 +933,7 @@ class Context:
         of that signal (its ``via_rev`` is older), so the server's write wins.
         """
         revisions = values.get(protocol.REVISION_SIGNAL)
-        if not isinstance(revisions, dict):
+        if type(revisions) is not dict:  # JSON gives a plain dict or something else
             revisions = {}
         signals = self._signals
         shared = self._shared

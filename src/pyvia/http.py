@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 __all__ = [
@@ -77,6 +77,11 @@ class Headers:
         return self._map.get(name, default)
 
     def get_all(self, name: str) -> list[str]:
+        value = self._map.get(name)
+        if value is None:
+            return []
+        if len(self._map) == len(self._items):  # no name repeats (the usual request): no scan
+            return [value]
         return [v for n, v in self._items if n == name]
 
     def __contains__(self, name: object) -> bool:
@@ -139,12 +144,42 @@ class Request:
         content_type = self._content_type
         if content_type is None:
             raw = self.headers.get("content-type") or ""
-            content_type = self._content_type = raw.split(";", 1)[0].strip().lower()
+            content_type = _MEDIA_TYPES.get(raw)
+            if content_type is None:
+                content_type = raw.split(";", 1)[0].strip().lower()
+                _keep(_MEDIA_TYPES, raw, content_type)
+            self._content_type = content_type
         return content_type
+
+
+#: Pure parses of short header values a browser repeats with every request (its ``Cookie``, its
+#: ``Content-Type``): worked out once, at most ``_PARSED_KEPT`` of each (cleared when full).
+_MEDIA_TYPES: dict[str, str] = {}
+_COOKIES: dict[str, dict[str, str]] = {}
+_PARSED_KEPT = 4096
+_PARSED_LENGTH = 512
+_Parsed = TypeVar("_Parsed")
+
+
+def _keep(cache: dict[str, _Parsed], raw: str, parsed: _Parsed) -> None:
+    if len(raw) <= _PARSED_LENGTH:
+        if len(cache) >= _PARSED_KEPT:
+            cache.clear()
+        cache[raw] = parsed
 
 
 def parse_cookies(values: list[str]) -> dict[str, str]:
     """Parse ``Cookie`` headers leniently: a malformed pair is skipped, never an error."""
+    if len(values) == 1:  # one header, as HTTP/1.1 sends: its parse is kept (a copy is returned)
+        known = _COOKIES.get(values[0])
+        if known is None:
+            known = _parse_cookies(values)
+            _keep(_COOKIES, values[0], known)
+        return dict(known)
+    return _parse_cookies(values)
+
+
+def _parse_cookies(values: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for header in values:
         for part in header.split(";"):

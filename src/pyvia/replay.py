@@ -148,7 +148,10 @@ class Replays:
             replay.size -= dropped
             replay.first += gone
             self.total -= dropped
-        if self.total > self._room():
+        total = self.total
+        encoders = self.encoders
+        # total > _room(), without its call (total > 0 here): over the cap, or over what the encoders leave
+        if total > self.limit or (encoders is not None and total > encoders.limit - encoders.total):
             self._shrink()
 
     def forget(self, owner: _Owner) -> None:
@@ -176,7 +179,10 @@ class Replays:
         encoders = self.encoders
         if encoders is None:
             return self.limit
-        return min(self.limit, max(0, encoders.limit - encoders.total))
+        room = encoders.limit - encoders.total  # comparisons, not min() and max(): asked once a frame
+        if room >= self.limit:
+            return self.limit
+        return room if room > 0 else 0
 
     def _shrink(self) -> None:
         room = self._room()

@@ -44,7 +44,7 @@ class TrustedProxies:
     def client_address(self, request: Request) -> str:
         """The nearest address in the forwarding chain that is not one of our proxies."""
         peer = request.client
-        if not self._trusted(peer):
+        if not self._networks or not self._trusted(peer):
             return peer
         chain = _forwarded_for(request)
         for address in reversed(chain):
@@ -56,7 +56,7 @@ class TrustedProxies:
         """The scheme the client used: what a trusted proxy says (``X-Forwarded-Proto``, else
         the ``proto`` of ``Forwarded``), else the request's own. A proxy that terminates TLS
         talks plain HTTP to us, so without it an ``https`` page's Origin would look foreign."""
-        if not self._trusted(request.client):
+        if not self._networks or not self._trusted(request.client):
             return request.scheme
         for header in request.headers.get_all("x-forwarded-proto"):
             first = header.split(",", 1)[0].strip().lower()
@@ -157,7 +157,10 @@ class RateLimiter:
         if self.rate <= 0:
             return 0.0
         tokens, last = self._buckets.pop(address, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        if now > last:  # comparisons, not min() and max(): this runs on every action
+            tokens += (now - last) * self.rate
+        if tokens > self.burst:
+            tokens = self.burst
         if tokens >= 1.0:
             self._buckets[address] = (tokens - 1.0, now)
             wait = 0.0

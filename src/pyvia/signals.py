@@ -173,7 +173,10 @@ class Signal(Generic[T]):
         Raises :class:`~pyvia.errors.SignalTooLarge` for a value over ``max_length``: the user
         sent it on purpose, so it is refused out loud rather than dropped.
         """
-        if isinstance(value, (str, list, dict)) and len(value) > self.max_length:
+        kind = type(value)
+        if kind is int or kind is bool or kind is float or value is None:
+            pass  # no length to check (type() first: isinstance with a tuple costs more on every action)
+        elif isinstance(value, (str, list, dict)) and len(value) > self.max_length:
             unit = "characters" if isinstance(value, str) else "items"
             raise SignalTooLarge(
                 f"signal {self.name!r} got {len(value):,} {unit}; it takes at most {self.max_length:,}",
@@ -211,6 +214,11 @@ def _coerce(current: Any, value: Any) -> Any:
     """
     if current is None:
         return value
+    kind = type(current)
+    if kind is type(value) and (kind is str or kind is list or kind is dict):
+        return value  # the same type, as most posts send: what the chain below returns too
+    if kind is int and type(value) is int:
+        return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else _REFUSED
     if isinstance(current, bool):
         return value if isinstance(value, bool) else _REFUSED
     if isinstance(current, int):

@@ -33,6 +33,7 @@ __all__ = ["DEFAULT_MAX_BYTES", "Snapshots"]
 DEFAULT_MAX_BYTES = 16 << 10
 _MAC_BYTES = 16
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
+_PADDING = b"=\n"  # what b2a_base64 puts after the 22 characters of a 16-byte MAC
 _SHAPE = re.compile(r"([A-Za-z0-9_-]{22})\.(0|[1-9][0-9]{0,15})\.(\{.*\})\Z", re.DOTALL)
 
 
@@ -48,10 +49,11 @@ class Snapshots:
         self._keyed = hashlib.blake2b(key=key, digest_size=_MAC_BYTES)
         self.max_bytes = max_bytes
 
-    def _mac(self, context_id: str, seq: str, body: bytes) -> str:
+    def _mac(self, signed: bytes) -> str:
+        """The base64url MAC of ``signed`` (``context id \0 seq \0 body``), without padding."""
         mac = self._keyed.copy()
-        mac.update(context_id.encode() + b"\0" + seq.encode() + b"\0" + body)
-        return binascii.b2a_base64(mac.digest(), newline=False).translate(_URLSAFE).rstrip(b"=").decode()
+        mac.update(signed)
+        return binascii.b2a_base64(mac.digest()).translate(_URLSAFE, _PADDING).decode()
 
     def make(self, context_id: str, seq: int, values: dict[str, Any]) -> str | None:
         """The snapshot of ``values`` (signal name → value), or None when it would pass ``max_bytes``.
@@ -62,8 +64,9 @@ class Snapshots:
         body = orjson.dumps(values)
         if len(body) > self.max_bytes:
             return None
-        text = str(seq)
-        return f"{self._mac(context_id, text, body)}.{text}.{body.decode()}"
+        text = body.decode()
+        mac = self._mac(f"{context_id}\0{seq}\0{text}".encode())
+        return f"{mac}.{seq}.{text}"
 
     def open(self, context_id: str, snapshot: object) -> tuple[int, dict[str, Any]] | None:
         """``(seq, values)`` of a snapshot made for ``context_id`` by this app, else None."""
@@ -74,7 +77,7 @@ class Snapshots:
             return None
         mac, seq, body = shape.groups()
         raw = body.encode()
-        if not hmac.compare_digest(mac, self._mac(context_id, seq, raw)):
+        if not hmac.compare_digest(mac, self._mac(b"%s\0%s\0%s" % (context_id.encode(), seq.encode(), raw))):
             return None
         try:
             values = orjson.loads(raw)

@@ -1,8 +1,9 @@
 """Presence across workers: each worker tells the others its open tabs per scope when they
 change (checked every 250 ms, sent at least every 2 s); ``app.count_clients`` adds them, and a
 change re-renders the scope where it is shown (once anything asked for a count: an app that never
-does re-renders nothing, so tabs opening do not rewrite every tab's view four times a second). A worker silent for longer than the expiry is
-gone (the directory's sweep asks :meth:`Presence.alive_nodes`)."""
+does re-renders nothing, so tabs opening do not rewrite every tab's view four times a second). A
+worker silent for longer than the expiry is gone (the directory's sweep asks
+:meth:`Presence.alive_nodes`)."""
 
 from __future__ import annotations
 

@@ -466,6 +466,7 @@ class PyviaMetrics:
         self.action_seconds = r.histogram(
             "pyvia_action_duration_seconds", "Time from an action's request to its answer.", buckets=ACTION_BUCKETS
         )
+        self._action_child = self.action_seconds._unlabelled()  # looked up once, not per action
         self.flush_seconds = r.histogram(
             "pyvia_broadcast_flush_duration_seconds",
             "Time one broadcast flush took (render and write every marked tab).",
@@ -623,7 +624,7 @@ class PyviaMetrics:
         child.value += 1
 
     def observe_action(self, seconds: float) -> None:
-        self.action_seconds.observe(seconds)
+        self._action_child.observe(seconds)
 
     def observe_flush(self, seconds: float) -> None:
         self.flush_seconds.observe(seconds)

@@ -153,7 +153,7 @@ class Actions:
         passes or forwards it does not count it)."""
         self.refuse_early(request)
         limiter = self.app._limiter
-        wait = limiter.check(self.app.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
+        wait = limiter.check(self.app._proxies.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
         if wait:
             raise RateLimited(
                 f"action rate limit for {self.app.client_address(request)}",
@@ -196,7 +196,8 @@ class Actions:
     def run(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        if not self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
+        session_id = self.rt.sessions.of(request)
+        if ctx.session_id != session_id and not self.rt.sessions.same(ctx, session_id):  # same(): a rotated session
             raise Forbidden("action on another session's tab")
         request.kind = RequestKind.ACTION
         action = ctx._actions.get(name)
@@ -250,9 +251,11 @@ class Actions:
         return self.response(ctx)
 
     def response(self, ctx: Context) -> Response:
-        ctx.clear_error()
-        response = Response(200)
-        self.rt.pages.take_cookies(ctx, response)
+        if ctx._error_shown:  # checked here: most actions have no error to clear, nor cookies to set
+            ctx.clear_error()
+        response = Response(200, [])
+        if ctx._cookies_out:
+            self.rt.pages.take_cookies(ctx, response)
         return response
 
     def form_of(self, request: Request) -> dict[str, str]:
