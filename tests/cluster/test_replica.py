@@ -61,7 +61,7 @@ def test_what_an_increment_left_is_held_unless_a_change_came_meanwhile(backend: 
             assert await replica.get("room:lobby") == b"1"
             since = replica.revision_of("room:lobby")
             assert since is not None
-            replica.assume("room:lobby", b"2", since)  # as if the increment's answer came first
+            assert replica.assume("room:lobby", b"2", since)  # as if the increment's answer came first
             assert replica.peek("room:lobby") == (b"2", since)
             await other.put("scopes", "room:lobby", b"7")
             await eventually(
@@ -71,7 +71,7 @@ def test_what_an_increment_left_is_held_unless_a_change_came_meanwhile(backend: 
                 ),
                 what="a newer change",
             )
-            replica.assume("room:lobby", b"3", since)  # too late: a change came since
+            assert not replica.assume("room:lobby", b"3", since)  # too late: a change came since
             assert (replica.peek("room:lobby") or (b"", 0))[0] == b"7"
             replica.assume("room:absent", b"9", None)  # a key not read here stays unread
             assert replica.peek("room:absent") is None

@@ -85,13 +85,18 @@ class Replica:
         held = self._entries.get(key)
         return None if held is None else held[1]
 
-    def assume(self, key: str, value: bytes, since: int | None) -> None:
+    def assume(self, key: str, value: bytes, since: int | None) -> bool:
         """Hold ``value``, what a write of this worker left in the engine (an increment or a mutate,
         which tell no revision), if no change came since revision ``since`` (held when the write
-        started): the write is newer. A later change still applies; the write's own comes after."""
+        started): the write is newer. A later change still applies; the write's own comes after.
+
+        False when a change came in between: it may be older than the write (this worker's own
+        previous write, reported late) or newer, so the caller reads the key again."""
         held = self._entries.get(key)
         if held is not None and held[1] == since:
             self._entries[key] = (value, since)
+            return True
+        return held is None
 
     def expect(self, key: str) -> None:
         """Start holding ``key`` before reading it, so a change arriving during the read is kept."""

@@ -110,7 +110,8 @@ class Writes(Part):
             replica = self.replica(bucket)
             since = replica.revision_of(key)
             total = await self.engine.increment(bucket, key, box[0])
-            replica.assume(key, encode(total), since)  # what the key settles on
+            if not replica.assume(key, encode(total), since):  # what the key settles on
+                await self._reread(bucket, key, replica)
             return total
 
         box[1] = self.write(bucket, key, add)
@@ -125,7 +126,14 @@ class Writes(Part):
     async def mutate(self, bucket: str, key: str, fn: Callable[[bytes], bytes], default: bytes) -> None:
         replica = self.replica(bucket)
         since = replica.revision_of(key)
-        replica.assume(key, await self.engine.mutate(bucket, key, fn, default), since)
+        if not replica.assume(key, await self.engine.mutate(bucket, key, fn, default), since):
+            await self._reread(bucket, key, replica)
+
+    async def _reread(self, bucket: str, key: str, replica: Replica) -> None:
+        """A change came while a write of ours ran, perhaps older than it: read the key, whose value
+        is now this write's or newer, so the worker settles on what it wrote (read your writes)."""
+        value, revision = await self.engine.get(bucket, key)
+        replica.remember(key, value, revision, notify=False)
 
     async def _run_write(
         self, seq: int, slot: tuple[str, str], before: asyncio.Task[bool] | None, op: Callable[[], Awaitable[Any]]
