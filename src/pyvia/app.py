@@ -21,7 +21,7 @@ from pyvia import protocol
 from pyvia.alerts import alert_markup, messages_for
 from pyvia.assets import Bundle
 from pyvia.broadcast import Broadcaster
-from pyvia.clock import Clock, LoopClock, TimerHandle
+from pyvia.clock import Clock, LoopClock, TimerHandle, until_tick
 from pyvia.compress import Compression, default_budget
 from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
 from pyvia.context import Context
@@ -720,7 +720,9 @@ class App:
         self.db.open()  # a SQLite file that cannot be opened fails at start
         if self.config.persist_path is not None:
             self.runtime.persistence.restore_file()
-        self.runtime.registry.sweep_handle = clock.call_later(self.config.sweep_interval, self.runtime.registry.sweep)
+        self.runtime.registry.sweep_handle = clock.call_later(
+            until_tick(clock.now(), self.config.sweep_interval), self.runtime.registry.sweep
+        )
         for fn, period, every_worker in self._app_intervals:
             self._arm_app_interval(fn, period, every_worker)
         for fn in self._on_start:

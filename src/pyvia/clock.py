@@ -14,6 +14,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 
+def until_tick(now: float, period: float) -> float:
+    """Seconds from ``now`` to the next multiple of ``period`` (half a period at least).
+
+    Periodic timers that keep to one grid wake the loop together: an idle server then wakes once
+    per tick, not once per timer (each wake is a loop turn and two ``epoll_wait`` calls)."""
+    if period <= 0:
+        return 0.0
+    delay = period - now % period
+    return delay + period if delay < period / 2 else delay
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 

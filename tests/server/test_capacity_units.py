@@ -526,12 +526,20 @@ def test_an_idle_server_probes_its_loop_a_few_times_a_second_and_fast_again_once
     fast, quiet = 0.25 / 20, 0.25
 
     def next_probe() -> float:
+        """The period of the next probe: it is due at the next tick of that period's grid."""
         loop.now += loop.delays[-1]
         registry._on_probe()
-        return loop.delays[-1]
+        return period_of(loop.delays[-1])
+
+    def period_of(delay: float) -> float:
+        due = loop.now + delay
+        for period in (fast, quiet):
+            if period / 2 <= delay <= 1.5 * period and abs(due / period - round(due / period)) < 1e-6:
+                return period
+        raise AssertionError(f"a probe in {delay} s, at {due}, is on neither grid")
 
     registry.start()
-    assert loop.delays[-1] == fast
+    assert period_of(loop.delays[-1]) == fast
     assert next_probe() == quiet  # nothing came: the next one waits shed_after
     assert next_probe() == quiet and registry.lag == 0.0  # on time by its own due time
     registry.dispatched += 1  # a request

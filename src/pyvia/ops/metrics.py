@@ -22,6 +22,8 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pyvia.clock import until_tick
+
 __all__ = [
     "ACTION_BUCKETS",
     "CONTENT_TYPE",
@@ -427,8 +429,10 @@ class LoopLagMonitor:
         self._arm()
 
     def _arm(self) -> None:
-        self._due = self._clock.now() + self.interval
-        self._handle = self._clock.call_later(self.interval, self._tick)
+        now = self._clock.now()
+        delay = until_tick(now, self.interval)
+        self._due = now + delay
+        self._handle = self._clock.call_later(delay, self._tick)
 
     def _tick(self) -> None:
         lag = max(0.0, self._clock.now() - self._due)

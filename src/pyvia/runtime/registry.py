@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyvia import protocol
-from pyvia.clock import TimerHandle
+from pyvia.clock import TimerHandle, until_tick
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
 from pyvia.lifecycle import EXPIRES, Event, State, move
@@ -234,7 +234,7 @@ class Registry:
         self.app._replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
-        self.sweep_handle = clock.call_later(self.app.config.sweep_interval, self.sweep)
+        self.sweep_handle = clock.call_later(until_tick(now, self.app.config.sweep_interval), self.sweep)
 
     def check_stalls(self, now: float) -> None:
         """End the streams whose socket stayed over its limit too long: only those that went over

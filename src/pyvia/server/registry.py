@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from pyvia.clock import until_tick
 from pyvia.ops import metrics
 from pyvia.server import http as wire
 from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
@@ -587,11 +588,13 @@ class ConnectionRegistry:
 
     def start(self) -> None:
         """Start the sweep (and the lag probe, when ``shed_after`` is set)."""
+        now = self.loop.time()
         if self._handle is None:
-            self._handle = self.loop.call_later(self._interval, self._sweep)
+            self._handle = self.loop.call_later(until_tick(now, self._interval), self._sweep)
         if self._probe is None and self._probe_every:
-            self._probe_due = self.loop.time() + self._probe_every
-            self._probe = self.loop.call_later(self._probe_every, self._on_probe)
+            delay = until_tick(now, self._probe_every)
+            self._probe_due = now + delay
+            self._probe = self.loop.call_later(delay, self._on_probe)
 
     def stop(self) -> None:
         """Stop the sweep and the probe (and end the lingering refusals of the listen queue)."""
@@ -807,8 +810,9 @@ class ConnectionRegistry:
         self.probe(now)
         every = self._quiet_probe_every if self.is_quiet(dispatched, accepted) else self._probe_every
         self._probe_accepted = self.accepted
-        self._probe_due = now + every
-        self._probe = self.loop.call_later(every, self._on_probe)
+        delay = until_tick(now, every)
+        self._probe_due = now + delay
+        self._probe = self.loop.call_later(delay, self._on_probe)
 
     def is_quiet(self, dispatched: int, accepted: int) -> bool:
         """Whether nothing came since the last probe saw ``dispatched`` requests and ``accepted``
@@ -828,8 +832,9 @@ class ConnectionRegistry:
                 logger.exception("error while timing out a connection")
 
     def _sweep(self) -> None:
-        self.sweep(self.loop.time())
-        self._handle = self.loop.call_later(self._interval, self._sweep)
+        now = self.loop.time()
+        self.sweep(now)
+        self._handle = self.loop.call_later(until_tick(now, self._interval), self._sweep)
 
     def shutdown(self) -> None:
         """Close idle connections; busy ones close once their response is written."""
