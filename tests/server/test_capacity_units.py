@@ -513,17 +513,24 @@ class _TimerLoop(FakeLoop):
         super().__init__()
         self.delays: list[float] = []
 
-    def call_later(self, delay: float, callback: object) -> object:
+    def call_later(self, delay: float, callback: object) -> _Handle:
         self.delays.append(delay)
-        return object()
+        return _Handle()
 
 
-def test_an_idle_server_probes_its_loop_a_few_times_a_second_and_fast_again_once_requests_come() -> None:
+class _Handle:
+    cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_an_idle_server_probes_its_loop_once_a_second_and_fast_again_once_requests_come() -> None:
     # Issue 22 item 4: idle CPU. The loop probe ran every shed_after / 20 (80 times a second at the
     # defaults), a wake-up and a failed accept each, with nothing connected.
     loop = _TimerLoop()
     registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.25))  # type: ignore[arg-type]
-    fast, quiet = 0.25 / 20, 0.25
+    fast, quiet = 0.25 / 20, 1.0
 
     def next_probe() -> float:
         """The period of the next probe: it is due at the next tick of that period's grid."""
@@ -553,3 +560,10 @@ def test_an_idle_server_probes_its_loop_a_few_times_a_second_and_fast_again_once
     registry.busy = True
     registry._busy_until = loop.now + 10
     assert next_probe() == fast
+    registry.busy = False
+    registry._busy_until = 0.0
+    assert next_probe() == quiet and registry.idle
+    waiting = registry._probe
+    assert isinstance(waiting, _Handle)
+    registry.wake()  # a connection or a request came: the idle wait is cut short
+    assert waiting.cancelled and not registry.idle and period_of(loop.delays[-1]) == fast

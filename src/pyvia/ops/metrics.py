@@ -434,10 +434,14 @@ class LoopLagMonitor:
         self._due = now + delay
         self._handle = self._clock.call_later(delay, self._tick)
 
-    def _tick(self) -> None:
-        lag = max(0.0, self._clock.now() - self._due)
+    def observe(self, lag: float) -> None:
+        """Record one check that ran ``lag`` seconds late (the native server's loop probe calls
+        this instead of the timer: :meth:`stop` it first)."""
         self.histogram.observe(lag)
         self.gauge.set(lag)
+
+    def _tick(self) -> None:
+        self.observe(max(0.0, self._clock.now() - self._due))
         self._arm()
 
     def stop(self) -> None:

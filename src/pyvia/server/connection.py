@@ -352,6 +352,8 @@ class HttpProtocol(asyncio.Protocol):
         self.deadline = 0.0
         registry = self.registry
         registry.dispatched += 1
+        if registry.idle:
+            registry.wake()
         shedding = registry.shedding
         # A connection's first request was judged when it was accepted (how long it waited in the
         # listen queue); what it waits after that is the server's own turns, not a queue to shed.

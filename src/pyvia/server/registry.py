@@ -54,6 +54,9 @@ _QUEUE_SAMPLES = 4
 #: and how many may do so at once (the lingering close of HttpProtocol, for raw sockets).
 _RAW_LINGER = 2.0
 _MAX_RAW_LINGER = 1024
+#: Seconds between probes while nothing comes (on the sweeps' grid: an idle server wakes once a
+#: second); the first connection or request after such a probe brings the fast schedule back.
+_IDLE_PROBE = 1.0
 _NEVER = float("inf")
 
 #: Why the server answered 503 by itself: a cap at accept (``connections``, ``connections_per_ip``),
@@ -157,6 +160,7 @@ class ConnectionRegistry:
         "dispatched",
         "hosts",
         "hosts_refused",
+        "idle",
         "in_flight",
         "lag",
         "lagging",
@@ -168,6 +172,7 @@ class ConnectionRegistry:
         "max_in_flight",
         "max_streams",
         "on_count",
+        "on_lag",
         "queue_late",
         "refusal",
         "refused_connections",
@@ -216,7 +221,11 @@ class ConnectionRegistry:
         #: Whether a ``Host`` value names this server (``allowed_hosts``), with its verdicts cached.
         self.hosts = HostPolicy(limits.allowed_hosts)
         self._probe_every = min(0.1, max(0.01, limits.shed_after / 20)) if limits.shed_after else 0.0
-        self._quiet_probe_every = max(self._probe_every, limits.shed_after or 0.0)
+        self._quiet_probe_every = max(self._probe_every, limits.shed_after or 0.0, _IDLE_PROBE)
+        #: Whether the probe waits its idle period (:meth:`wake` ends that at the first arrival).
+        self.idle = False
+        #: Told how late each probe ran (the app's loop-lag metric: one timer measures it, not two).
+        self.on_lag: Callable[[float], None] | None = None
         self._probe_accepted = 0  # connections accepted when the last probe ran
         self._measure_queue = bool(limits.shed_after) and _TCP_INFO is not None
         self._sample_in = 1  # requests on open connections and new connections are sampled apart
@@ -328,6 +337,8 @@ class ConnectionRegistry:
         conn.admitted = True
         self.connections += 1
         self.accepted += 1
+        if self.idle:
+            self.wake()
         return True
 
     def release(self, conn: HttpProtocol) -> None:
@@ -808,17 +819,31 @@ class ConnectionRegistry:
         now = self.loop.time()
         dispatched, accepted = self._dispatched_seen, self._probe_accepted  # as the last probe saw them
         self.probe(now)
-        every = self._quiet_probe_every if self.is_quiet(dispatched, accepted) else self._probe_every
+        if self.on_lag is not None:
+            self.on_lag(self.lag)
+        self.idle = self.is_quiet(dispatched, accepted)
+        every = self._quiet_probe_every if self.idle else self._probe_every
         self._probe_accepted = self.accepted
         delay = until_tick(now, every)
         self._probe_due = now + delay
         self._probe = self.loop.call_later(delay, self._on_probe)
 
+    def wake(self) -> None:
+        """A connection or a request came while the probe waited its idle period: probe on the
+        fast schedule from now on, so a load that starts is judged within one ``shed_after``."""
+        self.idle = False
+        if self._probe is not None:
+            self._probe.cancel()
+            now = self.loop.time()
+            delay = until_tick(now, self._probe_every)
+            self._probe_due = now + delay
+            self._probe = self.loop.call_later(delay, self._on_probe)
+
     def is_quiet(self, dispatched: int, accepted: int) -> bool:
         """Whether nothing came since the last probe saw ``dispatched`` requests and ``accepted``
         connections, nothing is owed and no overload rule is engaged: then the next probe may wait
-        ``shed_after``. An idle server wakes a few times a second instead of ``1 / _probe_every``;
-        a load that starts is seen within one ``shed_after``, as the rules need a whole one anyway."""
+        a second (``_IDLE_PROBE``, ``shed_after`` at least). An idle server wakes once a second
+        instead of ``1 / _probe_every`` times; what comes next wakes the probe (:meth:`wake`)."""
         engaged = self.busy or self.queue_late or self.lagging or self.shedding or self._slow_turns > 0
         return self.dispatched == dispatched and self.accepted == accepted and not self.in_flight and not engaged
 

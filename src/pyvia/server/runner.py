@@ -193,6 +193,10 @@ async def serve(
         app.adopt_connection = ConnectionAdopter(app, registry, limits, acceptor)  # type: ignore[attr-defined]  # checked above
     try:
         await app.startup()
+        lag_monitor = getattr(getattr(app, "metrics", None), "lag_monitor", None)
+        if lag_monitor is not None:  # the loop probe measures the same lateness: one timer, not two
+            lag_monitor.stop()
+            registry.on_lag = lag_monitor.observe
         if acceptor is None:
             server = await loop.create_server(
                 lambda: HttpProtocol(app, registry, limits, scheme),
