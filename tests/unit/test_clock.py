@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from pyvia.clock import LoopClock, ManualClock
+import pytest
+
+from pyvia.clock import LoopClock, ManualClock, until_tick
 
 
 def recorder() -> tuple[list[Any], Callable[..., None]]:
@@ -194,3 +196,17 @@ def test_work_takes_no_time_on_the_manual_clock_and_real_time_on_the_loop() -> N
         assert real.perf() > first
     finally:
         loop.close()
+
+
+def test_periodic_timers_keep_to_one_grid_so_they_wake_the_loop_together() -> None:
+    # a one-second sweep and a 250 ms probe started at different instants fall due at the same
+    # ticks from their first period on, never sooner than half a period after they were armed
+    for now in (0.0, 0.01, 0.3, 0.49, 0.51, 0.99, 12345.678):
+        for period in (0.25, 1.0):
+            delay = until_tick(now, period)
+            due = now + delay
+            assert period / 2 <= delay <= 1.5 * period
+            assert abs(due / period - round(due / period)) < 1e-9
+    assert until_tick(0.1, 1.0) == pytest.approx(0.9)
+    assert until_tick(0.9, 1.0) == pytest.approx(1.1)  # 0.1 s would wake twice in a row
+    assert until_tick(5.0, 0.0) == 0.0
