@@ -217,7 +217,7 @@ def test_loop_lag_on_a_real_loop_sees_a_blocking_call() -> None:
     async def main() -> None:
         m.lag_monitor.start(LoopClock(asyncio.get_running_loop()))
         await asyncio.sleep(0.05)
-        time.sleep(0.45)  # blocks the loop past the next check
+        time.sleep(0.6)  # blocks the loop past the next check (due on the 250 ms grid: within 0.375 s)
         await asyncio.sleep(0.05)
         m.lag_monitor.stop()
 
