@@ -449,6 +449,8 @@ class LiveTab(TabStream):
         self.count: Any = None
         self.expect = 0
         self.waiter: asyncio.Future[float | None] | None = None
+        #: The browser that opened it: its actions carry that browser's cookies (its session).
+        self.visitor: Visitor | None = None
 
 
 class LiveHub(Hub):
@@ -503,6 +505,7 @@ async def open_tab(
         raise
     if tab.count is None:  # pyvia seeds the count in the page; the peers' first event carries it
         tab.count = signals.get(dialect.count_key)
+    tab.visitor = visitor
     return tab
 
 
@@ -670,7 +673,9 @@ async def roundtrip(server: Server, dialect: Dialect, args: argparse.Namespace) 
             tally.latencies.append(seen - t0)
 
     try:
-        workers = [asyncio.ensure_future(worker(v, t)) for v, t in zip(visitors, tabs, strict=False)]
+        # each tab with the browser that opened it: tabs finish opening in any order, and a post
+        # with another browser's cookie is (rightly) refused by pyvia, 403
+        workers = [asyncio.ensure_future(worker(t.visitor, t)) for t in tabs if t.visitor is not None]
         await asyncio.sleep(args.warmup)
         warm: Tally = state["tally"]  # type: ignore[assignment]
         state["tally"] = tally = Tally()
