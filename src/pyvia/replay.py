@@ -9,7 +9,8 @@ Invariants:
 
 1. A :class:`TabReplay` holds consecutive frames: ``frames[i]`` has the id ``first + i`` and
    ends with its id event, so replaying is writing them as they are. A gap is never kept: a
-   frame too large for the tab's bound empties the buffer.
+   frame too large for the tab's bound empties the buffer; a buffer past its bound loses its
+   oldest frames down to three quarters of it (so a busy tab trims once per many frames).
 2. :class:`Replays` holds the process-wide count. The buffers together stay within
    ``budget`` bytes and within what the stream encoders leave of their own budget (replay
    yields first: losing a buffer costs one full render, later, only if the tab reconnects);
@@ -138,10 +139,12 @@ class Replays:
         replay.size += size
         self.total += size
         if replay.size > self.tab_limit:
+            # down to three quarters of the bound: a busy tab trims once per many frames, not each time
+            keep = self.tab_limit - (self.tab_limit >> 2)
             frames = replay.frames
             gone = 0
             dropped = 0
-            while replay.size - dropped > self.tab_limit:
+            while replay.size - dropped > keep:
                 dropped += len(frames[gone])
                 gone += 1
             del frames[:gone]  # the oldest, in one move

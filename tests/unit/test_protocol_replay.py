@@ -41,6 +41,18 @@ def test_a_tab_s_buffer_drops_its_oldest_frames_past_its_bound() -> None:
     assert replays.total == 8
 
 
+def test_a_busy_tab_s_buffer_is_trimmed_to_three_quarters_of_its_bound_once_per_many_frames() -> None:
+    replays = Replays(tab_limit=100, limit=1000)
+    owner = Owner()
+    for seq in range(1, 12):  # the 11th frame passes the bound: trimmed to 70 bytes (<= 75)
+        replays.keep(owner, seq, b"x" * 10)
+    assert owner.replay is not None and owner.replay.first == 5 and owner.replay.size == 70
+    for seq in range(12, 15):  # room for three more before the next trim
+        replays.keep(owner, seq, b"x" * 10)
+    assert owner.replay.first == 5 and owner.replay.size == 100 and replays.total == 100
+    assert owner.replay.after(4) == [b"x" * 10] * 10  # consecutive, nothing lost in between
+
+
 def test_a_frame_larger_than_the_bound_empties_the_buffer_rather_than_leave_a_gap() -> None:
     replays = Replays(tab_limit=10, limit=1000)
     owner = Owner()
