@@ -665,10 +665,16 @@ class Context:
             out[protocol.SNAPSHOT_SIGNAL] = self._snapshot()
         return out
 
-    def _snapshot(self) -> str | None:
-        """A new signed snapshot of the server-owned tab signals (None past the size bound)."""
-        self._snapshot_seq += 1
-        return self.app._snapshots.make(self.id, self._snapshot_seq, self._owned_values())
+    def _snapshot(self, numbered: bool = True) -> str | None:
+        """A signed snapshot of the server-owned tab signals (None past the size bound): a new one,
+        or, not ``numbered``, the values now under the number of the last one sent."""
+        if numbered:
+            self._snapshot_seq += 1
+        values = {}
+        for name, sig in self._signals.items():  # a loop: cheaper than a comprehension's frame
+            if not sig.writable:
+                values[name] = sig._value
+        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
 
     def restore_snapshot(self, seq: int, values: Mapping[str, Any]) -> None:
         """Give the server-owned tab signals the values of a verified snapshot (a revival)."""
@@ -681,15 +687,7 @@ class Context:
 
     def final_snapshot(self) -> str | None:
         """A snapshot of the values now, numbered as the last one sent (kept when the tab is destroyed)."""
-        return self.app._snapshots.make(self.id, self._snapshot_seq, self._owned_values())
-
-    def _owned_values(self) -> dict[str, Any]:
-        """The server-owned tab signals' values, by name (a loop: cheaper than a comprehension's frame)."""
-        values = {}
-        for name, sig in self._signals.items():
-            if not sig.writable:
-                values[name] = sig._value
-        return values
+        return self._snapshot(numbered=False)
 
     @property
     def has_writable_signals(self) -> bool:
@@ -910,7 +908,8 @@ class Context:
     def _end_batch(self) -> None:
         """Send what the batch collected plus the changed signals, in one write."""
         batch, self._batch = self._batch, None
-        frame = self._signal_frame()
+        changed = self.changed_signals()  # _signal_frame(), inline: once per action
+        frame = protocol.patch_signals(changed) if changed else b""
         if not batch:  # the action sent nothing itself: at most its signals patch
             if frame:
                 self.deliver(frame)
@@ -959,7 +958,7 @@ class Context:
     def run_action(self, action: Action, arguments: Mapping[str, Any] | None = None) -> Awaitable[None] | None:
         """Run an action; return an awaitable if it is async. The caller ends the batch."""
         kwargs = arguments or {}
-        result = action.callback(self, **kwargs) if action.pass_context else action.callback(**kwargs)
+        result = action.callback(self, **kwargs) if action.params.takes_context else action.callback(**kwargs)
         if result is not None and inspect.isawaitable(result):
             return result
         return None

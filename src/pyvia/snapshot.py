@@ -65,8 +65,9 @@ class Snapshots:
         if len(body) > self.max_bytes:
             return None
         text = body.decode()
-        mac = self._mac(f"{context_id}\0{seq}\0{text}".encode())
-        return f"{mac}.{seq}.{text}"
+        mac = self._keyed.copy()  # _mac(), inline: once per frame that changes a server-owned signal
+        mac.update(f"{context_id}\0{seq}\0{text}".encode())
+        return f"{binascii.b2a_base64(mac.digest()).translate(_URLSAFE, _PADDING).decode()}.{seq}.{text}"
 
     def open(self, context_id: str, snapshot: object) -> tuple[int, dict[str, Any]] | None:
         """``(seq, values)`` of a snapshot made for ``context_id`` by this app, else None."""

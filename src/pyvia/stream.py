@@ -246,7 +246,7 @@ class Stream:
         if replay:
             self._emit(sink, b"".join([*replay, self._frame(backlog)] if backlog else replay), opening=True)
         elif backlog:
-            self._write(sink, backlog, opening=True)
+            self._emit(sink, self._frame(backlog), opening=True)
 
     def frames_after(self, last_event_id: str | None) -> list[bytes] | None:
         """The frames a reconnecting page missed, given the last frame id it got (``last-event-id``;
@@ -284,9 +284,6 @@ class Stream:
         data += frame_id(epoch, seq)
         replays.keep(self, seq, data)
         return data
-
-    def _write(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
-        self._emit(sink, self._frame(data), opening)
 
     def _emit(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
         encoder = self.encoder
@@ -361,7 +358,7 @@ class Stream:
         if view is not None:
             data = view + data if data else view
         if data:
-            self._write(sink, data, opening)
+            self._emit(sink, self._frame(data), opening)
             self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:

@@ -474,7 +474,8 @@ class PyviaMetrics:
         self.action_seconds = r.histogram(
             "pyvia_action_duration_seconds", "Time from an action's request to its answer.", buckets=ACTION_BUCKETS
         )
-        self._action_child = self.action_seconds._unlabelled()  # looked up once, not per action
+        #: ``observe_action(seconds)``: the histogram's own method, not a wrapper (one call per action)
+        self.observe_action = self.action_seconds._unlabelled().observe
         self.flush_seconds = r.histogram(
             "pyvia_broadcast_flush_duration_seconds",
             "Time one broadcast flush took (render and write every marked tab).",
@@ -630,9 +631,6 @@ class PyviaMetrics:
             if child is None:
                 child = self._request_children[key] = self.requests.labels(kind=kind, status=status_class(status))
         child.value += 1
-
-    def observe_action(self, seconds: float) -> None:
-        self._action_child.observe(seconds)
 
     def observe_flush(self, seconds: float) -> None:
         self.flush_seconds.observe(seconds)

@@ -116,7 +116,8 @@ class Dispatch:
             result, (Response, StreamResponse)
         ):  # type(): the usual answer, cheaper
             self.app.metrics.observe_request(request.kind or "other", result.status)
-            close_uploads(request)
+            if "_form" in request.state:  # only a form has uploads to close
+                close_uploads(request)
             return result
         return self.finish(result, request)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyvia import forms, protocol
 from pyvia.arguments import decode_arguments
-from pyvia.context import Context
+from pyvia.context import Action, Context
 from pyvia.errors import (
     ActionTimeout,
     ClientError,
@@ -78,25 +78,29 @@ class Actions:
     def action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
-        self.refuse_early(request)
-        if "_signals" not in request.state and forms.parses_off_loop(request):
+        session_id = self.refuse_early(request)
+        if (
+            len(request.body) > forms.INLINE_BYTES
+            and "_signals" not in request.state
+            and forms.parses_off_loop(request)
+        ):
             return self.parse_off_loop(request, lambda: self.action(request, name))
         signals = self.signals_of(request)
         sent_id = signals.get(protocol.CONTEXT_SIGNAL)
         ctx_id = sent_id if isinstance(sent_id, str) else ""
-        session_id = self.rt.sessions.of(request)
         named = ctx_id != ""
         ctx = self.rt.registry.contexts.get(ctx_id) if named else None
         if ctx is None and named and self.app.ownership.shared:
             return self.forward(request, ctx_id, session_id, signals, name)  # checked where it runs
-        self.check(request)
+        self.limit(request)  # its early checks passed above
         if not named:
             raise ContextNotFound("action without via_ctx")
         if ctx is None:
             return then(
-                self.revive(request, ctx_id, session_id, signals), lambda found: self.run(request, found, name, signals)
+                self.revive(request, ctx_id, session_id, signals),
+                lambda found: self.run(request, found, name, signals, session_id),
             )
-        return self.run(request, ctx, name, signals)
+        return self.run(request, ctx, name, signals, session_id)
 
     def revive(self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any]) -> Any:
         """An action for a tab this server does not hold: revived from what this server kept of it,
@@ -120,18 +124,21 @@ class Actions:
             )
         return self.rt.revival.revive(request, ctx_id, session_id, signals, restore or None)
 
-    def refuse_early(self, request: Request) -> None:
+    def refuse_early(self, request: Request) -> str | None:
         """The checks an action passes before its body is parsed, each cheap (headers, one HMAC,
         a count of separators): a foreign Origin, no session of this app (403), a form over its
-        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21)."""
+        counts (413). So a flood of forged or oversized posts costs no parsing (issue 21).
+        Returns the request's session id."""
         if "_early" in request.state:
-            return
+            return self.rt.sessions.of(request)
         self.rt.dispatch.check_origin(request)
-        if self.rt.sessions.of(request) is None:
+        session_id = self.rt.sessions.of(request)
+        if session_id is None:
             raise Forbidden("action without a session of this app")
         if request.content_type in FORM_TYPES:
             check_form(request, self.app._form_limits)
         request.state["_early"] = True
+        return session_id
 
     def parses_here(self, request: Request) -> bool:
         """Whether the dispatch may parse this action's body on the loop now: it passed the
@@ -152,6 +159,10 @@ class Actions:
         """The early checks and the rate limit, on the worker that runs the action (one that
         passes or forwards it does not count it)."""
         self.refuse_early(request)
+        self.limit(request)
+
+    def limit(self, request: Request) -> None:
+        """The action rate limit of the request's address (429 with ``Retry-After`` past it)."""
         limiter = self.app._limiter
         wait = limiter.check(self.app._proxies.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
         if wait:
@@ -193,10 +204,14 @@ class Actions:
         ctx = self.rt.registry.contexts.get(ctx_id) or await settled(self.revive(request, ctx_id, session_id, signals))
         return await settled(self.run(request, ctx, name, signals))
 
-    def run(self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any]) -> Any:
+    def run(
+        self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any], session_id: str | None = None
+    ) -> Any:
+        """Run action ``name`` on ``ctx`` (``session_id``: the request's, when the caller has it)."""
         if ctx is None:
             raise ContextNotFound("unknown tab")
-        session_id = self.rt.sessions.of(request)
+        if session_id is None:
+            session_id = self.rt.sessions.of(request)
         if ctx.session_id != session_id and not self.rt.sessions.same(ctx, session_id):  # same(): a rotated session
             raise Forbidden("action on another session's tab")
         request.kind = RequestKind.ACTION
@@ -205,32 +220,45 @@ class Actions:
             raise NotFound(f"unknown action {name!r}")
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
-        def endpoint(req: Request) -> Any:
-            now = self.app.now()
-            started = time.perf_counter()
-            writes = self.app.store.writing
-            ctx.request = req
-            ctx.last_action = now
-            if ctx.state is State.DISCONNECTED:
-                self.rt.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
-            ctx.apply_client_signals(signals)
-            ctx._begin_batch()
-            try:
-                pending = ctx.run_action(action, arguments)
-            except BaseException:
-                ctx._end_batch()
-                raise
-            if pending is None:
-                ctx._end_batch()
-                self.app.metrics.observe_action(time.perf_counter() - started)
-                if self.app.config.dev:
-                    self.app._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
-                if self.app.store.writing > writes:
-                    return self.after_writes(ctx, writes)
-                return self.response(ctx)
-            return self.await_action(ctx, pending, started, writes)
+        if self.app._middleware or ctx.route.middleware:
+            return self.rt.dispatch.with_middleware(
+                request, ctx.route, lambda req: self.invoke(req, ctx, name, action, arguments, signals)
+            )
+        return self.invoke(request, ctx, name, action, arguments, signals)  # no chain: no closure to build
 
-        return self.rt.dispatch.with_middleware(request, ctx.route, endpoint)
+    def invoke(
+        self,
+        req: Request,
+        ctx: Context,
+        name: str,
+        action: Action,
+        arguments: dict[str, Any] | None,
+        signals: dict[str, Any],
+    ) -> Any:
+        """Run the action's code on the tab with the browser's writable values, and answer."""
+        now = self.app.now()
+        started = time.perf_counter()
+        writes = self.app.store.writing
+        ctx.request = req
+        ctx.last_action = now
+        if ctx.state is State.DISCONNECTED:
+            self.rt.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
+        ctx.apply_client_signals(signals)
+        ctx._begin_batch()
+        try:
+            pending = ctx.run_action(action, arguments)
+        except BaseException:
+            ctx._end_batch()
+            raise
+        if pending is None:
+            ctx._end_batch()
+            self.app.metrics.observe_action(time.perf_counter() - started)
+            if self.app.config.dev:
+                self.app._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
+            if self.app.store.writing > writes:
+                return self.after_writes(ctx, writes)
+            return self.response(ctx)
+        return self.await_action(ctx, pending, started, writes)
 
     async def await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0) -> Response:
         try:
