@@ -120,7 +120,7 @@ def _add_probes(target: App) -> None:
             "t_ns": time.perf_counter_ns(),
             "flush_log": [f for f in _FLUSH_LOG if f[0] >= since],
             "contexts": len(target.contexts),
-            "connected": len(target._connected),
+            "connected": len(target.connected),
             "encoders": target.compression.budget.stats(),
         }
 

@@ -208,18 +208,18 @@ class App:
         #: The parts that serve the tabs (pyvia.runtime): the registry, the endpoints, sessions, ...
         self.runtime = Runtime(self)
         #: The words for failures every page starts from (pyvia.alerts).
-        self._messages = messages_for(self.config.error_messages)
+        self.messages = messages_for(self.config.error_messages)
         self.templates = Templates(self.config.template_dir)
-        self._middleware: list[Middleware] = []
-        self._secret = load_secret(self.config.secret)
-        self._session_ids = SessionIds(self._secret)  # only ids signed with the secret are sessions
-        self._downloads = Downloads()
-        self._not_found: Callable[[Request], Any] | None = None
-        self._error_page: Callable[[Request, BaseException], Any] | None = None
-        self._session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
-        self._limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
+        self.middleware_stack: list[Middleware] = []
+        self.secret = load_secret(self.config.secret)
+        self.session_ids = SessionIds(self.secret)  # only ids signed with the secret are sessions
+        self.downloads = Downloads()
+        self.not_found_handler: Callable[[Request], Any] | None = None
+        self.error_page_handler: Callable[[Request, BaseException], Any] | None = None
+        self.session_cookie = SECURE_SESSION_COOKIE if self.config.secure_cookie else SESSION_COOKIE
+        self.limiter = RateLimiter(self.config.action_rate, self.config.action_burst)
         config = self.config
-        self._form_limits = FormLimits(
+        self.form_limits = FormLimits(
             config.max_form_fields,
             config.max_form_files,
             config.max_form_bytes,
@@ -232,14 +232,14 @@ class App:
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
             enabled=self.config.compression,
         )
-        self._proxies = TrustedProxies(self.config.trusted_proxies)
+        self.proxies = TrustedProxies(self.config.trusted_proxies)
         # URLs the browser is given: under base_path when the app is mounted below "/"
-        self._set_base(self.config.base_path)
-        self._mounts: list[tuple[str, App]] = []
+        self.set_base(self.config.base_path)
+        self.mounts: list[tuple[str, App]] = []
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._started_at = 0.0
+        self.started_at = 0.0
         self._tasks: set[Any] = set()
         self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
         self.scopes = ScopeRegistry(self.broadcaster.mark)
@@ -255,9 +255,9 @@ class App:
         self._app_timers: list[TimerHandle] = []
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
-        self._outflow = Outflow(self.metrics)
+        self.outflow = Outflow(self.metrics)
         #: Each tab's recent frames, replayed to a stream that reconnects (pyvia.replay).
-        self._replays = Replays(
+        self.replays = Replays(
             tab_limit=self.config.replay_tab_bytes,
             limit=self.config.replay_budget,
             idle=self.config.replay_idle,
@@ -272,7 +272,7 @@ class App:
             raise ConfigError(
                 "persist_in_db keeps the shared state in the app's database: give [db] url (or App(db_url=...)) too"
             )
-        self._dev_log = DevLog()
+        self.dev_log = DevLog()
         #: True from the start of a graceful stop: ``/_ready`` answers 503 so balancers look elsewhere.
         self.draining = False
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
@@ -293,11 +293,13 @@ class App:
         return self.runtime.registry.contexts
 
     @property
-    def _connected(self) -> dict[str, Context]:
+    def connected(self) -> dict[str, Context]:
+        """The tabs of this worker whose stream is open, by context id."""
         return self.runtime.registry.connected
 
     @property
-    def _waiting(self) -> dict[str, Context]:
+    def waiting(self) -> dict[str, Context]:
+        """The page contexts of this worker still waiting for their stream, by context id."""
         return self.runtime.registry.waiting
 
     @property
@@ -331,10 +333,6 @@ class App:
     def static(self) -> StaticFiles | None:
         """The files of ``static_dir``, once started."""
         return self.runtime.assets.static
-
-    @property
-    def _bundle(self) -> Bundle | None:
-        return self.runtime.assets.loaded
 
     @property
     def _bundle_url(self) -> str:
@@ -400,7 +398,7 @@ class App:
 
         ``error_messages`` replaces some of the app's words for failures on this page (pyvia.alerts).
         """
-        messages = messages_for(error_messages, self._messages)
+        messages = messages_for(error_messages, self.messages)
 
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             route = compile_route(path, handler, "page", ["GET"], middleware, title)
@@ -436,17 +434,17 @@ class App:
         ``c.state_from_middleware``. Returning a Response instead of calling ``call_next``
         answers the request (a revival answered this way makes the tab reload).
         """
-        self._middleware.append(fn)
+        self.middleware_stack.append(fn)
         return fn
 
     def not_found(self, fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         """Set the 404 page: ``fn(request)`` returns a Response or HTML."""
-        self._not_found = fn
+        self.not_found_handler = fn
         return fn
 
     def error_page(self, fn: Callable[[Request, BaseException], Any]) -> Callable[..., Any]:
         """Set the 500 page for failing page views: ``fn(request, exc)`` returns a Response or HTML."""
-        self._error_page = fn
+        self.error_page_handler = fn
         return fn
 
     def url_for_action(self, name: str) -> str:
@@ -455,18 +453,18 @@ class App:
         urls = self._action_urls
         url = urls.get(name)
         if url is None:
-            url = self._base + ACTION_PREFIX[1:] + name
+            url = self.url_base + ACTION_PREFIX[1:] + name
             if len(urls) < _ACTION_URLS:
                 urls[name] = url
         return url
 
-    def _set_base(self, base: str) -> None:
-        self._base = base
+    def set_base(self, base: str) -> None:
+        self.url_base = base
         self._action_urls: dict[str, str] = {}
-        self._ids = ContextIds(self._secret, base)
-        self._snapshots = Snapshots(self._secret, base, max_bytes=self.config.max_snapshot_bytes)
-        self._sse_url = base + SSE_PATH[1:]
-        self._close_url = base + CLOSE_PATH[1:]
+        self._ids = ContextIds(self.secret, base)
+        self.snapshots = Snapshots(self.secret, base, max_bytes=self.config.max_snapshot_bytes)
+        self.sse_url = base + SSE_PATH[1:]
+        self.close_url = base + CLOSE_PATH[1:]
         if self.runtime.assets.loaded is not None:
             self.runtime.assets.bundle_url = f"{base}{BUNDLE_PATH[1:]}?v={self.runtime.assets.loaded.version}"
 
@@ -479,16 +477,16 @@ class App:
         """
         if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
             raise RouteError(f"mount prefix {prefix!r} must start with '/' and not end with one, like '/chat'")
-        if app is self or any(p == prefix for p, _ in self._mounts):
+        if app is self or any(p == prefix for p, _ in self.mounts):
             raise RouteError(f"mount prefix {prefix!r} is already taken (or the app is mounted in itself)")
         if app.clock is not None or app.contexts:
             raise RouteError("mount an app before it starts")
-        app._set_base(self._base + prefix.lstrip("/") + "/")
-        self._mounts.append((prefix, app))
+        app.set_base(self.url_base + prefix.lstrip("/") + "/")
+        self.mounts.append((prefix, app))
 
     def url(self, path: str) -> str:
         """An absolute URL path for ``path`` under the app's ``base_path`` (``/x`` → ``/live/x``)."""
-        return self._base + path.lstrip("/")
+        return self.url_base + path.lstrip("/")
 
     # --- shared state and broadcasting -------------------------------------------------------------
 
@@ -503,7 +501,7 @@ class App:
     def flush_broadcasts(self) -> int:
         """Send every marked scope now, ignoring the tick and throttles; return the tabs written
         (mounted apps included)."""
-        return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self._mounts)
+        return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self.mounts)
 
     def broadcast_throttle(
         self, scope: str, seconds: float | None = None, *, min_interval_ms: float | None = None
@@ -632,10 +630,6 @@ class App:
             self._arm_app_interval(fn, period, every_worker)
         return fn
 
-    def spawn(self, awaitable: Awaitable[Any]) -> None:
-        """Run a coroutine in the background; its errors are reported, never fatal."""
-        self._spawn(awaitable, None, "task")
-
     def _arm_app_interval(self, fn: Callable[..., Any], period: float, every_worker: bool = False) -> None:
         clock = self.clock
         assert clock is not None
@@ -647,7 +641,7 @@ class App:
                 elsewhere = not every_worker and not self.ownership.is_timer_leader
                 result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
                 if inspect.isawaitable(result):
-                    self._spawn(result, None, "timer")
+                    self.spawn(result, None, "timer")
             except Exception as exc:
                 self.runtime.reporting.report(exc, None, "timer")
             if self.clock is not None and slot < len(self._app_timers):
@@ -708,10 +702,10 @@ class App:
         self.clock = clock
         if loop is not None:
             self._loop = loop
-        self._started_at = clock.now()
-        self._limiter.reset()  # its times came from the previous clock
+        self.started_at = clock.now()
+        self.limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
-        for _, mounted in self._mounts:
+        for _, mounted in self.mounts:
             mounted.raise_server_exceptions = self.raise_server_exceptions
             mounted.start(clock)
         self.draining = False
@@ -729,7 +723,7 @@ class App:
             try:
                 result = fn()
                 if inspect.isawaitable(result):
-                    self._spawn(result, None, "start")
+                    self.spawn(result, None, "start")
             except Exception as exc:
                 self.runtime.reporting.report(exc, None, "start")
 
@@ -751,7 +745,7 @@ class App:
             # their streams end soon: meanwhile actions carry the snapshot
             for ctx in self.runtime.registry.connected.values():
                 ctx.stream.send(moving, None, now)
-        for _, mounted in self._mounts:
+        for _, mounted in self.mounts:
             await mounted.shutdown(budget)
         if self.runtime.registry.sweep_handle is not None:
             self.runtime.registry.sweep_handle.cancel()
@@ -815,7 +809,10 @@ class App:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
 
-    def _spawn(self, awaitable: Awaitable[Any], ctx: Context | None, phase: str) -> None:
+    def spawn(self, awaitable: Awaitable[Any], ctx: Context | None = None, phase: str = "task") -> None:
+        """Run a coroutine in the background; its errors are reported (against ``ctx`` and
+        ``phase``, when a tab's code runs it), never fatal."""
+
         async def guarded() -> None:
             try:
                 await awaitable
@@ -835,4 +832,4 @@ class App:
 
     def client_address(self, request: Request) -> str:
         """The client's address: the peer's, or what a trusted proxy says it is."""
-        return self._proxies.client_address(request)
+        return self.proxies.client_address(request)

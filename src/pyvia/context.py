@@ -242,7 +242,7 @@ class Context:
         self.deadline = 0.0
         self.last_action = 0.0
         self.revived = False
-        self.stream = Stream(app.config.max_stream_buffer, app._outflow, app._replays, route.pattern)
+        self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
         #: Data middleware put in ``request.state`` on the page view (or the revival).
         self.state_from_middleware: dict[str, Any] = dict(request.state)
         #: Server-side per-tab values; kept when the tab is revived in this process.
@@ -499,7 +499,7 @@ class Context:
 
         The task keeps running if the tab is destroyed; check ``c.is_destroyed`` in long loops.
         """
-        self.app._spawn(awaitable, self, "task")
+        self.app.spawn(awaitable, self, "task")
 
     @property
     def cookies(self) -> dict[str, str]:
@@ -674,7 +674,7 @@ class Context:
         for name, sig in self._signals.items():  # a loop: cheaper than a comprehension's frame
             if not sig.writable:
                 values[name] = sig._value
-        return self.app._snapshots.make(self.id, self._snapshot_seq, values)
+        return self.app.snapshots.make(self.id, self._snapshot_seq, values)
 
     def restore_snapshot(self, seq: int, values: Mapping[str, Any]) -> None:
         """Give the server-owned tab signals the values of a verified snapshot (a revival)."""
@@ -840,7 +840,7 @@ class Context:
 
     def download(self, source: str | Any | Iterable[bytes], filename: str, *, media_type: str | None = None) -> str:
         """Register a one-shot download for this tab's session and return its URL."""
-        return self.app.url(self.app._downloads.add(self.session_id, source, filename, media_type))
+        return self.app.url(self.app.downloads.add(self.session_id, source, filename, media_type))
 
     def _signal_frame(self) -> bytes:
         changed = self.changed_signals()
@@ -867,7 +867,7 @@ class Context:
                 self.stream.send(data, view, self.app.now())
                 return
             queue = self._pending = deque()
-            self.app._spawn(self._deliver_in_order(queue), self, "render")
+            self.app.spawn(self._deliver_in_order(queue), self, "render")
         queue.append((data, view))
 
     async def _deliver_in_order(self, queue: deque[tuple[bytes, Any]]) -> None:

@@ -62,7 +62,7 @@ def server_page(app: App) -> Response:
         values = html.escape(", ".join(f"{n}={sig.value!r}"[:60] for n, sig in state.signals.items()))
         scopes.append(f"<tr><td>{html.escape(state.name)}</td><td>{len(state.members)}</td><td>{values}</td></tr>")
     log = []
-    for when, phase, where, detail, seconds in reversed(app._dev_log.entries):
+    for when, phase, where, detail, seconds in reversed(app.dev_log.entries):
         log.append(
             f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(when))}</td><td>{phase}</td>"
             f"<td>{html.escape(where)}</td><td>{html.escape(detail)}</td><td>{seconds * 1000:.2f} ms</td></tr>"
@@ -71,7 +71,7 @@ def server_page(app: App) -> Response:
         "<!doctype html><meta charset=utf-8><title>pyvia dev tools</title>"
         "<style>body{font:14px system-ui;margin:1rem}td,th{border:1px solid #ccc;padding:2px 6px}"
         "table{border-collapse:collapse;margin-bottom:1rem}</style>"
-        f"<h1>pyvia dev tools</h1><p>{len(app.contexts)} tabs, {len(app._connected)} streams open, "
+        f"<h1>pyvia dev tools</h1><p>{len(app.contexts)} tabs, {len(app.connected)} streams open, "
         f"{len(app.scopes)} scopes.</p>"
         "<h2>Tabs</h2><table><tr><th>id</th><th>route</th><th>state</th><th>signals</th><th>scopes</th></tr>"
         + "".join(rows)

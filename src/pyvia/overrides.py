@@ -28,17 +28,17 @@ _READ_AT_REGISTRATION = frozenset({"error_messages", "error_view"})
 _MADE_FROM_OPTIONS = (
     "_options",
     "config",
-    "_messages",
+    "messages",
     "templates",
-    "_secret",
-    "_session_ids",
-    "_session_cookie",
-    "_limiter",
-    "_form_limits",
+    "secret",
+    "session_ids",
+    "session_cookie",
+    "limiter",
+    "form_limits",
     "compression",
-    "_proxies",
+    "proxies",
     "sessions",
-    "_replays",
+    "replays",
     "db",
 )
 
@@ -67,12 +67,12 @@ def override(app: App, settings: Mapping[str, Any]) -> Callable[[], None]:
         else connect(made.db.config, metrics=app.metrics)
     )
     app.broadcaster.tick, app.broadcaster.settle = app.config.broadcast_tick, app.config.broadcast_settle
-    app._set_base(app.config.base_path)
+    app.set_base(app.config.base_path)
 
     def restore() -> None:
         for name, value in saved.items():
             setattr(app, name, value)
         app.broadcaster.tick, app.broadcaster.settle = saved_tick
-        app._set_base(app.config.base_path)
+        app.set_base(app.config.base_path)
 
     return restore

@@ -132,12 +132,12 @@ class _Decoder:
 def _apps(app: App) -> Iterator[App]:
     """An app and the apps mounted in it, at any depth."""
     yield app
-    for _, mounted in app._mounts:
+    for _, mounted in app.mounts:
         yield from _apps(mounted)
 
 
 def _forget_tabs(app: App) -> None:
-    for _, mounted in app._mounts:
+    for _, mounted in app.mounts:
         _forget_tabs(mounted)
     for ctx in list(app.contexts.values()):
         app.destroy(ctx)
@@ -569,7 +569,7 @@ class Tab:
             ctx = app.contexts.get(self.id)
             if ctx is not None:
                 return ctx
-            apps.extend(mounted for _, mounted in app._mounts)
+            apps.extend(mounted for _, mounted in app.mounts)
         return None
 
     @property

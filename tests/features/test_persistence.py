@@ -82,7 +82,7 @@ def test_process_wide_cap_on_unsent_bytes_holds_views_everywhere(tmp_path: Path)
             tabs[2].action("inc")
             app.flush_broadcasts()
         client.clock.advance(1.1)  # the sweep adds up the unsent bytes: over 3,000 together
-        assert app._outflow.congested
+        assert app.outflow.congested
         held_before = tabs[0].unread_bytes
         tabs[2].action("inc")
         app.flush_broadcasts()
@@ -91,4 +91,4 @@ def test_process_wide_cap_on_unsent_bytes_holds_views_everywhere(tmp_path: Path)
         for t in tabs[:2]:
             t.resume()
         client.clock.advance(1.1)
-        assert not app._outflow.congested
+        assert not app.outflow.congested

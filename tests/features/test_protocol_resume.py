@@ -101,7 +101,7 @@ def test_a_tab_cut_off_mid_burst_gets_exactly_the_missing_frames() -> None:
         assert applied(tab) == applied(ref)  # the same patches, in the same order: the same page
         assert frame_seqs(tab) == sorted(set(frame_seqs(tab)))  # no frame twice
         assert tab.context.stream.seq == frame_seqs(tab)[-1]
-        assert app._replays.resumes == 1 and app._replays.replayed_frames == BURST // 2
+        assert app.replays.resumes == 1 and app.replays.replayed_frames == BURST // 2
         tab.action("step")
         assert applied(tab)[-2][3] == f'<li id="i{BURST}">{BURST}</li>'
 
@@ -147,7 +147,7 @@ def test_a_buffer_that_overflowed_gives_one_full_render() -> None:
         items = "".join(f'<li id="i{n}">{n}</li>' for n in range(BURST))
         assert views[0].elements == '<ul id="list">' + items + "</ul>"
         assert not any(e.selector == "#list" for e in tab.events[before:]), "nothing replayed besides"
-        assert app._replays.full_renders == 1 and app._replays.resumes == 0
+        assert app.replays.full_renders == 1 and app.replays.resumes == 0
 
 
 def test_missed_frames_larger_than_a_view_give_a_full_render_instead() -> None:
@@ -163,12 +163,12 @@ def test_missed_frames_larger_than_a_view_give_a_full_render_instead() -> None:
         before = len(tab.events)
         tab.reconnect()
         assert sum(e.selector == "#via-view" for e in tab.events[before:]) == 1 and tab.html == ref.html
-        assert app._replays.full_renders == 1
+        assert app.replays.full_renders == 1
         tab.pause()
         tab.action("step"), ref.action("step")  # one small frame missed: cheaper than a view
         tab.disconnect()
         tab.reconnect()
-        assert app._replays.resumes == 1
+        assert app.replays.resumes == 1
 
 
 def test_an_id_from_another_stream_is_never_resumed_from() -> None:
@@ -200,13 +200,13 @@ def test_a_quiet_tab_holds_no_buffer_and_a_destroyed_one_none_either() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
         stream = tab.context.stream
-        assert stream.replay is not None and app._replays.total > 0  # the connect event
+        assert stream.replay is not None and app.replays.total > 0  # the connect event
         client.clock.advance(11.0)
-        assert stream.replay is None and app._replays.total == 0 and len(app._replays) == 0
+        assert stream.replay is None and app.replays.total == 0 and len(app.replays) == 0
         tab.action("step")
         assert stream.replay is not None
         tab.expire()
-        assert app._replays.total == 0 and len(app._replays) == 0
+        assert app.replays.total == 0 and len(app.replays) == 0
 
 
 def test_the_buffers_together_stay_within_their_budget_oldest_first() -> None:
@@ -216,15 +216,15 @@ def test_the_buffers_together_stay_within_their_budget_oldest_first() -> None:
         for _ in range(3):
             for tab in tabs:
                 tab.action("step")
-        assert app._replays.total <= 4096
+        assert app.replays.total <= 4096
         assert tabs[-1].context.stream.replay is not None  # the tab written last keeps its buffer
         kept = [len(tab.context.stream.replay.frames) for tab in tabs if tab.context.stream.replay is not None]
-        assert sum(kept) < 4 * len(tabs) and app._replays.evicted > 0  # 4 frames each were written
+        assert sum(kept) < 4 * len(tabs) and app.replays.evicted > 0  # 4 frames each were written
         tabs[0].pause()
         tabs[0].action("step")
         tabs[0].disconnect()
         tabs[0].reconnect()  # its one missed frame is in its new buffer
-        assert app._replays.resumes == 1
+        assert app.replays.resumes == 1
 
 
 def test_replay_counts_in_metrics() -> None:

@@ -95,4 +95,4 @@ def test_the_session_of_any_cookie_header_is_an_issued_id_or_none(headers: list[
         request = Request("GET", "/", headers=Headers([("cookie", h) for h in headers]))
         session = app.session_id(request)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in cookies.items())
-    assert session is None or (session == cookies.get("via_session_id") and app._session_ids.is_issued(session))
+    assert session is None or (session == cookies.get("via_session_id") and app.session_ids.is_issued(session))

@@ -100,7 +100,7 @@ class Forwarding(Part):
     async def start(self) -> None:
         """Serve this node's forwarding subject and direct channels; the link's address follows."""
         self._subs.append(await self.engine.serve(f"fwd.{self.node}", self._serve))
-        self._key = channel_key(self.app._secret, self.app.config.engine_prefix)
+        self._key = channel_key(self.app.secret, self.app.config.engine_prefix)
         path = await self._serve_unix() if self.app.config.cluster_direct else None
         tcp = await self._serve_tcp()
         self.link.address = f"{self.node} {tcp or '-'} {path or '-'}"

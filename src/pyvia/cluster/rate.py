@@ -25,17 +25,17 @@ class SharedRate(Part):
 
     async def start(self) -> None:
         self._subs.append(await self.engine.subscribe(_RATE_SUBJECT, self._on_rate))
-        self.app._limiter.spent = {}
+        self.app.limiter.spent = {}
         self.spawn(self._tell_rate())
 
     async def stop(self) -> None:
         self.cancel_tasks()
-        self.app._limiter.spent = None
+        self.app.limiter.spent = None
         await self.unsubscribe()
 
     async def _tell_rate(self) -> None:
         """Every 250 ms, tell the other workers which addresses took how many action tokens here."""
-        limiter = self.app._limiter
+        limiter = self.app.limiter
         while True:
             await asyncio.sleep(_RATE_PERIOD)
             spent, limiter.spent = limiter.spent, {}
@@ -52,7 +52,7 @@ class SharedRate(Part):
         if node == self.node or not isinstance(spent, dict) or self.app.clock is None:
             return
         now = self.app.clock.now()
-        limiter = self.app._limiter
+        limiter = self.app.limiter
         for address, count in spent.items():
             if isinstance(address, str) and len(address) <= 64 and isinstance(count, int):
                 limiter.take_spent_elsewhere(address, count, now)

@@ -14,11 +14,14 @@ contract of :class:`pyvia.cluster.base.Engine`: ``name``, ``is_connected``, ``st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pyvia.http import Response
 from pyvia.ops.metrics import CONTENT_TYPE, PyviaMetrics, apps_of, collect_app
+
+if TYPE_CHECKING:
+    from pyvia.app import App
 
 __all__ = [
     "HEALTH_PATH",
@@ -37,21 +40,17 @@ METRICS_PATH = "/metrics"
 _NO_STORE = ("cache-control", "no-store")
 
 
-def _engine(app: Any) -> Any:
-    return getattr(app, "engine", None)
-
-
-def engine_name(app: Any) -> str:
+def engine_name(app: App) -> str:
     """``"memory"``, ``"nats"``, ``"redis"`` (the engine's ``name``), or ``"none"``."""
-    engine = _engine(app)
+    engine = app.engine
     if engine is None:
         return "none"
     return str(getattr(engine, "name", type(engine).__name__)).lower()
 
 
-def engine_state(app: Any) -> str:
+def engine_state(app: App) -> str:
     """``"none"`` without an engine, else ``"up"`` or ``"down"`` from its ``is_connected``."""
-    engine = _engine(app)
+    engine = app.engine
     if engine is None:
         return "none"
     connected = getattr(engine, "is_connected", True)
@@ -72,10 +71,10 @@ def _redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _engine_detail(app: Any) -> dict[str, Any]:
+def _engine_detail(app: App) -> dict[str, Any]:
     state = engine_state(app)
     detail: dict[str, Any] = {"name": engine_name(app), "state": state}
-    status_fn = getattr(_engine(app), "status", None)
+    status_fn = getattr(app.engine, "status", None)
     if state != "none" and callable(status_fn):
         try:
             status = status_fn()
@@ -90,7 +89,7 @@ def _engine_detail(app: Any) -> dict[str, Any]:
     return detail
 
 
-def health_response(app: Any) -> Response:
+def health_response(app: App) -> Response:
     """Liveness as JSON: status, ``pyvia.__version__``, engine, tabs and open streams.
 
     200 ``{"status": "ok", ...}``; 503 ``{"status": "engine down", ...}`` (with ``Retry-After``)
@@ -106,30 +105,26 @@ def health_response(app: Any) -> Response:
         "started": app.clock is not None,
         "engine": engine,
         "contexts": sum(len(a.contexts) for a in apps_of(app)),
-        "streams": sum(len(a._connected) for a in apps_of(app)),
+        "streams": sum(len(a.connected) for a in apps_of(app)),
     }
     headers = [_NO_STORE, ("retry-after", "1")] if down else [_NO_STORE]
     return Response.json(body, 503 if down else 200, headers)
 
 
-def _draining(app: Any) -> bool:
-    return bool(getattr(app, "draining", False))
-
-
-def ready_response(app: Any) -> Response:
+def ready_response(app: App) -> Response:
     """Readiness: 200 ``{"ready": true}`` once started (and not draining), else 503 with the reason."""
     if app.clock is None:
         reason = "not started"
-    elif _draining(app):
+    elif app.draining:
         reason = "draining"
-    elif getattr(app, "_bundle", True) is None:
+    elif app.runtime.assets.loaded is None:
         reason = "warming up"
     else:
         return Response.json({"ready": True}, 200, [_NO_STORE])
     return Response.json({"ready": False, "reason": reason}, 503, [_NO_STORE, ("retry-after", "1")])
 
 
-def metrics_response(app: Any, metrics: PyviaMetrics | None = None) -> Response:
+def metrics_response(app: App, metrics: PyviaMetrics | None = None) -> Response:
     """The App's metrics in the Prometheus text format (its gauges read now)."""
     m = collect_app(app, metrics)
     return Response(200, [("content-type", CONTENT_TYPE), _NO_STORE], m.render())

@@ -18,11 +18,13 @@ import math
 import os
 import re
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyvia.clock import until_tick
+
+if TYPE_CHECKING:
+    from pyvia.app import App
 
 __all__ = [
     "ACTION_BUCKETS",
@@ -743,30 +745,21 @@ class _ServerMetrics:
         self.hosts.set_total(stats.get("hosts_refused", 0))
 
 
-_BY_APP: weakref.WeakKeyDictionary[Any, PyviaMetrics] = weakref.WeakKeyDictionary()
+def metrics_for(app: App) -> PyviaMetrics:
+    """The :class:`PyviaMetrics` of ``app`` (its ``metrics``)."""
+    return app.metrics
 
 
-def metrics_for(app: Any) -> PyviaMetrics:
-    """The :class:`PyviaMetrics` of ``app``: ``app.metrics`` if the core holds one, else one kept here."""
-    own = getattr(app, "metrics", None)
-    if isinstance(own, PyviaMetrics):
-        return own
-    found = _BY_APP.get(app)
-    if found is None:
-        found = _BY_APP[app] = PyviaMetrics()
-    return found
-
-
-def apps_of(app: Any) -> list[Any]:
+def apps_of(app: App) -> list[App]:
     """``app`` and every App mounted in it (``app.mount``), depth first: one process's apps."""
     out = [app]
-    for _prefix, mounted in getattr(app, "_mounts", ()):
+    for _prefix, mounted in app.mounts:
         out.extend(apps_of(mounted))
     return out
 
 
 def collect_app(
-    app: Any, metrics: PyviaMetrics | None = None, *, rss: Callable[[], int | None] = process_rss
+    app: App, metrics: PyviaMetrics | None = None, *, rss: Callable[[], int | None] = process_rss
 ) -> PyviaMetrics:
     """Read the App's current state (with its mounted apps') into the gauges and totals.
 
@@ -777,28 +770,21 @@ def collect_app(
     m = metrics if metrics is not None else metrics_for(app)
     apps = apps_of(app)
     m.tabs.set(sum(len(a.contexts) for a in apps))
-    m.tabs_waiting.set(sum(len(getattr(a, "_waiting", ())) for a in apps))
-    m.tabs_evicted.set_total(sum(getattr(a, "evicted_waiting", 0) for a in apps))
-    m.streams.set(sum(len(a._connected) for a in apps))
+    m.tabs_waiting.set(sum(len(a.waiting) for a in apps))
+    m.tabs_evicted.set_total(sum(a.evicted_waiting for a in apps))
+    m.streams.set(sum(len(a.connected) for a in apps))
     m.sessions.set(sum(len(a.sessions) for a in apps))
     m.scopes.set(sum(len(a.scopes) for a in apps))
     totals: dict[str, float] = {}
     for a in apps:
-        replays = getattr(a, "_replays", None)
-        sources = [a.broadcaster.stats(), a.compression.budget.stats()]
-        if replays is not None:
-            sources.append(replays.stats())
-        for source in sources:
+        for source in (a.broadcaster.stats(), a.compression.budget.stats(), a.replays.stats()):
             for k, v in source.items():
                 totals[k] = totals.get(k, 0) + v
-        limiter = getattr(a, "_limiter", None)
-        totals["rate_limited"] = totals.get("rate_limited", 0) + (limiter.limited if limiter is not None else 0)
+        totals["rate_limited"] = totals.get("rate_limited", 0) + a.limiter.limited
         totals["errors"] = totals.get("errors", 0) + a.errors
-        totals["evictions"] = totals.get("evictions", 0) + getattr(a.sessions, "evictions", 0)
-        outflow = getattr(a, "_outflow", None)
-        if outflow is not None:
-            totals["unsent"] = totals.get("unsent", 0) + outflow.unsent
-            totals["cap_hits"] = totals.get("cap_hits", 0) + outflow.cap_hits
+        totals["evictions"] = totals.get("evictions", 0) + a.sessions.evictions
+        totals["unsent"] = totals.get("unsent", 0) + a.outflow.unsent
+        totals["cap_hits"] = totals.get("cap_hits", 0) + a.outflow.cap_hits
     m.flushes.set_total(totals.get("flushes", 0))
     m.broadcast_frames.set_total(totals.get("tab_frames", 0))
     m.broadcast_pending.set(totals.get("pending", 0))
@@ -818,8 +804,8 @@ def collect_app(
     m.errors.set_total(totals["errors"])
     m.rate_limited.set_total(totals["rate_limited"])
     m.session_evictions.set_total(totals["evictions"])
-    db = getattr(app, "db", None)
-    if db is not None and getattr(db, "kind", "none") != "none":
+    db = app.db
+    if db.kind != "none":
         pool = db.pool_stats()
         m.db_connections.set(pool["open"])
         m.db_idle.set(pool["idle"])
@@ -834,5 +820,5 @@ def collect_app(
     if resident is not None:
         m.rss.set(resident)
     if app.clock is not None:
-        m.uptime.set(max(0.0, app.clock.now() - getattr(app, "_started_at", app.clock.now())))
+        m.uptime.set(max(0.0, app.clock.now() - app.started_at))
     return m

@@ -143,7 +143,7 @@ class Dispatch:
             self.rt.reporting.log_refusal(request, exc)
             if (
                 isinstance(exc, NotFound)
-                and self.app._not_found is not None
+                and self.app.not_found_handler is not None
                 and request.kind in (RequestKind.PAGE, RequestKind.ROUTE)
             ):
                 return self.not_found_response(request)
@@ -162,9 +162,9 @@ class Dispatch:
             return dev_error_events(exc, request.kind)  # an overlay on the tab
         if request.kind == RequestKind.ACTION:
             return Response.text("Action failed", 500)
-        if request.kind == RequestKind.PAGE and self.app._error_page is not None:
+        if request.kind == RequestKind.PAGE and self.app.error_page_handler is not None:
             try:
-                return self.as_response(self.app._error_page(request, exc), 500)  # type: ignore[return-value]  # a page
+                return self.as_response(self.app.error_page_handler(request, exc), 500)  # type: ignore[return-value]  # a page
             except Exception:
                 log.exception("the error page failed too")
         return Response.text("Internal Server Error", 500)
@@ -179,8 +179,8 @@ class Dispatch:
         if path == DEVTOOLS_PATH and self.app.config.dev:
             request.kind = RequestKind.OPS
             return devtools_page(self.app)
-        if self.app._mounts:
-            for prefix, mounted in self.app._mounts:
+        if self.app.mounts:
+            for prefix, mounted in self.app.mounts:
                 if path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] == "/"):
                     request.path = path[len(prefix) :] or "/"
                     return mounted.handle(request)
@@ -204,7 +204,7 @@ class Dispatch:
             return self.rt.beacon.close(request)
         if path.startswith(DOWNLOAD_PREFIX):
             request.kind = RequestKind.DOWNLOAD
-            found = self.app._downloads.take(path[len(DOWNLOAD_PREFIX) :], self.rt.sessions.of(request) or "")
+            found = self.app.downloads.take(path[len(DOWNLOAD_PREFIX) :], self.rt.sessions.of(request) or "")
             if found is None:
                 raise NotFound("unknown or used download")
             return found
@@ -229,9 +229,9 @@ class Dispatch:
         return self.with_middleware(request, route, lambda r: self.plain_route(r, route))
 
     def with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
-        if not self.app._middleware and (route is None or not route.middleware):
+        if not self.app.middleware_stack and (route is None or not route.middleware):
             return endpoint(request)  # no chain to build
-        chain = [*self.app._middleware, *(route.middleware if route is not None else ())]
+        chain = [*self.app.middleware_stack, *(route.middleware if route is not None else ())]
         if not chain:
             return endpoint(request)
         call = endpoint
@@ -240,9 +240,9 @@ class Dispatch:
         return call(request)
 
     def not_found_response(self, request: Request) -> Response:
-        if self.app._not_found is None:
+        if self.app.not_found_handler is None:
             raise NotFound()
-        return then(self.app._not_found(request), lambda r: self.as_response(r, 404))  # type: ignore[no-any-return]
+        return then(self.app.not_found_handler(request), lambda r: self.as_response(r, 404))  # type: ignore[no-any-return]
 
     def as_response(self, result: Any, status: int = 200) -> Response | StreamResponse:
         if isinstance(result, (Response, StreamResponse)):
@@ -276,7 +276,7 @@ class Dispatch:
             raise Forbidden(f"Origin {origin!r} on a request without one non-empty Host")
         if origin in self.app.config.trusted_origins:
             return
-        scheme = self.app._proxies.scheme(request)
+        scheme = self.app.proxies.scheme(request)
         if not same_origin(origin, scheme, hosts[0]):
             hint = (
                 (

@@ -57,7 +57,7 @@ class Interval:
         try:
             result = call_hook(self.fn, ctx)
             if inspect.isawaitable(result):
-                self.app._spawn(result, ctx, "timer")
+                self.app.spawn(result, ctx, "timer")
         except Exception as exc:
             self.app.runtime.reporting.report(exc, ctx, "timer")
         finally:
@@ -195,7 +195,7 @@ class Registry:
         try:
             result = call_hook(fn, ctx)
             if inspect.isawaitable(result):
-                self.app._spawn(result, ctx, phase)
+                self.app.spawn(result, ctx, phase)
         except Exception as exc:
             self.rt.reporting.report(exc, ctx, phase)
 
@@ -223,15 +223,15 @@ class Registry:
             self.release_idle_encoders(now, idle_release)
             period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.app.config.sweep_interval))
             self.next_keep_alive = now + period
-        if self.app._outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
-            self.app._outflow.ended = 0
+        if self.app.outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
+            self.app.outflow.ended = 0
             for ctx in [c for c in self.connected.values() if c.stream.sink is None]:
                 self.disconnected(ctx)
         if self.app.compression.budget.is_over:
             self.reclaim_encoders()
         # after encoders were dropped, or thousands of contexts (a crawler's burst) went
         self.freed_memory.trim(self.app.compression.budget.dropped + self.destroyed // CONTEXTS_PER_TRIM, now)
-        self.app._replays.sweep(now)
+        self.app.replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
         self.sweep_handle = clock.call_later(until_tick(now, self.app.config.sweep_interval), self.sweep)
@@ -239,7 +239,7 @@ class Registry:
     def check_stalls(self, now: float) -> None:
         """End the streams whose socket stayed over its limit too long: only those that went over
         (``Outflow.over``) are looked at."""
-        over = self.app._outflow.over
+        over = self.app.outflow.over
         if not over:
             return
         patience = self.app.config.slow_tab_timeout
@@ -281,7 +281,7 @@ class Registry:
         budget = self.app.compression.budget
         if not budget.count:
             return
-        outflow = self.app._outflow
+        outflow = self.app.outflow
         for encoder in budget.live():
             stream = encoder.owner
             if not isinstance(stream, Stream) or stream.outflow is not outflow:
@@ -300,7 +300,7 @@ class Registry:
         """Add up what waits in the tab sockets; past the cap, view frames are held everywhere
         and the readers furthest behind are cut off (:meth:`pyvia.stream.Outflow.measure_written`).
         Only streams written since the last sweep or still holding bytes are visited."""
-        outflow = self.app._outflow
+        outflow = self.app.outflow
         self.visits["unsent"] += len(outflow.written) + len(outflow.watch)
         outflow.measure_written(self.app.config.max_unsent_bytes)
 
@@ -346,7 +346,7 @@ class Registry:
         for fn in ctx._on_cleanup:
             self.run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
-        self.app._replays.forget(ctx.stream)
+        self.app.replays.forget(ctx.stream)
         for name in ctx._scopes:
             self.app.scopes.leave(ctx, name)
         self.app.ownership.release(ctx.id)

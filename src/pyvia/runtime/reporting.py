@@ -46,7 +46,7 @@ class Reporting:
         self.errors += 1
         where = ctx.route.pattern if ctx is not None else "app"
         if self.app.config.dev:
-            self.app._dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
+            self.app.dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
         self.log_error(exc, phase, where)
         for fn in self.app._on_error:
             try:

@@ -144,7 +144,7 @@ class Revival:
         """The snapshot this server kept of a tab (its own, handed over or restored), opened."""
         if grave is None or grave.snapshot is None:
             return None
-        return self.app._snapshots.open(ctx_id, grave.snapshot)
+        return self.app.snapshots.open(ctx_id, grave.snapshot)
 
     def browser_snapshot(
         self, ctx_id: str, signals: dict[str, Any], grave: Grave | None, kept: tuple[int, dict[str, Any]] | None
@@ -156,7 +156,7 @@ class Revival:
         raw = signals.get(protocol.SNAPSHOT_SIGNAL)
         if raw is None:
             return None
-        opened = self.app._snapshots.open(ctx_id, raw)
+        opened = self.app.snapshots.open(ctx_id, raw)
         if opened is None:
             log.warning("refused a forged snapshot for a tab (its page reloads)")
             return False
@@ -222,7 +222,7 @@ class Revival:
         """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
         (a JSON answer, which also ends the page's retries)."""
         if ctx_id in self.reload_sent:
-            body = orjson.dumps({ERROR_SIGNAL: self.app._messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            body = orjson.dumps({ERROR_SIGNAL: self.app.messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
             return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
         self.reload_sent[ctx_id] = self.app.now() + RELOAD_MEMORY
 
@@ -240,7 +240,7 @@ class Revival:
         if grave is None:
             # Unknown here: made by an earlier process (or its record expired). It died at least
             # as long ago as this process has run, so past the window it is too old to revive.
-            if self.app.now() - self.app._started_at > self.app.config.revival_window:
+            if self.app.now() - self.app.started_at > self.app.config.revival_window:
                 return None
         elif grave.deadline < self.app.now():
             return None

@@ -39,8 +39,8 @@ class Sessions:
             known = request._session
             if known is not None and known[0] is self.app:
                 return known[1]
-        value = request.cookies.get(self.app._session_cookie)
-        if value is None or not self.app._session_ids.is_issued(value):
+        value = request.cookies.get(self.app.session_cookie)
+        if value is None or not self.app.session_ids.is_issued(value):
             value = None  # none, or one this app never issued (planted): never adopted
         elif self.rotated:
             rotated = self.rotated.get(value)
@@ -57,7 +57,7 @@ class Sessions:
         scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
         """
         old = ctx.session_id
-        new = self.app._session_ids.make()
+        new = self.app.session_ids.make()
         first = self.rotated_from.get(old, old)
         data = self.app.sessions.peek(old)
         if data is not None:
@@ -144,8 +144,8 @@ class Sessions:
         secure = "; Secure" if self.app.config.secure_cookie else ""
         # Path=base_path keeps two apps mounted on one host from sharing a session (a __Host- cookie
         # must have Path=/).
-        path = "/" if self.app.config.secure_cookie else self.app._base
+        path = "/" if self.app.config.secure_cookie else self.app.url_base
         return (
-            f"{self.app._session_cookie}={session_id}; Path={path}; Max-Age={SESSION_MAX_AGE}; HttpOnly; "
+            f"{self.app.session_cookie}={session_id}; Path={path}; Max-Age={SESSION_MAX_AGE}; HttpOnly; "
             f"SameSite=Lax{secure}"
         )

@@ -136,7 +136,7 @@ class Actions:
         if session_id is None:
             raise Forbidden("action without a session of this app")
         if request.content_type in FORM_TYPES:
-            check_form(request, self.app._form_limits)
+            check_form(request, self.app.form_limits)
         request.state["_early"] = True
         return session_id
 
@@ -163,8 +163,8 @@ class Actions:
 
     def limit(self, request: Request) -> None:
         """The action rate limit of the request's address (429 with ``Retry-After`` past it)."""
-        limiter = self.app._limiter
-        wait = limiter.check(self.app._proxies.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
+        limiter = self.app.limiter
+        wait = limiter.check(self.app.proxies.client_address(request), self.app.now()) if limiter.rate > 0 else 0.0
         if wait:
             raise RateLimited(
                 f"action rate limit for {self.app.client_address(request)}",
@@ -175,7 +175,7 @@ class Actions:
         """The signals an action carries, parsed once per request (kept in ``request.state``)."""
         signals = request.state.get("_signals")
         if signals is None:
-            form = parse_form(request, self.app._form_limits) if request.content_type in FORM_TYPES else None
+            form = parse_form(request, self.app.form_limits) if request.content_type in FORM_TYPES else None
             if form is not None:
                 request.state["_form"] = form
             signals = request.state["_signals"] = request_signals(request, form)
@@ -220,7 +220,7 @@ class Actions:
             raise NotFound(f"unknown action {name!r}")
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
 
-        if self.app._middleware or ctx.route.middleware:
+        if self.app.middleware_stack or ctx.route.middleware:
             return self.rt.dispatch.with_middleware(
                 request, ctx.route, lambda req: self.invoke(req, ctx, name, action, arguments, signals)
             )
@@ -254,7 +254,7 @@ class Actions:
             ctx._end_batch()
             self.app.metrics.observe_action(time.perf_counter() - started)
             if self.app.config.dev:
-                self.app._dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
+                self.app.dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
             if self.app.store.writing > writes:
                 return self.after_writes(ctx, writes)
             return self.response(ctx)

@@ -35,7 +35,7 @@ class Assets:
     def bundle(self) -> Bundle:
         if self.loaded is None:
             self.loaded = load_bundle(self.app.config.datastar_js)
-            self.bundle_url = f"{self.app._base}{BUNDLE_PATH[1:]}?v={self.loaded.version}"
+            self.bundle_url = f"{self.app.url_base}{BUNDLE_PATH[1:]}?v={self.loaded.version}"
         return self.loaded
 
     def executor_for_assets(self) -> concurrent.futures.ThreadPoolExecutor:

@@ -50,7 +50,7 @@ class Pages:
             request.state["csp_nonce"] = secrets.token_urlsafe(16)  # templates: c.request.state
         session_id = self.rt.sessions.of(request)
         if session_id is None:
-            session_id = self.app._session_ids.make()
+            session_id = self.app.session_ids.make()
             if self.app.store.new_session(session_id):
                 request.state[NEW_SESSION] = True  # its session-scoped signals are new too
         params = request.path_params
@@ -95,7 +95,7 @@ class Pages:
         panel = devtools_panel(self.app) if config.dev else ""
         if is_document(content):  # a whole document: the tags go into its own head and body
             head = bootstrap_head(
-                seed, assets.bundle_url, assets.bundle.integrity, self.app._sse_url, self.app._close_url, nonce=nonce
+                seed, assets.bundle_url, assets.bundle.integrity, self.app.sse_url, self.app.close_url, nonce=nonce
             )
             if config.head or ctx._head:
                 head += "\n" + "\n".join([*config.head, *ctx._head])
@@ -112,8 +112,8 @@ class Pages:
                 panel,
                 assets.bundle_url,
                 assets.bundle.integrity,
-                self.app._sse_url,
-                self.app._close_url,
+                self.app.sse_url,
+                self.app.close_url,
             )
             doc = shell.render(signals_attr(seed), nonce, ctx._head, ctx._foot, content)
         self.rt.registry.register(ctx)

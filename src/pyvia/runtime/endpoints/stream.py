@@ -73,7 +73,7 @@ class Streams:
         else:
             replay = ctx.stream.frames_after(last_event_id)
             full = replay is None
-            replays = self.app._replays
+            replays = self.app.replays
             if full:
                 replays.full_renders += 1
             else:
