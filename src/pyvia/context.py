@@ -29,7 +29,7 @@ from pyvia.lifecycle import State
 from pyvia.render import VIEW_ID, body_of, is_document
 from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
 from pyvia.session import NEW_SESSION
-from pyvia.signals import Signal, check_name
+from pyvia.signals import Signal, check_name, owned_values
 from pyvia.stream import Stream
 
 if TYPE_CHECKING:
@@ -288,8 +288,7 @@ class Context:
                 raise DeclarationError(
                     f"signal {name!r} in page {self.route.pattern!r} is declared twice, once writable and once not"
                 )
-            existing._value = existing._sent = initial
-            existing._changed = True
+            existing.reset(initial)
             return existing
         check_name("signal", name, f"page {self.route.pattern!r}")
         if name in self._actions:
@@ -608,8 +607,7 @@ class Context:
         out: dict[str, Any] = {}
         revisions: dict[str, int] = {}
         for sig in self._signals.values():
-            out[sig.id] = sig._sent = sig._value
-            sig._changed = False
+            out[sig.id] = sig.take_whole()
             if sig.writable and sig.revision:
                 revisions[sig.id] = sig.revision
         self._add_shared(out, revisions)
@@ -629,8 +627,7 @@ class Context:
                 revisions[sig.id] = sig.revision
             else:
                 owned = True
-            out[sig.id] = sig._sent = sig._value
-            sig._changed = False
+            out[sig.id] = sig.take_whole()
         self._add_shared(out, revisions)
         return self._finish_patch(out, revisions, owned)
 
@@ -640,7 +637,7 @@ class Context:
         revisions: dict[str, int] | None = None
         owned = False
         for sig in self._signals.values():
-            if sig._changed:
+            if sig.changed:
                 out[sig.id] = sig.take_patch()
                 if sig.writable:
                     if revisions is None:
@@ -654,7 +651,7 @@ class Context:
 
     def _add_shared(self, out: dict[str, Any], revisions: dict[str, int]) -> None:
         for sid, sig in self._shared.items():
-            out[sid] = sig._value
+            out[sid] = sig.value
             if sig.writable and sig.revision:
                 revisions[sid] = sig.revision
 
@@ -670,11 +667,7 @@ class Context:
         or, not ``numbered``, the values now under the number of the last one sent."""
         if numbered:
             self._snapshot_seq += 1
-        values = {}
-        for name, sig in self._signals.items():  # a loop: cheaper than a comprehension's frame
-            if not sig.writable:
-                values[name] = sig._value
-        return self.app.snapshots.make(self.id, self._snapshot_seq, values)
+        return self.app.snapshots.make(self.id, self._snapshot_seq, owned_values(self._signals))
 
     def restore_snapshot(self, seq: int, values: Mapping[str, Any]) -> None:
         """Give the server-owned tab signals the values of a verified snapshot (a revival)."""
@@ -682,8 +675,7 @@ class Context:
         for name, value in values.items():
             sig = self._signals.get(name)
             if sig is not None and not sig.writable:
-                sig._value = value
-                sig._changed = True
+                sig.restore(value)
 
     def final_snapshot(self) -> str | None:
         """A snapshot of the values now, numbered as the last one sent (kept when the tab is destroyed)."""
@@ -704,7 +696,7 @@ class Context:
             and not self.last_action
             and self._snapshot_seq <= 1
             and not self.tab_state
-            and not any(sig._changed for sig in self._signals.values())
+            and not any(sig.changed for sig in self._signals.values())
         )
 
     @property
@@ -940,7 +932,7 @@ class Context:
             sig = signals.get(key)
             if sig is None:
                 sig = shared.get(key)
-                if sig is None or sig._value == value:
+                if sig is None or sig.value == value:
                     continue
             if not sig.writable:
                 continue

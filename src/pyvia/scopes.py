@@ -195,7 +195,7 @@ class SharedSignal(Signal[T]):
 
     def _set_local(self, new: T) -> None:
         self._value = new
-        self._changed = True
+        self.changed = True
         if self.writable:
             self.revision += 1
         self.scope.touch(self)
@@ -224,7 +224,7 @@ class SharedSignal(Signal[T]):
     def accept_client_value(self, value: Any) -> bool:
         accepted = super().accept_client_value(value)
         if accepted:
-            self._changed = True
+            self.changed = True
             self.scope.touch(self)
             self.scope.registry.store.put_signal(self)
         return accepted
@@ -265,7 +265,7 @@ class ScopeState:
         if restored is not _MISSING:
             initial = restored  # saved at the last graceful stop
         sig: SharedSignal[T] = SharedSignal(self, name, initial, writable=writable, max_length=max_length)
-        sig._changed = False  # the first declaration is already in every page that declares it
+        sig.changed = False  # the first declaration is already in every page that declares it
         self.signals[name] = sig
         self.registry.store.track(sig, new=new)  # other workers may hold a value already
         return sig
@@ -279,7 +279,7 @@ class ScopeState:
         out: dict[str, Any] = {}
         revisions: dict[str, int] | None = None
         for sig in self.signals.values():
-            if sig._changed:
+            if sig.changed:
                 out[sig.id] = sig.take_patch()
                 if sig.writable:
                     if revisions is None:
@@ -294,10 +294,10 @@ class ScopeState:
         if changes:
             for sig in self.signals.values():
                 if sig.id in changes:
-                    sig._changed = True
+                    sig.changed = True
 
     def values(self) -> dict[str, Any]:
-        return {sig.id: sig._value for sig in self.signals.values()}
+        return {sig.id: sig.value for sig in self.signals.values()}
 
 
 class ScopeRegistry:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from markupsafe import Markup, escape
@@ -36,7 +37,7 @@ MAX_SAFE_INTEGER = (1 << 53) - 1
 #: items of a list or dict.
 DEFAULT_MAX_LENGTH = 1 << 18
 
-__all__ = ["DEFAULT_MAX_LENGTH", "MAX_SAFE_INTEGER", "Signal", "check_name", "wire_id"]
+__all__ = ["DEFAULT_MAX_LENGTH", "MAX_SAFE_INTEGER", "Signal", "check_name", "owned_values", "wire_id"]
 
 
 def check_name(kind: str, name: str, where: str) -> str:
@@ -69,7 +70,7 @@ class Signal(Generic[T]):
     against its current value and its ``max_length``; refused values are neither stored nor echoed.
     """
 
-    __slots__ = ("_changed", "_sent", "_value", "id", "max_length", "name", "revision", "writable")
+    __slots__ = ("_sent", "_value", "changed", "id", "max_length", "name", "revision", "writable")
 
     def __init__(
         self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None, key: str | None = None
@@ -78,7 +79,8 @@ class Signal(Generic[T]):
         self.id = wire_id(key or name, writable)
         self._value: T = initial
         self._sent: Any = initial  # what the browser holds, as far as this process knows
-        self._changed = True
+        #: Changed since it was last sent to the browser (the next frame carries it).
+        self.changed = True
         self.writable = writable
         #: Server writes of a writable signal so far; the browser echoes the one it has seen.
         self.revision = 0
@@ -91,7 +93,7 @@ class Signal(Generic[T]):
     @value.setter
     def value(self, new: T) -> None:
         self._value = new
-        self._changed = True
+        self.changed = True
         if self.writable:
             self.revision += 1
 
@@ -101,17 +103,34 @@ class Signal(Generic[T]):
 
     @property
     def has_changed(self) -> bool:
-        return self._changed
+        return self.changed
 
     def mark_synced(self) -> None:
-        self._changed = False
+        self.changed = False
+
+    def take_whole(self) -> Any:
+        """The value to send whole (a page's seed, a full resend), now marked as sent."""
+        self._sent = value = self._value
+        self.changed = False
+        return value
+
+    def reset(self, initial: Any) -> None:
+        """Start again from ``initial``, as the browser will (a page that declares the signal again)."""
+        self._value = self._sent = initial
+        self.changed = True
+
+    def restore(self, value: Any) -> None:
+        """Hold ``value`` as the server's, to be sent: a revival's, another worker's, a redeclaration's.
+        Unlike a write of :attr:`value` it is no new write (the revision stays)."""
+        self._value = value
+        self.changed = True
 
     def take_patch(self) -> Any:
         """The value to send, now marked as sent. A dict that replaced a dict carries ``None`` for
         the keys it no longer has: Datastar merges a patch into what the browser holds (RFC 7396),
         so a key left out would stay there. (A dict changed in place cannot show what it lost.)"""
         value, sent = self._value, self._sent
-        self._changed = False
+        self.changed = False
         self._sent = value
         if type(value) is dict and type(sent) is dict and value is not sent:
             return merge_patch(sent, value)  # type: ignore[arg-type]  # type() is dict, as mypy cannot see
@@ -190,6 +209,15 @@ class Signal(Generic[T]):
 
 
 _REFUSED = object()
+
+
+def owned_values(signals: Mapping[str, Signal[Any]]) -> dict[str, Any]:
+    """The values of the server-owned ones of ``signals``, by name (what a tab's snapshot holds)."""
+    values = {}
+    for name, sig in signals.items():  # a loop: cheaper than a comprehension's frame
+        if not sig.writable:
+            values[name] = sig._value
+    return values
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class SharedSignals(Part):
 
     async def _create(self, key: str, sig: SharedSignal[Any]) -> None:
         bucket, replica = self._where(key)
-        data = encode(sig._value)
+        data = encode(sig.value)
         try:
             revision = await self.engine.cas(bucket, key, data, 0)
         except EngineError as exc:
@@ -113,9 +113,9 @@ class SharedSignals(Part):
         try:
             value, revision = await self.engine.get(bucket, key)
             if value is None:
-                created = await self.engine.cas(bucket, key, encode(sig._value), revision)
+                created = await self.engine.cas(bucket, key, encode(sig.value), revision)
                 if created is not None:
-                    replica.remember(key, encode(sig._value), created, notify=False)
+                    replica.remember(key, encode(sig.value), created, notify=False)
                     return
                 value, revision = await self.engine.get(bucket, key)  # another worker created it first
                 if value is None:
@@ -136,7 +136,7 @@ class SharedSignals(Part):
     def put_signal(self, sig: SharedSignal[Any]) -> None:
         key = signal_key(sig.scope.name, sig.name)
         bucket, replica = self._where(key)
-        data = encode(sig._value)
+        data = encode(sig.value)
         writes = self.link.writes
         writes.write(bucket, key, lambda: writes.put(bucket, key, data, replica))
 
@@ -161,9 +161,9 @@ class SharedSignals(Part):
         except orjson.JSONDecodeError:
             log.warning("dropped a change of %s that is not JSON", key)
             return
-        if value != sig._value or type(value) is not type(sig._value):
-            sig._value = value
-            sig._changed = True
+        current = sig.value
+        if value != current or type(value) is not type(current):
+            sig.restore(value)
             sig.scope.touch(sig)
 
     def settle(self, bucket: str, key: str) -> None:

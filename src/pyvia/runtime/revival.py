@@ -302,7 +302,7 @@ class Revival:
                 ctx.restore_snapshot(*restore)
             ctx.apply_client_signals(signals)
             for sig in ctx._signals.values():
-                sig._changed = True
+                sig.changed = True
             ctx.revived = True
             self.unbury(ctx_id)
             self.rt.registry.register(ctx)
