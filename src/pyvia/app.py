@@ -238,7 +238,7 @@ class App:
         self.mounts: list[tuple[str, App]] = []
         self.clock: Clock | None = None
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = 0.0
         self._tasks: set[Any] = set()
         self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
@@ -246,11 +246,11 @@ class App:
         #: Process-wide state: ``app.global_state["visits"]``, with atomic ``increment``/``mutate``.
         self.global_state = GlobalState()
         self.sessions = SessionStore(self.config.max_sessions)
-        self._on_connect: list[Callable[..., Any]] = []
-        self._on_disconnect: list[Callable[..., Any]] = []
+        self.connect_hooks: list[Callable[..., Any]] = []
+        self.disconnect_hooks: list[Callable[..., Any]] = []
         self._on_start: list[Callable[..., Any]] = []
         self._on_stop: list[Callable[..., Any]] = []
-        self._on_error: list[Callable[..., Any]] = []
+        self.error_hooks: list[Callable[..., Any]] = []
         self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
         self._app_timers: list[TimerHandle] = []
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
@@ -311,7 +311,7 @@ class App:
         """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
         self.runtime.registry.destroy(ctx)
 
-    def _arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
+    def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
         return self.runtime.registry.arm_interval(ctx, fn, period)
 
     def handle(self, request: Request) -> HandleResult:
@@ -347,7 +347,7 @@ class App:
         """Errors from user code so far (each reported once, to the log and the on_error observers)."""
         return self.runtime.reporting.errors
 
-    def _report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
+    def report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
         self.runtime.reporting.report(exc, ctx, phase, reraise=reraise)
 
     def regenerate_session(self, ctx: Context) -> str:
@@ -378,10 +378,10 @@ class App:
         """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
         await self.runtime.persistence.restore_from_db()
 
-    def _form_of(self, request: Request) -> dict[str, str]:
+    def form_of(self, request: Request) -> dict[str, str]:
         return self.runtime.actions.form_of(request)
 
-    def _files_of(self, request: Request) -> dict[str, UploadedFile]:
+    def files_of(self, request: Request) -> dict[str, UploadedFile]:
         return self.runtime.actions.files_of(request)
 
     # --- registration ----------------------------------------------------------------------------
@@ -570,12 +570,12 @@ class App:
 
     def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` when any tab's stream opens (reconnects included); ``c.on_connect`` is one tab's."""
-        self._on_connect.append(fn)
+        self.connect_hooks.append(fn)
         return fn
 
     def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` when any tab's last stream closes; ``c.on_disconnect`` is one tab's."""
-        self._on_disconnect.append(fn)
+        self.disconnect_hooks.append(fn)
         return fn
 
     def on_client_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -606,7 +606,7 @@ class App:
 
     def on_error(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Observe every error in user code: ``fn(exc, context_or_None, phase)``."""
-        self._on_error.append(fn)
+        self.error_hooks.append(fn)
         return fn
 
     def set_interval(
@@ -659,11 +659,11 @@ class App:
 
         from pyvia.cluster import ENGINE_URL_ENV, create_engine
 
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         url = os.environ.get(ENGINE_URL_ENV)
         if url and not url.startswith("memory:") and (not self.store.shared or self.store.is_stopped):
             await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
-        self.start(LoopClock(self._loop))
+        self.start(LoopClock(self.loop))
         if self.runtime.persistence.in_db:
             try:
                 await self.runtime.persistence.restore_from_db()
@@ -701,7 +701,7 @@ class App:
         app's tasks (``startup``'s running loop; a test client's own)."""
         self.clock = clock
         if loop is not None:
-            self._loop = loop
+            self.loop = loop
         self.started_at = clock.now()
         self.limiter.reset()  # its times came from the previous clock
         self.broadcaster.reset()  # its times came from the previous clock
@@ -826,8 +826,8 @@ class App:
 
     def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A task on the app's loop (the one it was started on), even from a callback outside it."""
-        if self._loop is not None:
-            return self._loop.create_task(coro)
+        if self.loop is not None:
+            return self.loop.create_task(coro)
         return asyncio.ensure_future(coro)
 
     def client_address(self, request: Request) -> str:

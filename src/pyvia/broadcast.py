@@ -345,19 +345,19 @@ class Broadcaster:
                 continue
             view: bytes | asyncio.Future[bytes | None] | None
             try:
-                if ctx._share_render:
+                if ctx.share_render:
                     key = (ctx.primary_scope, ctx.route.pattern)
                     if key in shared:
                         view = shared[key]
                     else:
-                        view = shared[key] = ctx._view_frame()
+                        view = shared[key] = ctx.view_frame()
                 else:
-                    view = ctx._view_frame()
+                    view = ctx.view_frame()
             except Exception as exc:
-                app._report(exc, ctx, "render")
+                app.report(exc, ctx, "render")
                 view = None
             data = frames[0] if len(frames) == 1 else b"".join(frames)
-            if ctx._pending is None and (view is None or type(view) is bytes):
+            if ctx.pending_frames is None and (view is None or type(view) is bytes):
                 ctx.stream.send(data, view, now)
             else:  # an async view, or frames still waiting behind one: in order
                 ctx.deliver(data, view)

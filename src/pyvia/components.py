@@ -64,7 +64,7 @@ class Component:
         if scope != TAB:
             sig = self.ctx.signal(initial, name, scope=scope, writable=writable, max_length=max_length)
         else:
-            sig = self.ctx._tab_signal(initial, self._id(name), writable, max_length)
+            sig = self.ctx.tab_signal(initial, self._id(name), writable, max_length)
         self._signals[name] = sig
         return sig
 
@@ -107,7 +107,7 @@ class Component:
         return Markup(f'<div id="{self.element_id}">{inner}</div>')
 
     def __html__(self) -> Markup:
-        return self.render(self.ctx._updating)
+        return self.render(self.ctx.updating)
 
     def __str__(self) -> str:
         return self.__html__()
@@ -115,7 +115,7 @@ class Component:
     def sync(self) -> None:
         """Re-render only this component and send it with the page's changed signals."""
         frame = protocol.patch_elements(str(self.render(True)))
-        self.ctx._send(self.ctx._signal_frame(), frame)
+        self.ctx.send_frame(self.ctx.signal_frame(), frame)
 
     def sync_signals(self) -> None:
         self.ctx.sync_signals()

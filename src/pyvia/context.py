@@ -161,27 +161,27 @@ class Context:
         "_view",
         "_view_block",
         "_view_data",
-        "_share_render",
+        "share_render",
         "_shared",
         "_scopes",
         "primary_scope",
         "_components",
-        "_updating",
-        "_on_cleanup",
-        "_on_disconnect",
-        "_on_connect",
+        "updating",
+        "cleanup_hooks",
+        "disconnect_hooks",
+        "connect_hooks",
         "_timers",
         "_head",
         "_foot",
         # per request
         "request",
-        "_cookies_out",
+        "cookies_out",
         "_batch",
         # the browser's copy: the last snapshot's number, whether its alert shows a server message,
         # the frames waiting behind an async view that is rendering
         "_snapshot_seq",
-        "_error_shown",
-        "_pending",
+        "error_shown",
+        "pending_frames",
         # lifecycle, driven by the App
         "state",
         "deadline",
@@ -212,11 +212,11 @@ class Context:
         self._actions: dict[str, Action] = {}
         self._view: str | ViewCallable | None = None
         self._view_block: str | None = None
-        self._share_render = False
+        self.share_render = False
         # What most tabs never declare starts as one shared empty value (a tuple, a read-only
         # mapping), made a list or dict of its own on the first declaration: an idle tab holds none.
         self._components: dict[str, Component] | Mapping[str, Component] = _NO_ITEMS
-        self._updating = False
+        self.updating = False
         #: Shared signals this tab declared, by browser id.
         self._shared: dict[str, SharedSignal[Any]] | Mapping[str, SharedSignal[Any]] = _NO_ITEMS
         #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
@@ -226,18 +226,18 @@ class Context:
         #: Where ``c.broadcast()`` goes: ``"tab"`` (this tab only) until ``c.scope()`` says otherwise.
         self.primary_scope = TAB
         self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
-        self._on_cleanup: list[Callable[..., Any]] | tuple[()] = ()
-        self._on_disconnect: list[Callable[..., Any]] | tuple[()] = ()
-        self._on_connect: list[Callable[..., Any]] | tuple[()] = ()
+        self.cleanup_hooks: list[Callable[..., Any]] | tuple[()] = ()
+        self.disconnect_hooks: list[Callable[..., Any]] | tuple[()] = ()
+        self.connect_hooks: list[Callable[..., Any]] | tuple[()] = ()
         self._timers: list[TimerHandle] | tuple[()] = ()
         self._head: list[str] | tuple[()] = ()
         self._foot: list[str] | tuple[()] = ()
         self.request = request
-        self._cookies_out: list[str] | tuple[()] = ()
+        self.cookies_out: list[str] | tuple[()] = ()
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
-        self._error_shown = False
-        self._pending: deque[tuple[bytes, Any]] | None = None
+        self.error_shown = False
+        self.pending_frames: deque[tuple[bytes, Any]] | None = None
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
@@ -279,9 +279,9 @@ class Context:
                 f"signal name {name!r} in page {self.route.pattern!r} must not contain '__' "
                 "(it separates a scope or component from a name in browser ids)"
             )
-        return self._tab_signal(initial, name, writable, max_length)
+        return self.tab_signal(initial, name, writable, max_length)
 
-    def _tab_signal(self, initial: T, name: str, writable: bool, max_length: int | None) -> Signal[T]:
+    def tab_signal(self, initial: T, name: str, writable: bool, max_length: int | None) -> Signal[T]:
         existing = self._signals.get(name)
         if existing is not None:
             if existing.writable != writable:
@@ -410,7 +410,7 @@ class Context:
             raise DeclarationError(
                 f"share_render in page {self.route.pattern!r} needs a shared primary scope: call c.scope() first"
             )
-        self._share_render = share_render
+        self.share_render = share_render
         if callable(view):
             if data is not None or block is not None:
                 raise DeclarationError("data= and block= go with a template name, not a callable view")
@@ -449,12 +449,12 @@ class Context:
 
     def on_cleanup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the context is destroyed."""
-        self._on_cleanup = [*self._on_cleanup, fn]
+        self.cleanup_hooks = [*self.cleanup_hooks, fn]
         return fn
 
     def on_disconnect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the tab's last stream closes."""
-        self._on_disconnect = [*self._on_disconnect, fn]
+        self.disconnect_hooks = [*self.disconnect_hooks, fn]
         return fn
 
     def set_interval(
@@ -464,7 +464,7 @@ class Context:
         period = seconds_of("set_interval", seconds, ms, "ms")
         if period <= 0:
             raise DeclarationError(f"set_interval needs a positive period, got {period} s")
-        return self.app._arm_interval(self, fn, period)
+        return self.app.arm_interval(self, fn, period)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -506,7 +506,7 @@ class Context:
 
     def input(self, name: str, default: Any = None) -> Any:
         """A form field or query parameter of the current request (form fields win)."""
-        form = self.app._form_of(self.request)
+        form = self.app.form_of(self.request)
         if name in form:
             return form[name]
         return self.request.query.get(name, default)
@@ -514,7 +514,7 @@ class Context:
     @property
     def files(self) -> dict[str, Any]:
         """Files uploaded with the current request (multipart), by field name (the last of each)."""
-        return self.app._files_of(self.request)
+        return self.app.files_of(self.request)
 
     def files_of(self, field_name: str) -> list[Any]:
         """Every file uploaded under ``field_name`` with the current request (``multiple`` inputs)."""
@@ -523,7 +523,7 @@ class Context:
 
     def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) each time this tab's stream opens (first connect and reconnects)."""
-        self._on_connect = [*self._on_connect, fn]
+        self.connect_hooks = [*self.connect_hooks, fn]
         return fn
 
     def set_cookie(
@@ -538,15 +538,15 @@ class Context:
         samesite: str = "Lax",
     ) -> None:
         """Queue a cookie for the next page or action response of this tab."""
-        self._add_cookie(
+        self.add_cookie(
             format_cookie(name, value, max_age=max_age, path=path, secure=secure, httponly=httponly, samesite=samesite)
         )
 
-    def _add_cookie(self, header: str) -> None:
+    def add_cookie(self, header: str) -> None:
         """Queue a ``Set-Cookie`` value for the next page or action response."""
-        self._cookies_out = [*self._cookies_out, header]
+        self.cookies_out = [*self.cookies_out, header]
 
-    def _add_timer(self, timer: TimerHandle) -> None:
+    def add_timer(self, timer: TimerHandle) -> None:
         timers = self._timers
         if isinstance(timers, list):
             timers.append(timer)
@@ -572,13 +572,13 @@ class Context:
         view = self._view
         if view is None:
             return ""
-        self._updating = is_update
+        self.updating = is_update
         if isinstance(view, str):
             data = self._view_data() if callable(self._view_data) else self._view_data
             return self.render(view, data, block=self._view_block if is_update else None)
         return view(is_update)
 
-    def _view_frame(self) -> bytes | asyncio.Future[bytes | None] | None:
+    def view_frame(self) -> bytes | asyncio.Future[bytes | None] | None:
         """The view as a patch frame; a future of it for an ``async`` view (awaitable by every tab of
         a shared render)."""
         markup = self.render_view(True)
@@ -708,13 +708,13 @@ class Context:
 
     def sync(self) -> None:
         """Re-render the view and send it with the changed signals."""
-        self._send(self._signal_frame(), self._view_frame())
+        self.send_frame(self.signal_frame(), self.view_frame())
 
     def sync_signals(self) -> None:
         """Send the signals that changed since they were last sent."""
-        frame = self._signal_frame()
+        frame = self.signal_frame()
         if frame:
-            self._send(frame, None)
+            self.send_frame(frame, None)
 
     def patch_elements(
         self,
@@ -737,7 +737,7 @@ class Context:
         """
         if mode not in ("outer", "replace") and selector is None:
             raise DeclarationError(f"patch_elements mode {mode!r} needs a selector")
-        self._send(
+        self.send_frame(
             protocol.patch_elements(
                 html,
                 selector,
@@ -754,7 +754,7 @@ class Context:
         self, selector: str, *, use_view_transition: bool = False, event_id: str | None = None, retry: int | None = None
     ) -> None:
         """Remove the elements that ``selector`` matches from the page."""
-        self._send(
+        self.send_frame(
             protocol.remove_elements(selector, use_view_transition=use_view_transition, event_id=event_id, retry=retry),
             None,
         )
@@ -774,13 +774,15 @@ class Context:
         server's own ``Signal`` values.
         """
         raw = values if isinstance(values, (str, bytes)) else dict(values)
-        self._send(protocol.patch_signals(raw, only_if_missing=only_if_missing, event_id=event_id, retry=retry), None)
+        self.send_frame(
+            protocol.patch_signals(raw, only_if_missing=only_if_missing, event_id=event_id, retry=retry), None
+        )
 
     def remove_signals(
         self, paths: str | Iterable[str], *, event_id: str | None = None, retry: int | None = None
     ) -> None:
         """Remove signals from the browser's store, by name or dotted path (``"form.email"``)."""
-        self._send(protocol.remove_signals(paths, event_id=event_id, retry=retry), None)
+        self.send_frame(protocol.remove_signals(paths, event_id=event_id, retry=retry), None)
 
     def send_raw(self, events: str | bytes) -> None:
         """Send whole Datastar events made elsewhere (the datastar-py SDK's, say), after checking them.
@@ -788,18 +790,18 @@ class Context:
         They are always delivered, in order with this tab's other events; a raw signals patch does
         not change the server's own ``Signal`` values.
         """
-        self._send(protocol.check_events(events), None)
+        self.send_frame(protocol.check_events(events), None)
 
     def show_error(self, message: str) -> None:
         """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds."""
-        self._error_shown = True
-        self._send(protocol.patch_signals({ERROR_SIGNAL: message}), None)
+        self.error_shown = True
+        self.send_frame(protocol.patch_signals({ERROR_SIGNAL: message}), None)
 
     def clear_error(self) -> None:
         """Hide the message the server put in the tab's alert, if any."""
-        if self._error_shown:
-            self._error_shown = False
-            self._send(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
+        if self.error_shown:
+            self.error_shown = False
+            self.send_frame(protocol.patch_signals({ERROR_SIGNAL: ""}), None)
 
     def exec_script(
         self,
@@ -817,7 +819,7 @@ class Context:
         the page.
         """
         if js:
-            self._send(
+            self.send_frame(
                 protocol.execute_script(
                     js, auto_remove=auto_remove, attributes=attributes, event_id=event_id, retry=retry
                 ),
@@ -834,11 +836,11 @@ class Context:
         """Register a one-shot download for this tab's session and return its URL."""
         return self.app.url(self.app.downloads.add(self.session_id, source, filename, media_type))
 
-    def _signal_frame(self) -> bytes:
+    def signal_frame(self) -> bytes:
         changed = self.changed_signals()
         return protocol.patch_signals(changed) if changed else b""
 
-    def _send(self, data: bytes, view: bytes | Awaitable[bytes | None] | None) -> None:
+    def send_frame(self, data: bytes, view: bytes | Awaitable[bytes | None] | None) -> None:
         if self.state is State.DESTROYED:
             return
         batch = self._batch
@@ -853,12 +855,12 @@ class Context:
     def deliver(self, data: bytes, view: bytes | Awaitable[bytes | None] | None = None) -> None:
         """Write a frame to the tab's stream now, or, while an ``async`` view is still rendering,
         after it: a tab's updates always arrive in the order they were made."""
-        queue = self._pending
+        queue = self.pending_frames
         if queue is None:
             if view is None or type(view) is bytes:
                 self.stream.send(data, view, self.app.now())
                 return
-            queue = self._pending = deque()
+            queue = self.pending_frames = deque()
             self.app.spawn(self._deliver_in_order(queue), self, "render")
         queue.append((data, view))
 
@@ -869,12 +871,12 @@ class Context:
                 try:
                     view = await view
                 except Exception as exc:  # the render failed: the frames behind it still go out
-                    self.app._report(exc, self, "render", reraise=False)
+                    self.app.report(exc, self, "render", reraise=False)
                     view = None
             queue.popleft()
             if self.state is not State.DESTROYED:
                 self.stream.send(data, view, self.app.now())
-        self._pending = None
+        self.pending_frames = None
 
     def cancel_timers(self) -> None:
         """Stop the tab's timers (``c.set_interval``): the tab is being destroyed."""
@@ -890,14 +892,14 @@ class Context:
         self._view = None
         self._view_data = None
         self._timers = ()
-        self._on_cleanup = ()
-        self._on_disconnect = ()
-        self._on_connect = ()
+        self.cleanup_hooks = ()
+        self.disconnect_hooks = ()
+        self.connect_hooks = ()
 
-    def _begin_batch(self) -> None:
+    def begin_batch(self) -> None:
         self._batch = []
 
-    def _end_batch(self) -> None:
+    def end_batch(self) -> None:
         """Send what the batch collected plus the changed signals, in one write."""
         batch, self._batch = self._batch, None
         changed = self.changed_signals()  # _signal_frame(), inline: once per action

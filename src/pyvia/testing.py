@@ -351,7 +351,7 @@ class TestClient:
         """Let async views that are rendering finish, so a request's frames are all in when it returns."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(
-            ctx._pending is not None for app in _apps(self.app) for ctx in app.contexts.values()
+            ctx.pending_frames is not None for app in _apps(self.app) for ctx in app.contexts.values()
         ):
             self.loop.run_until_complete(asyncio.sleep(0.001))
             self.clock.run_due()

@@ -35,7 +35,7 @@ def test_an_idle_tab_shares_its_empty_declarations_and_its_route_and_session_str
     with TestClient(make_app()) as client:
         a, b = client.open("/"), client.open("/")
         ca, cb = a.context, b.context
-        for name in ("_on_cleanup", "_on_disconnect", "_on_connect", "_timers", "_head", "_foot", "_cookies_out"):
+        for name in ("cleanup_hooks", "disconnect_hooks", "connect_hooks", "_timers", "_head", "_foot", "cookies_out"):
             assert getattr(ca, name) == () and getattr(ca, name) is getattr(cb, name), name
         assert ca._components is cb._components and ca._shared is cb._shared and not ca._components
         assert all(x is y for x, y in zip(ca._scopes, cb._scopes, strict=True))  # route, session, global
@@ -49,8 +49,8 @@ def test_what_a_page_declares_is_its_own() -> None:
     with TestClient(app) as client:
         one, two = client.open("/hooks"), client.open("/hooks")
         c1, c2 = one.context, two.context
-        assert len(c1._on_connect) == 1 and len(c1._on_cleanup) == 1 and c1._on_connect is not c2._on_connect
-        assert c1._head == ["<meta name='a'>"] and c1._cookies_out == ()  # sent with the page, then dropped
+        assert len(c1.connect_hooks) == 1 and len(c1.cleanup_hooks) == 1 and c1.connect_hooks is not c2.connect_hooks
+        assert c1._head == ["<meta name='a'>"] and c1.cookies_out == ()  # sent with the page, then dropped
         page = client.get("/hooks")
         assert any(k == "set-cookie" and v.startswith("k=v") for k, v in page.headers)
-        assert client.open("/").context._on_connect == ()  # another tab's hooks did not land in the shared value
+        assert client.open("/").context.connect_hooks == ()  # another tab's hooks did not land in the shared value

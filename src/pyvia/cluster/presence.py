@@ -45,13 +45,13 @@ class Presence(Part):
 
     async def start(self) -> None:
         self._subs.append(await self.engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
-        self.app._on_connect.append(self._presence_changed)
-        self.app._on_disconnect.append(self._presence_changed)
+        self.app.connect_hooks.append(self._presence_changed)
+        self.app.disconnect_hooks.append(self._presence_changed)
         self.spawn(self._tell_presence())
 
     async def stop(self) -> None:
         self.cancel_tasks()
-        for hooks in (self.app._on_connect, self.app._on_disconnect):
+        for hooks in (self.app.connect_hooks, self.app.disconnect_hooks):
             if self._presence_changed in hooks:
                 hooks.remove(self._presence_changed)
         await self.unsubscribe()

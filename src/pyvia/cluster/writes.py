@@ -156,7 +156,7 @@ class Writes(Part):
                 self.warned = True
                 log.warning("shared state stays local until the engine is back: %s", exc)
         except Exception as exc:  # a mutate() callback that raised on another worker's value
-            self.app._report(exc, None, "shared state", reraise=False)
+            self.app.report(exc, None, "shared state", reraise=False)
         finally:
             if not written:
                 self._failed_upto = self._seq

@@ -53,7 +53,7 @@ class Interval:
         ctx = self.ctx
         if ctx.state is State.DESTROYED:
             return
-        ctx._begin_batch()
+        ctx.begin_batch()
         try:
             result = call_hook(self.fn, ctx)
             if inspect.isawaitable(result):
@@ -61,7 +61,7 @@ class Interval:
         except Exception as exc:
             self.app.runtime.reporting.report(exc, ctx, "timer")
         finally:
-            ctx._end_batch()
+            ctx.end_batch()
         if ctx.state is not State.DESTROYED:  # type: ignore[comparison-overlap]  # the timer may destroy it
             self.arm()
 
@@ -186,9 +186,9 @@ class Registry:
         if ctx.last_action:
             deadline = max(deadline, ctx.last_action + self.app.config.reconnect_timeout)
         self.set_deadline(ctx, deadline)
-        for fn in list(ctx._on_disconnect):
+        for fn in list(ctx.disconnect_hooks):
             self.run_hook(fn, ctx, "disconnect")
-        for fn in self.app._on_disconnect:
+        for fn in self.app.disconnect_hooks:
             self.run_hook(fn, ctx, "disconnect")
 
     def run_hook(self, fn: Callable[..., Any], ctx: Context, phase: str) -> None:
@@ -343,7 +343,7 @@ class Registry:
         if self.waiting.get(ctx.id) is ctx:
             del self.waiting[ctx.id]
         ctx.cancel_timers()
-        for fn in ctx._on_cleanup:
+        for fn in ctx.cleanup_hooks:
             self.run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
         self.app.replays.forget(ctx.stream)
@@ -359,5 +359,5 @@ class Registry:
             raise RuntimeError("set_interval needs a started app")
         interval = Interval(self.app, ctx, fn, period)
         interval.arm()
-        ctx._add_timer(interval)
+        ctx.add_timer(interval)
         return interval

@@ -48,7 +48,7 @@ class Reporting:
         if self.app.config.dev:
             self.app.dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
         self.log_error(exc, phase, where)
-        for fn in self.app._on_error:
+        for fn in self.app.error_hooks:
             try:
                 fn(exc, ctx, phase)
             except Exception:

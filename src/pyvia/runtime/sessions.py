@@ -66,7 +66,7 @@ class Sessions:
             self.app.sessions.get(new).update(saved)
         self.rotate(old, new, first)
         self.app.store.session_rotated(old, new, first)  # the session's tabs on other workers move too
-        ctx._add_cookie(self.cookie_header(new))
+        ctx.add_cookie(self.cookie_header(new))
         return new
 
     def rotate(self, old: str, new: str, first: str) -> None:

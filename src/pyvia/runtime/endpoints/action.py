@@ -56,8 +56,8 @@ class Actions:
             return None
         if not isinstance(ctx_id, str) or ctx_id in self.rt.registry.contexts:
             return None
-        assert self.app._loop is not None  # called by handle() with several workers
-        answer: asyncio.Future[Response] = self.app._loop.create_future()
+        assert self.app.loop is not None  # called by handle() with several workers
+        answer: asyncio.Future[Response] = self.app.loop.create_future()
 
         def answered(result: Response | Exception | None) -> None:
             if answer.done():
@@ -244,14 +244,14 @@ class Actions:
         if ctx.state is State.DISCONNECTED:
             self.rt.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
         ctx.apply_client_signals(signals)
-        ctx._begin_batch()
+        ctx.begin_batch()
         try:
             pending = ctx.run_action(action, arguments)
         except BaseException:
-            ctx._end_batch()
+            ctx.end_batch()
             raise
         if pending is None:
-            ctx._end_batch()
+            ctx.end_batch()
             self.app.metrics.observe_action(time.perf_counter() - started)
             if self.app.config.dev:
                 self.app.dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
@@ -268,7 +268,7 @@ class Actions:
                 f"an action of {ctx.route.pattern} ran past {self.app.config.action_timeout} s"
             ) from None
         finally:
-            ctx._end_batch()
+            ctx.end_batch()
             self.app.metrics.observe_action(time.perf_counter() - started)
         await self.app.store.written(writes)
         return self.response(ctx)
@@ -279,10 +279,10 @@ class Actions:
         return self.response(ctx)
 
     def response(self, ctx: Context) -> Response:
-        if ctx._error_shown:  # checked here: most actions have no error to clear, nor cookies to set
+        if ctx.error_shown:  # checked here: most actions have no error to clear, nor cookies to set
             ctx.clear_error()
         response = Response(200, [])
-        if ctx._cookies_out:
+        if ctx.cookies_out:
             self.rt.pages.take_cookies(ctx, response)
         return response
 

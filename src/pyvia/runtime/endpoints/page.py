@@ -130,6 +130,6 @@ class Pages:
 
     @staticmethod
     def take_cookies(ctx: Context, response: Response) -> None:
-        if ctx._cookies_out:
-            response.headers.extend(("set-cookie", c) for c in ctx._cookies_out)
-            ctx._cookies_out = ()
+        if ctx.cookies_out:
+            response.headers.extend(("set-cookie", c) for c in ctx.cookies_out)
+            ctx.cookies_out = ()

@@ -95,7 +95,7 @@ class Streams:
         if full:
             ctx.revived = False
             try:
-                view = ctx._view_frame()
+                view = ctx.view_frame()
             except Exception as exc:  # the tab still connects; the next render may succeed
                 self.rt.reporting.report(exc, ctx, "render", reraise=False)
             signals.update(ctx.full_signals())
@@ -106,9 +106,9 @@ class Streams:
         else:  # an async view: it follows once rendered, before anything sent after it
             ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)
             ctx.deliver(b"", view)
-        for fn in list(ctx._on_connect):
+        for fn in list(ctx.connect_hooks):
             self.rt.registry.run_hook(fn, ctx, "connect")
-        for fn in self.app._on_connect:
+        for fn in self.app.connect_hooks:
             self.rt.registry.run_hook(fn, ctx, "connect")
 
     def on_close(self, ctx: Context, sink: StreamSink) -> None:
