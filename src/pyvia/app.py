@@ -240,7 +240,7 @@ class App:
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = 0.0
-        self._tasks: set[Any] = set()
+        self.background_tasks: set[Any] = set()
         self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
         self.scopes = ScopeRegistry(self.broadcaster.mark)
         #: Process-wide state: ``app.global_state["visits"]``, with atomic ``increment``/``mutate``.
@@ -358,7 +358,7 @@ class App:
         """
         return self.runtime.sessions.regenerate(ctx)
 
-    def _rotated_elsewhere(self, old_key: str, new_key: str) -> None:
+    def rotated_elsewhere(self, old_key: str, new_key: str) -> None:
         self.runtime.sessions.rotated_elsewhere(old_key, new_key)
 
     def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
@@ -461,7 +461,7 @@ class App:
     def set_base(self, base: str) -> None:
         self.url_base = base
         self._action_urls: dict[str, str] = {}
-        self._ids = ContextIds(self.secret, base)
+        self.context_ids = ContextIds(self.secret, base)
         self.snapshots = Snapshots(self.secret, base, max_bytes=self.config.max_snapshot_bytes)
         self.sse_url = base + SSE_PATH[1:]
         self.close_url = base + CLOSE_PATH[1:]
@@ -821,8 +821,8 @@ class App:
                     self.runtime.reporting.report(exc, ctx, phase)
 
         task = self.create_task(guarded())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)
 
     def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A task on the app's loop (the one it was started on), even from a callback outside it."""

@@ -157,13 +157,13 @@ class Context:
         "session_id",
         # what the page declared
         "_signals",
-        "_actions",
+        "actions",
         "_view",
         "_view_block",
         "_view_data",
         "share_render",
         "_shared",
-        "_scopes",
+        "scope_names",
         "primary_scope",
         "_components",
         "updating",
@@ -171,8 +171,8 @@ class Context:
         "disconnect_hooks",
         "connect_hooks",
         "_timers",
-        "_head",
-        "_foot",
+        "head_tags",
+        "foot_tags",
         # per request
         "request",
         "cookies_out",
@@ -209,7 +209,8 @@ class Context:
         self.params = params
         self.session_id = session_id
         self._signals: dict[str, Signal[Any]] = {}
-        self._actions: dict[str, Action] = {}
+        #: The tab's actions by name (``c.action`` adds them).
+        self.actions: dict[str, Action] = {}
         self._view: str | ViewCallable | None = None
         self._view_block: str | None = None
         self.share_render = False
@@ -222,7 +223,7 @@ class Context:
         #: Concrete names of the scopes this tab belongs to (route, session, global from the start).
         # a list, not a set: a tab is in a few scopes (a set of three is 216 bytes, a list 88); the
         # registry swaps in the names its scopes hold, so a tab keeps no copy of its own
-        self._scopes: list[str] = [Scope.route(route.pattern), Scope.session(session_id), GLOBAL]
+        self.scope_names: list[str] = [Scope.route(route.pattern), Scope.session(session_id), GLOBAL]
         #: Where ``c.broadcast()`` goes: ``"tab"`` (this tab only) until ``c.scope()`` says otherwise.
         self.primary_scope = TAB
         self._view_data: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
@@ -230,8 +231,8 @@ class Context:
         self.disconnect_hooks: list[Callable[..., Any]] | tuple[()] = ()
         self.connect_hooks: list[Callable[..., Any]] | tuple[()] = ()
         self._timers: list[TimerHandle] | tuple[()] = ()
-        self._head: list[str] | tuple[()] = ()
-        self._foot: list[str] | tuple[()] = ()
+        self.head_tags: list[str] | tuple[()] = ()
+        self.foot_tags: list[str] | tuple[()] = ()
         self.request = request
         self.cookies_out: list[str] | tuple[()] = ()
         self._batch: list[bytes] | None = None
@@ -291,7 +292,7 @@ class Context:
             existing.reset(initial)
             return existing
         check_name("signal", name, f"page {self.route.pattern!r}")
-        if name in self._actions:
+        if name in self.actions:
             raise DeclarationError(f"signal {name!r} in page {self.route.pattern!r} has an action's name")
         sig: Signal[T] = Signal(name, initial, writable=writable, max_length=max_length)
         self._signals[name] = sig
@@ -305,7 +306,7 @@ class Context:
         state = self.app.scopes.state(concrete)
         new = scope == SESSION and self.request is not None and NEW_SESSION in self.request.state
         sig = state.signal(name, initial, writable=writable, max_length=max_length, new=new)
-        if self._signals.get(name) is not None or self._actions.get(name) is not None:
+        if self._signals.get(name) is not None or self.actions.get(name) is not None:
             raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
         shared = self._shared
         if not isinstance(shared, dict):
@@ -336,8 +337,8 @@ class Context:
         if scope == TAB:
             raise DeclarationError("a tab cannot leave its own TAB scope")
         concrete = resolve(scope, self.route.pattern, self.session_id)
-        if concrete in self._scopes:
-            self._scopes.remove(concrete)
+        if concrete in self.scope_names:
+            self.scope_names.remove(concrete)
         shared = self._shared
         if isinstance(shared, dict):
             for sid in [sid for sid, sig in shared.items() if sig.scope.name == concrete]:
@@ -348,15 +349,15 @@ class Context:
             self.app.scopes.leave(self, concrete)
 
     def _join(self, concrete: str) -> None:
-        if concrete not in self._scopes:
-            self._scopes.append(concrete)
+        if concrete not in self.scope_names:
+            self.scope_names.append(concrete)
         if self.app.contexts.get(self.id) is self:  # a live tab joins now; a new one at registration
             self.app.scopes.join(self, concrete)
 
     @property
     def scopes(self) -> frozenset[str]:
         """The concrete scope names this tab belongs to."""
-        return frozenset(self._scopes)
+        return frozenset(self.scope_names)
 
     def broadcast(self) -> None:
         """Re-render every tab of the primary scope at the next flush (this tab only for TAB)."""
@@ -390,7 +391,7 @@ class Context:
         if action_name in self._signals:
             raise DeclarationError(f"action {action_name!r} in page {self.route.pattern!r} has a signal's name")
         act = Action(action_name, fn, self.app.url_for_action(action_name))
-        self._actions[action_name] = act
+        self.actions[action_name] = act
         return act
 
     def view(
@@ -441,11 +442,11 @@ class Context:
 
     def append_head(self, *markup: str) -> None:
         """Add markup to this page's ``<head>`` (after the app's own ``head`` includes)."""
-        self._head = [*self._head, *markup]
+        self.head_tags = [*self.head_tags, *markup]
 
     def append_foot(self, *markup: str) -> None:
         """Add markup before this page's ``</body>``."""
-        self._foot = [*self._foot, *markup]
+        self.foot_tags = [*self.foot_tags, *markup]
 
     def on_cleanup(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) when the context is destroyed."""
@@ -471,10 +472,6 @@ class Context:
     @property
     def signals(self) -> Mapping[str, Signal[Any]]:
         return self._signals
-
-    @property
-    def actions(self) -> Mapping[str, Action]:
-        return self._actions
 
     @property
     def is_connected(self) -> bool:
@@ -560,7 +557,7 @@ class Context:
 
     def render(self, template: str, data: Mapping[str, Any] | None = None, *, block: str | None = None) -> str:
         """Render a template with this tab's signals and actions injected by name."""
-        ns: dict[str, Any] = {"c": self, **self._signals, **self._actions, **self._components}
+        ns: dict[str, Any] = {"c": self, **self._signals, **self.actions, **self._components}
         for sig in self._shared.values():
             ns[sig.name] = sig
         if data:
@@ -888,7 +885,7 @@ class Context:
         self._signals = {}
         self._shared = _NO_ITEMS
         self._components = _NO_ITEMS
-        self._actions = {}
+        self.actions = {}
         self._view = None
         self._view_data = None
         self._timers = ()

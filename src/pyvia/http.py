@@ -73,6 +73,10 @@ class Headers:
         self._items.append((name, value))
         self._map[name] = value
 
+    def repeats_a_name(self) -> bool:
+        """Whether some name comes more than once (rare: the checks for a repeated field start here)."""
+        return len(self._map) != len(self._items)
+
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._map.get(name, default)
 
@@ -122,8 +126,8 @@ class Request:
     _cookies: dict[str, str] | None = None
     _query: dict[str, str] | None = None
     _content_type: str | None = None
-    #: The app that read this request's session last and what it found (``App._session_of``).
-    _session: tuple[object, str | None] | None = None
+    #: The app that read this request's session last and what it found (``Sessions.of``).
+    session_cache: tuple[object, str | None] | None = None
 
     @property
     def cookies(self) -> dict[str, str]:

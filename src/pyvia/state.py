@@ -9,7 +9,7 @@ atomic; ``increment`` and ``mutate`` keep that promise when state moves to a clu
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from pyvia.errors import UsageError
@@ -51,6 +51,14 @@ class GlobalState(MutableMapping[str, Any]):
     def __delitem__(self, key: str) -> None:
         del self._data[key]
         self.store.delete_global(key)
+
+    def receive(self, key: str, value: Any) -> None:
+        """Hold a value another worker wrote, or the last stop kept: here only, not written back."""
+        self._data[key] = value
+
+    def receive_deletion(self, key: str) -> None:
+        """Drop a key another worker deleted (here only)."""
+        self._data.pop(key, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -103,6 +111,14 @@ class SessionData(MutableMapping[str, Any]):
     def __delitem__(self, key: str) -> None:
         del self._data[key]
         self.store.delete_session_item(self, key)
+
+    def receive(self, values: Mapping[str, Any], *, replace: bool = False) -> None:
+        """Hold what another worker wrote (all of it, ``replace``) or the last stop kept: here
+        only, not written back."""
+        if replace:
+            self._data = dict(values)
+        else:
+            self._data.update(values)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)

@@ -343,8 +343,10 @@ class TestClient:
         """Run the app's background work (async views rendering, spawned tasks) until none is left,
         for at most ``timeout`` seconds of real time; the manual clock does not move."""
         deadline = time.monotonic() + timeout
-        while self.app._tasks and time.monotonic() < deadline:
-            self.loop.run_until_complete(asyncio.wait(list(self.app._tasks), timeout=deadline - time.monotonic()))
+        while self.app.background_tasks and time.monotonic() < deadline:
+            self.loop.run_until_complete(
+                asyncio.wait(list(self.app.background_tasks), timeout=deadline - time.monotonic())
+            )
             self.clock.run_due()
 
     def _settle_renders(self, timeout: float = 5.0) -> None:

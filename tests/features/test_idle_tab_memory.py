@@ -35,11 +35,19 @@ def test_an_idle_tab_shares_its_empty_declarations_and_its_route_and_session_str
     with TestClient(make_app()) as client:
         a, b = client.open("/"), client.open("/")
         ca, cb = a.context, b.context
-        for name in ("cleanup_hooks", "disconnect_hooks", "connect_hooks", "_timers", "_head", "_foot", "cookies_out"):
+        for name in (
+            "cleanup_hooks",
+            "disconnect_hooks",
+            "connect_hooks",
+            "_timers",
+            "head_tags",
+            "foot_tags",
+            "cookies_out",
+        ):
             assert getattr(ca, name) == () and getattr(ca, name) is getattr(cb, name), name
         assert ca._components is cb._components and ca._shared is cb._shared and not ca._components
-        assert all(x is y for x, y in zip(ca._scopes, cb._scopes, strict=True))  # route, session, global
-        assert ca._actions["inc"].url is cb._actions["inc"].url
+        assert all(x is y for x, y in zip(ca.scope_names, cb.scope_names, strict=True))  # route, session, global
+        assert ca.actions["inc"].url is cb.actions["inc"].url
         replay = ca.stream.replay  # the connect event, kept for a reconnect: a list, not a deque
         assert replay is not None and type(replay.frames) is list and len(replay.frames) == 1
 
@@ -50,7 +58,7 @@ def test_what_a_page_declares_is_its_own() -> None:
         one, two = client.open("/hooks"), client.open("/hooks")
         c1, c2 = one.context, two.context
         assert len(c1.connect_hooks) == 1 and len(c1.cleanup_hooks) == 1 and c1.connect_hooks is not c2.connect_hooks
-        assert c1._head == ["<meta name='a'>"] and c1.cookies_out == ()  # sent with the page, then dropped
+        assert c1.head_tags == ["<meta name='a'>"] and c1.cookies_out == ()  # sent with the page, then dropped
         page = client.get("/hooks")
         assert any(k == "set-cookie" and v.startswith("k=v") for k, v in page.headers)
         assert client.open("/").context.connect_hooks == ()  # another tab's hooks did not land in the shared value

@@ -138,7 +138,7 @@ class SharedSessions(Part):
             log.warning("dropped a change of session data that is not JSON")
             return
         if isinstance(value, dict):
-            data._data = value
+            data.receive(value, replace=True)
 
     def settle(self, bucket: str, key: str) -> None:
         held = self.replica.peek(key)
@@ -174,7 +174,7 @@ class SharedSessions(Part):
         if node == self.node or not all(isinstance(key, str) and _SESSION_KEY.match(key) for key in (old, new)):
             return
         if self.app.clock is not None:
-            self.app._rotated_elsewhere(old, new)
+            self.app.rotated_elsewhere(old, new)
 
     def _resync_sessions(self) -> None:
         """The copy was dropped: sessions are read again on their next request."""

@@ -210,7 +210,7 @@ class SharedGlobals(Part):
             value, revision = await self.engine.get(GLOBAL_BUCKET, key)
             self.replica.remember(key, value, revision, notify=False)
             if value is not None:
-                state._data[key] = orjson.loads(value)
+                state.receive(key, orjson.loads(value))
 
     def put_global(self, key: str, value: Any) -> None:
         data = encode(value)
@@ -239,12 +239,12 @@ class SharedGlobals(Part):
     def _global_changed(self, key: str, raw: bytes | None) -> None:
         if self.link.writes.busy(GLOBAL_BUCKET, key):
             return
-        data = self.app.global_state._data
+        state = self.app.global_state
         if raw is None:
-            data.pop(key, None)
+            state.receive_deletion(key)
             return
         try:
-            data[key] = orjson.loads(raw)
+            state.receive(key, orjson.loads(raw))
         except orjson.JSONDecodeError:
             log.warning("dropped a change of global state %s that is not JSON", key)
 

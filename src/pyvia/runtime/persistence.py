@@ -60,10 +60,11 @@ class Persistence:
     async def restore_from_db(self) -> None:
         """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
         global_state, signals, sessions, tabs = await load_state_from_db(self.app.db)
-        self.app.global_state._data.update(global_state)
+        for key, value in global_state.items():
+            self.app.global_state.receive(key, value)
         self.app.scopes.restored.update(signals)
         for sid, data in sessions.items():
-            self.app.sessions.get(sid)._data.update(data)
+            self.app.sessions.get(sid).receive(data)
         self.restore_tabs(tabs)
 
     def restore_file(self) -> None:

@@ -132,7 +132,7 @@ class Registry:
         self.contexts[ctx.id] = ctx
         if ctx.revived:
             self.app.ownership.claim(ctx.id)  # a page view claimed it already
-        scopes = ctx._scopes
+        scopes = ctx.scope_names
         for i, name in enumerate(scopes):
             scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
         move(ctx, Event.REGISTER)
@@ -347,7 +347,7 @@ class Registry:
             self.run_hook(fn, ctx, "cleanup")
         ctx.stream.close()
         self.app.replays.forget(ctx.stream)
-        for name in ctx._scopes:
+        for name in ctx.scope_names:
             self.app.scopes.leave(ctx, name)
         self.app.ownership.release(ctx.id)
         if self.app.config.revival_window > 0:

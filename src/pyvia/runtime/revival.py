@@ -244,11 +244,11 @@ class Revival:
                 return None
         elif grave.deadline < self.app.now():
             return None
-        verified = self.app._ids.verify(ctx_id, session_id)
+        verified = self.app.context_ids.verify(ctx_id, session_id)
         if verified is None and session_id in self.rt.sessions.rotated_from:  # made before a regenerate_session
-            verified = self.app._ids.verify(ctx_id, self.rt.sessions.rotated_from[session_id])
+            verified = self.app.context_ids.verify(ctx_id, self.rt.sessions.rotated_from[session_id])
         if verified is None and (old := self.rt.sessions.rotation_of(session_id)) is not None:  # rotated elsewhere
-            verified = self.app._ids.verify(ctx_id, self.rt.sessions.rotated_from.get(old, old))
+            verified = self.app.context_ids.verify(ctx_id, self.rt.sessions.rotated_from.get(old, old))
             if verified is not None:
                 self.rt.sessions.finish_rotation(old, session_id)
         if verified is None:
@@ -301,7 +301,7 @@ class Revival:
             if restore is not None:
                 ctx.restore_snapshot(*restore)
             ctx.apply_client_signals(signals)
-            for sig in ctx._signals.values():
+            for sig in ctx.signals.values():
                 sig.changed = True
             ctx.revived = True
             self.unbury(ctx_id)

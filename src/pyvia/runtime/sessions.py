@@ -36,7 +36,7 @@ class Sessions:
 
     def of(self, request: Request) -> str | None:
         if not self.rotated:  # no session being rotated: what this app found before holds
-            known = request._session
+            known = request.session_cache
             if known is not None and known[0] is self.app:
                 return known[1]
         value = request.cookies.get(self.app.session_cookie)
@@ -47,7 +47,7 @@ class Sessions:
             if rotated is not None and rotated[1] >= self.app.now():
                 return rotated[0]  # a request already in flight when the session was rotated
             return value
-        request._session = (self.app, value)
+        request.session_cache = (self.app, value)
         return value
 
     def regenerate(self, ctx: Context) -> str:
@@ -83,7 +83,7 @@ class Sessions:
         old_scope, new_scope = Scope.session(old), Scope.session(new)
         for tab in [c for c in self.rt.registry.contexts.values() if c.session_id == old]:
             tab.session_id = new
-            scopes = tab._scopes
+            scopes = tab.scope_names
             if old_scope in scopes:
                 scopes.remove(old_scope)
                 if new_scope not in scopes:
@@ -109,7 +109,7 @@ class Sessions:
             return  # nothing of that session here
         self.app.sessions.forget(old)  # its data moved to the new session in the engine
         for tab in self.rt.registry.contexts.values():
-            scopes = tab._scopes
+            scopes = tab.scope_names
             if old_scope in scopes:
                 scopes.remove(old_scope)
                 if new_scope not in scopes:

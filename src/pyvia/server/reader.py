@@ -275,7 +275,7 @@ class RequestReader:
         raw = self._raw_headers
         self._headers = headers = Headers.from_raw(raw)
         coding = headers.get("transfer-encoding")
-        if len(headers._map) != len(raw):  # a name repeats (rare): one dict size, not a scan
+        if headers.repeats_a_name():  # rare: one dict size, not a scan
             if len(headers.get_all("host")) > 1:
                 raise Reject(400, "more than one Host field")  # RFC 9112 §3.2: MUST answer 400
             codings = headers.get_all("transfer-encoding")

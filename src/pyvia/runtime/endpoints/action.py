@@ -215,7 +215,7 @@ class Actions:
         if ctx.session_id != session_id and not self.rt.sessions.same(ctx, session_id):  # same(): a rotated session
             raise Forbidden("action on another session's tab")
         request.kind = RequestKind.ACTION
-        action = ctx._actions.get(name)
+        action = ctx.actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None

@@ -55,7 +55,7 @@ class Pages:
                 request.state[NEW_SESSION] = True  # its session-scoped signals are new too
         params = request.path_params
         ctx = Context(
-            self.app, self.app._ids.make(route.pattern, params, session_id), route, params, session_id, request
+            self.app, self.app.context_ids.make(route.pattern, params, session_id), route, params, session_id, request
         )
         self.app.ownership.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = bind(route, params, ctx, request)
@@ -97,9 +97,9 @@ class Pages:
             head = bootstrap_head(
                 seed, assets.bundle_url, assets.bundle.integrity, self.app.sse_url, self.app.close_url, nonce=nonce
             )
-            if config.head or ctx._head:
-                head += "\n" + "\n".join([*config.head, *ctx._head])
-            foot = [ctx.route.alert, *config.foot, *ctx._foot]
+            if config.head or ctx.head_tags:
+                head += "\n" + "\n".join([*config.head, *ctx.head_tags])
+            foot = [ctx.route.alert, *config.foot, *ctx.foot_tags]
             if panel:
                 foot.append(panel)
             doc = build_document(content, title=title, head=head, foot="\n".join(foot), lang=config.lang).encode()
@@ -115,7 +115,7 @@ class Pages:
                 self.app.sse_url,
                 self.app.close_url,
             )
-            doc = shell.render(signals_attr(seed), nonce, ctx._head, ctx._foot, content)
+            doc = shell.render(signals_attr(seed), nonce, ctx.head_tags, ctx.foot_tags, content)
         self.rt.registry.register(ctx)
         response = Response(200, [("content-type", "text/html; charset=utf-8")], doc)
         self.app.compression.encode_html(ctx.request, response)
