@@ -134,7 +134,7 @@ class App:
     TypeError naming the closest known option.
     """
 
-    _options: dict[str, Any]  # the options given, set by keyword_options before __init__ runs
+    given_options: dict[str, Any]  # the options given, set by keyword_options before __init__ runs
 
     @keyword_options
     def __init__(
@@ -202,7 +202,7 @@ class App:
         db_busy_timeout: float = 5.0,
     ) -> None:
         # keyword arguments given win over PYVIA_APP__* variables, which win over ./pyvia.toml's [app]
-        settings = load_settings(**self._options)
+        settings = load_settings(**self.given_options)
         self.config = Config.from_options(settings.app_options())
         self.router = Router()
         #: The parts that serve the tabs (pyvia.runtime): the registry, the endpoints, sessions, ...
@@ -361,7 +361,7 @@ class App:
     def rotated_elsewhere(self, old_key: str, new_key: str) -> None:
         self.runtime.sessions.rotated_elsewhere(old_key, new_key)
 
-    def _hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
+    def hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
         return self.runtime.revival.hand_over(ctx_id, session_hash)
 
     @property

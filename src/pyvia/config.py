@@ -269,7 +269,7 @@ def keyword_options(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Co
 
     The signature stays the one written (editors and type checkers see it); at run time an unknown
     keyword is an :class:`UnknownOptionError` naming the closest known one, and the options the
-    caller gave are stored as ``self._options`` before ``init`` runs, so that a keyword given wins
+    caller gave are stored as ``self.given_options`` before ``init`` runs, so that a keyword given wins
     over ``pyvia.toml`` and the environment while one left out does not (even if equal to its default).
     """
     known = frozenset(inspect.signature(init).parameters) - {"self"}
@@ -281,7 +281,7 @@ def keyword_options(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Co
         for name in kwargs:
             if name not in known:
                 raise unknown_option(owner, name, known)
-        object.__setattr__(self, "_options", dict(kwargs))
+        object.__setattr__(self, "given_options", dict(kwargs))
         init(self, *args, **kwargs)
 
     functools.update_wrapper(checked, init)  # inspect.signature(App) shows the options

@@ -26,7 +26,7 @@ __all__ = ["override"]
 _READ_AT_REGISTRATION = frozenset({"error_messages", "error_view"})
 #: What App(...) makes from its options, replaced for the run and put back after it.
 _MADE_FROM_OPTIONS = (
-    "_options",
+    "given_options",
     "config",
     "messages",
     "templates",
@@ -55,7 +55,7 @@ def override(app: App, settings: Mapping[str, Any]) -> Callable[[], None]:
     fixed = sorted(set(settings) & _READ_AT_REGISTRATION)
     if fixed:
         raise ConfigError(f"{', '.join(fixed)}: read when pages are registered, so give it to App(...)")
-    made = type(app)(**{**app._options, **settings})  # checked as App(...) checks them
+    made = type(app)(**{**app.given_options, **settings})  # checked as App(...) checks them
     saved = {name: getattr(app, name) for name in _MADE_FROM_OPTIONS}
     saved_tick = (app.broadcaster.tick, app.broadcaster.settle)
     for name in _MADE_FROM_OPTIONS:

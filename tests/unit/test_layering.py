@@ -100,3 +100,60 @@ def test_the_runtime_imports_neither() -> None:
 def test_the_scan_sees_imports_inside_functions() -> None:
     # App.run's import is inside the method: a scan of module-level imports alone would miss it.
     assert ("pyvia.app", "pyvia.server.runner") in _crossings()
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its functions and classes, what it assigns to
+    ``self``/``cls``, class-level names, slot strings, module-level names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
+            names.add(node.value)  # a slot, or a marker read with getattr
+    return names
+
+
+#: Names of the standard library spelled with an underscore that are its public API.
+STDLIB_UNDERSCORED = {("os", "_exit")}
+
+
+def _foreign_private_reads(source: str) -> list[tuple[int, str]]:
+    """``obj._name`` (``obj`` not ``self``/``cls``) where this module defines no ``_name``."""
+    tree = ast.parse(source)
+    defined = _defined_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            and node.attr not in defined
+            and not (isinstance(node.value, ast.Name) and (node.value.id, node.attr) in STDLIB_UNDERSCORED)
+        ):
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    # What one module needs of another's objects is public there (issue 20: SLF001 across modules).
+    # Within a module, a class may read a private name of another class of the same module.
+    crossings = {
+        f"{path.relative_to(SRC)}:{line} {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        for line, name in _foreign_private_reads(path.read_text(encoding="utf-8"))
+    }
+    assert not crossings, sorted(crossings)
+
+
+def test_the_private_name_scan_sees_a_read_of_another_modules_name() -> None:
+    source = "class A:\n    def f(self, other):\n        self._mine = other._theirs\n        return other._mine\n"
+    assert _foreign_private_reads(source) == [(3, "_theirs")]
