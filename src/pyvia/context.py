@@ -28,7 +28,6 @@ from pyvia.http import Request, format_cookie
 from pyvia.lifecycle import State
 from pyvia.render import VIEW_ID, body_of, is_document
 from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
-from pyvia.session import NEW_SESSION
 from pyvia.signals import Signal, check_name, owned_values
 from pyvia.stream import Stream
 
@@ -304,7 +303,7 @@ class Context:
         check_name("signal", name, f"page {self.route.pattern!r}")
         concrete = resolve(scope, self.route.pattern, self.session_id)
         state = self.app.scopes.state(concrete)
-        new = scope == SESSION and self.request is not None and NEW_SESSION in self.request.state
+        new = scope == SESSION and self.request is not None and self.request.new_session
         sig = state.signal(name, initial, writable=writable, max_length=max_length, new=new)
         if self._signals.get(name) is not None or self.actions.get(name) is not None:
             raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
@@ -515,8 +514,8 @@ class Context:
 
     def files_of(self, field_name: str) -> list[Any]:
         """Every file uploaded under ``field_name`` with the current request (``multiple`` inputs)."""
-        form = self.request.state.get("_form")
-        return list(getattr(form, "all_files", {}).get(field_name, []))
+        form = self.request.form if self.request is not None else None
+        return list(form.all_files.get(field_name, [])) if form is not None else []
 
     def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) each time this tab's stream opens (first connect and reconnects)."""

@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl
+
+if TYPE_CHECKING:
+    from pyvia.forms import Form
 
 __all__ = [
     "STATUS_PHRASES",
@@ -128,6 +131,17 @@ class Request:
     _content_type: str | None = None
     #: The app that read this request's session last and what it found (``Sessions.of``).
     session_cache: tuple[object, str | None] | None = None
+    # What the core works out about the request, once (never in ``state``, which is the user's):
+    #: the Datastar signals its body carried, parsed (``Actions.signals_of``, or another worker's);
+    signals: dict[str, Any] | None = None
+    #: its form, parsed (its uploads are closed once it is answered);
+    form: Form | None = None
+    #: an action's cheap checks before parsing passed (``Actions.refuse_early``);
+    checked: bool = False
+    #: an action sent here by the worker that received it, or sent on: not relayed again;
+    relayed: bool = False
+    #: a page view that began its session (the session-scoped signals are new too).
+    new_session: bool = False
 
     @property
     def cookies(self) -> dict[str, str]:

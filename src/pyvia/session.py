@@ -27,8 +27,6 @@ import orjson
 SESSION_COOKIE = "via_session_id"
 SECURE_SESSION_COOKIE = "__Host-via_session_id"
 SESSION_MAX_AGE = 30 * 24 * 3600
-#: ``request.state`` key set by the page view that made the session: nothing else knows it yet.
-NEW_SESSION = "_new_session"
 #: 32 hex digits of randomness (128 bits), then 32 of their HMAC under the app's secret.
 _SESSION_ID = re.compile(r"[0-9a-f]{64}\Z")
 _NONCE_HEX = 32

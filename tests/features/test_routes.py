@@ -205,3 +205,35 @@ def test_several_files_under_one_field_and_the_per_tab_connect_hook() -> None:
         )
         assert response.status == 200
         assert tab.signals["_names"] == "a.txt:1,b.txt:2"
+
+
+def test_request_state_holds_only_what_middleware_put_there() -> None:
+    # The core keeps what it works out about a request (its parsed signals and form, a new
+    # session, the checks passed) on the request itself: a tab copies request.state as the
+    # middleware's data, and a user who lists it sees their own keys only.
+    app = App()
+    seen: list[dict[str, object]] = []
+
+    @app.middleware
+    def tag(request: Request, call_next):
+        request.state["user"] = "ann"
+        response = call_next(request)
+        seen.append(dict(request.state))
+        return response
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        note = c.signal("", "note", writable=True)
+
+        @c.action
+        def save() -> None:
+            note.value = note.value.upper()
+
+        c.view(lambda: f"<p id='s'>{sorted(c.state_from_middleware)}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")  # the page view that starts the session
+        assert "['user']" in tab.page
+        tab.action("save", note="hi")
+        assert tab.signals["note"] == "HI"
+    assert seen and all(state == {"user": "ann"} for state in seen), seen

@@ -53,8 +53,8 @@ def _forwarded(ctx_id: str, request: Request) -> bytes:
         "c": request.client,
         "s": request.scheme,
     }
-    if "_signals" in request.state and "_form" not in request.state:
-        message["g"] = request.state["_signals"]  # parsed here already: not again there
+    if request.signals is not None and request.form is None:
+        message["g"] = request.signals  # parsed here already: not again there
     return orjson.dumps(message)
 
 
@@ -379,7 +379,7 @@ class Forwarding(Part):
             scheme=message["s"],
         )
         if "g" in message:
-            request.state["_signals"] = message["g"]
+            request.signals = message["g"]
         result = self.app.handle_forwarded(request, message["x"])
         if isinstance(result, Response | StreamResponse):  # a stream: never for an action
             return _reply(result)

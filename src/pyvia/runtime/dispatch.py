@@ -21,7 +21,7 @@ from pyvia.devtools import error_page as dev_error_page
 from pyvia.devtools import server_page as devtools_page
 from pyvia.downloads import DOWNLOAD_PREFIX
 from pyvia.errors import ClientError, Forbidden, MalformedRequest, MethodNotAllowed, NotFound, ServiceError
-from pyvia.forms import Form, request_signals
+from pyvia.forms import request_signals
 from pyvia.http import HandleResult, Request, Response, StreamResponse
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.routing import Middleware, Route
@@ -116,7 +116,7 @@ class Dispatch:
             result, (Response, StreamResponse)
         ):  # type(): the usual answer, cheaper
             self.app.metrics.observe_request(request.kind or "other", result.status)
-            if "_form" in request.state:  # only a form has uploads to close
+            if request.form is not None:  # only a form has uploads to close
                 close_uploads(request)
             return result
         return self.finish(result, request)
@@ -291,8 +291,8 @@ class Dispatch:
 
 def close_uploads(request: Request) -> None:
     """The request is answered: its uploaded files are closed (spooled ones deleted)."""
-    form = request.state.get("_form")
-    if isinstance(form, Form) and form.all_files:
+    form = request.form
+    if form is not None and form.all_files:
         form.close()
 
 

@@ -131,7 +131,7 @@ def context_of(request: Request, app: App) -> Context | None:
     if request.kind not in (RequestKind.ACTION, RequestKind.STREAM):
         return None
     try:
-        signals = request_signals(request, request.state.get("_form"))  # type: ignore[arg-type]  # Form or None
+        signals = request_signals(request, request.form)
     except ClientError:
         return None
     ctx_id = signals.get(protocol.CONTEXT_SIGNAL)

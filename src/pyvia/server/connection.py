@@ -329,7 +329,6 @@ class HttpProtocol(asyncio.Protocol):
             request.transfer = self._transfer
         if self._preface:  # the request another worker passed with this connection
             self._preface = b""
-            request.state["_passed"] = True
         exchange = Exchange(request, keep_alive and not self.draining, http10)
         if self._exchange is not None or self._queue or self.writing_paused:
             queue = self._queue

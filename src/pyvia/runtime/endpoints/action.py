@@ -24,7 +24,7 @@ from pyvia.errors import (
     RateLimited,
     TabGone,
 )
-from pyvia.forms import FORM_TYPES, Form, UploadedFile, check_form, parse_form, request_signals
+from pyvia.forms import FORM_TYPES, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import Request, Response
 from pyvia.lifecycle import State
 from pyvia.runtime.common import PASSED, RequestKind, newest, settle, settled, then
@@ -48,7 +48,7 @@ class Actions:
         a task, to be checked and run there (a proxy's connection carries the actions of many
         browsers, whose tabs live anywhere). None: the dispatch takes it (a tab of this worker, an
         owner not known yet, a connection that moves there instead, a malformed request)."""
-        if request.method != "POST" or "_relayed" in request.state or not self.parses_here(request):
+        if request.method != "POST" or request.relayed or not self.parses_here(request):
             return None
         try:
             ctx_id = self.signals_of(request).get(protocol.CONTEXT_SIGNAL)
@@ -63,7 +63,7 @@ class Actions:
             if answer.done():
                 return  # the client left
             if result is None:  # the tab moved, or its worker is gone: the long way
-                request.state["_relayed"] = True
+                request.relayed = True
                 settle(answer, self.rt.dispatch.handle(request))
                 return
             response = self.rt.dispatch.error_response(result, request) if isinstance(result, Exception) else result
@@ -79,11 +79,7 @@ class Actions:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
         session_id = self.refuse_early(request)
-        if (
-            len(request.body) > forms.INLINE_BYTES
-            and "_signals" not in request.state
-            and forms.parses_off_loop(request)
-        ):
+        if len(request.body) > forms.INLINE_BYTES and request.signals is None and forms.parses_off_loop(request):
             return self.parse_off_loop(request, lambda: self.action(request, name))
         signals = self.signals_of(request)
         sent_id = signals.get(protocol.CONTEXT_SIGNAL)
@@ -129,7 +125,7 @@ class Actions:
         a count of separators): a foreign Origin, no session of this app (403), a form over its
         counts (413). So a flood of forged or oversized posts costs no parsing (issue 21).
         Returns the request's session id."""
-        if "_early" in request.state:
+        if request.checked:
             return self.rt.sessions.of(request)
         self.rt.dispatch.check_origin(request)
         session_id = self.rt.sessions.of(request)
@@ -137,7 +133,7 @@ class Actions:
             raise Forbidden("action without a session of this app")
         if request.content_type in FORM_TYPES:
             check_form(request, self.app.form_limits)
-        request.state["_early"] = True
+        request.checked = True
         return session_id
 
     def parses_here(self, request: Request) -> bool:
@@ -147,7 +143,7 @@ class Actions:
             self.refuse_early(request)
         except ClientError:
             return False  # answered by the dispatch
-        return "_signals" in request.state or not forms.parses_off_loop(request)
+        return request.signals is not None or not forms.parses_off_loop(request)
 
     async def parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
         """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
@@ -172,14 +168,14 @@ class Actions:
             )
 
     def signals_of(self, request: Request) -> dict[str, Any]:
-        """The signals an action carries, parsed once per request (kept in ``request.state``)."""
-        signals = request.state.get("_signals")
+        """The signals an action carries, parsed once per request (kept in ``request.signals``)."""
+        signals = request.signals
         if signals is None:
             form = parse_form(request, self.app.form_limits) if request.content_type in FORM_TYPES else None
             if form is not None:
-                request.state["_form"] = form
-            signals = request.state["_signals"] = request_signals(request, form)
-        return signals  # type: ignore[return-value]  # set here
+                request.form = form
+            signals = request.signals = request_signals(request, form)
+        return signals
 
     async def forward(
         self, request: Request, ctx_id: str, session_id: str | None, signals: dict[str, Any], name: str
@@ -287,9 +283,7 @@ class Actions:
         return response
 
     def form_of(self, request: Request) -> dict[str, str]:
-        form = request.state.get("_form")
-        return form.fields if isinstance(form, Form) else {}
+        return request.form.fields if request.form is not None else {}
 
     def files_of(self, request: Request) -> dict[str, UploadedFile]:
-        form = request.state.get("_form")
-        return form.files if isinstance(form, Form) else {}
+        return request.form.files if request.form is not None else {}

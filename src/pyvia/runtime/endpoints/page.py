@@ -17,7 +17,6 @@ from pyvia.render import bootstrap_head, build_document, is_document, page_shell
 from pyvia.routing import Route
 from pyvia.runtime.binding import bind
 from pyvia.runtime.common import STREAM_DOWN, then
-from pyvia.session import NEW_SESSION
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -52,7 +51,7 @@ class Pages:
         if session_id is None:
             session_id = self.app.session_ids.make()
             if self.app.store.new_session(session_id):
-                request.state[NEW_SESSION] = True  # its session-scoped signals are new too
+                request.new_session = True  # its session-scoped signals are new too
         params = request.path_params
         ctx = Context(
             self.app, self.app.context_ids.make(route.pattern, params, session_id), route, params, session_id, request
