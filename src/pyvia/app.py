@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import socket
 import warnings
@@ -17,11 +16,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from pyvia import protocol
 from pyvia.alerts import alert_markup, messages_for
 from pyvia.assets import Bundle
 from pyvia.broadcast import Broadcaster
-from pyvia.clock import Clock, LoopClock, TimerHandle, until_tick
+from pyvia.clock import Clock, LoopClock
 from pyvia.compress import Compression, default_budget
 from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
 from pyvia.context import Context
@@ -248,11 +246,9 @@ class App:
         self.sessions = SessionStore(self.config.max_sessions)
         self.connect_hooks: list[Callable[..., Any]] = []
         self.disconnect_hooks: list[Callable[..., Any]] = []
-        self._on_start: list[Callable[..., Any]] = []
-        self._on_stop: list[Callable[..., Any]] = []
+        self.start_hooks: list[Callable[..., Any]] = []
+        self.stop_hooks: list[Callable[..., Any]] = []
         self.error_hooks: list[Callable[..., Any]] = []
-        self._app_intervals: list[tuple[Callable[..., Any], float, bool]] = []
-        self._app_timers: list[TimerHandle] = []
         #: Prometheus metrics of this app (``/metrics``); the hot paths count into pre-bound children.
         self.metrics = PyviaMetrics()
         self.outflow = Outflow(self.metrics)
@@ -596,12 +592,12 @@ class App:
 
     def on_start(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn()`` (or ``async fn()``) when the server starts."""
-        self._on_start.append(fn)
+        self.start_hooks.append(fn)
         return fn
 
     def on_stop(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn()`` (or ``async fn()``) when the server stops."""
-        self._on_stop.append(fn)
+        self.stop_hooks.append(fn)
         return fn
 
     def on_error(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -625,30 +621,8 @@ class App:
         period = seconds_of("set_interval", seconds, ms, "ms")
         if period <= 0:
             raise DeclarationError(f"set_interval needs a positive period, got {period} s")
-        self._app_intervals.append((fn, period, every_worker))
-        if self.clock is not None:
-            self._arm_app_interval(fn, period, every_worker)
+        self.runtime.serving.add_interval(fn, period, every_worker)
         return fn
-
-    def _arm_app_interval(self, fn: Callable[..., Any], period: float, every_worker: bool = False) -> None:
-        clock = self.clock
-        assert clock is not None
-        slot = len(self._app_timers)
-        self._app_timers.append(clock.call_later(period, lambda: None))
-
-        def tick() -> None:
-            try:
-                elsewhere = not every_worker and not self.ownership.is_timer_leader
-                result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
-                if inspect.isawaitable(result):
-                    self.spawn(result, None, "timer")
-            except Exception as exc:
-                self.runtime.reporting.report(exc, None, "timer")
-            if self.clock is not None and slot < len(self._app_timers):
-                self._app_timers[slot] = clock.call_later(period, tick)
-
-        self._app_timers[slot].cancel()
-        self._app_timers[slot] = clock.call_later(period, tick)
 
     # --- serving ---------------------------------------------------------------------------------
 
@@ -699,33 +673,7 @@ class App:
     def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
         app's tasks (``startup``'s running loop; a test client's own)."""
-        self.clock = clock
-        if loop is not None:
-            self.loop = loop
-        self.started_at = clock.now()
-        self.limiter.reset()  # its times came from the previous clock
-        self.broadcaster.reset()  # its times came from the previous clock
-        for _, mounted in self.mounts:
-            mounted.raise_server_exceptions = self.raise_server_exceptions
-            mounted.start(clock)
-        self.draining = False
-        self.metrics.start_monitors(clock)
-        self.runtime.assets.start()  # a missing bundle fails at start, not on a page
-        self.db.open()  # a SQLite file that cannot be opened fails at start
-        if self.config.persist_path is not None:
-            self.runtime.persistence.restore_file()
-        self.runtime.registry.sweep_handle = clock.call_later(
-            until_tick(clock.now(), self.config.sweep_interval), self.runtime.registry.sweep
-        )
-        for fn, period, every_worker in self._app_intervals:
-            self._arm_app_interval(fn, period, every_worker)
-        for fn in self._on_start:
-            try:
-                result = fn()
-                if inspect.isawaitable(result):
-                    self.spawn(result, None, "start")
-            except Exception as exc:
-                self.runtime.reporting.report(exc, None, "start")
+        self.runtime.serving.start(clock, loop)
 
     async def shutdown(
         self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
@@ -736,54 +684,7 @@ class App:
         streams end; ``spread`` ends them over that many seconds, in random order, so the tabs of a
         replaced worker reconnect staggered rather than all in the same second.
         """
-        self.draining = True
-        self.ownership.stop_taking_connections()  # they would not be told to close after their answer
-        self.metrics.stop_monitors()
-        if self.clock is not None:
-            moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
-            now = self.clock.now()
-            # their streams end soon: meanwhile actions carry the snapshot
-            for ctx in self.runtime.registry.connected.values():
-                ctx.stream.send(moving, None, now)
-        for _, mounted in self.mounts:
-            await mounted.shutdown(budget)
-        if self.runtime.registry.sweep_handle is not None:
-            self.runtime.registry.sweep_handle.cancel()
-            self.runtime.registry.sweep_handle = None
-        self.broadcaster.flush(force=True)
-        self.broadcaster.cancel()
-        if self.config.persist_path is not None:
-            self.runtime.persistence.save_file()
-        for timer in self._app_timers:
-            timer.cancel()
-        self._app_timers = []
-        for fn in self._on_stop:
-            try:
-                result = fn()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                self.runtime.reporting.report(exc, None, "stop")
-        if self.runtime.persistence.in_db:
-            try:
-                await self.runtime.persistence.save_to_db()
-            except Exception as exc:  # the stop goes on: the previous saved state stays
-                self.runtime.reporting.report(exc, None, "stop", reraise=False)
-        await self.db.close()  # after the stop hooks, which may still write
-        if saved is not None:
-            saved()
-        await self.runtime.registry.end_streams(spread)
-        for closable in (self.runtime.assets.static, self.runtime.assets.bundle_asset):
-            if closable is not None:
-                closable.close()
-        # A cluster's store stays attached, stopped: a request still answered after this fails on
-        # the closed engine (503) instead of changing shared state here alone and answering 200.
-        await self.store.stop()
-        if self.runtime.assets.executor is not None:
-            self.runtime.assets.executor.shutdown(wait=False, cancel_futures=True)
-            self.runtime.assets.executor = None
-        self.runtime.assets.static = None
-        self.runtime.assets.bundle_asset = None
+        await self.runtime.serving.shutdown(budget, spread=spread, saved=saved)
 
     def run(self, host: str = "127.0.0.1", port: int = 3000, **server_options: Any) -> None:
         """Serve the app on the native server until SIGINT/SIGTERM.

@@ -18,6 +18,7 @@ from pyvia.runtime.persistence import Persistence
 from pyvia.runtime.registry import Registry
 from pyvia.runtime.reporting import Reporting
 from pyvia.runtime.revival import Revival
+from pyvia.runtime.serving import Serving
 from pyvia.runtime.sessions import Sessions
 
 if typing.TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Runtime:
         "registry",
         "reporting",
         "revival",
+        "serving",
         "sessions",
         "streams",
     )
@@ -55,3 +57,4 @@ class Runtime:
         self.actions = Actions(app, self)
         self.assets = Assets(app, self)
         self.beacon = Beacon(app, self)
+        self.serving = Serving(app, self)

@@ -1,0 +1,156 @@
+"""Start and stop of an App's runtime: its timers armed on a clock, its stores opened and restored,
+its hooks run; and, on a stop, its tabs told, its state saved and its streams ended in order.
+
+``App.startup``/``App.start``/``App.shutdown`` are the front ends' calls; they come here. The
+order of a stop is a rule: tabs are told their stream ends (actions then carry their snapshot)
+before anything stops, the shared state is saved and the stop hooks run before the database
+closes, and the streams end last, after ``saved``, so a replaced worker's tabs reconnect to a
+server that already has what this one kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyvia import protocol
+from pyvia.clock import Clock, TimerHandle, until_tick
+
+if TYPE_CHECKING:
+    from pyvia.app import App
+    from pyvia.runtime import Runtime
+
+__all__ = ["Serving"]
+
+
+class Serving:
+    """The app's timers, and the steps of its start and its stop."""
+
+    def __init__(self, app: App, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+        #: ``app.set_interval`` declarations: (fn, period, every_worker), armed at each start.
+        self.intervals: list[tuple[Callable[..., Any], float, bool]] = []
+        self.timers: list[TimerHandle] = []
+
+    def add_interval(self, fn: Callable[..., Any], period: float, every_worker: bool) -> None:
+        """Declare an app timer; armed now if the app runs, and at every start."""
+        self.intervals.append((fn, period, every_worker))
+        if self.app.clock is not None:
+            self.arm(fn, period, every_worker)
+
+    def arm(self, fn: Callable[..., Any], period: float, every_worker: bool = False) -> None:
+        """Arm app timer ``fn`` every ``period`` s on the app's clock (on the timer-lease holder
+        alone, unless ``every_worker``)."""
+        app, rt = self.app, self.rt
+        clock = app.clock
+        assert clock is not None
+        slot = len(self.timers)
+        self.timers.append(clock.call_later(period, lambda: None))
+
+        def tick() -> None:
+            try:
+                elsewhere = not every_worker and not app.ownership.is_timer_leader
+                result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
+                if inspect.isawaitable(result):
+                    app.spawn(result, None, "timer")
+            except Exception as exc:
+                rt.reporting.report(exc, None, "timer")
+            if app.clock is not None and slot < len(self.timers):
+                self.timers[slot] = clock.call_later(period, tick)
+
+        self.timers[slot].cancel()
+        self.timers[slot] = clock.call_later(period, tick)
+
+    def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
+        app's tasks (``startup``'s running loop; a test client's own)."""
+        app, rt = self.app, self.rt
+        app.clock = clock
+        if loop is not None:
+            app.loop = loop
+        app.started_at = clock.now()
+        app.limiter.reset()  # its times came from the previous clock
+        app.broadcaster.reset()  # its times came from the previous clock
+        for _, mounted in app.mounts:
+            mounted.raise_server_exceptions = app.raise_server_exceptions
+            mounted.start(clock)
+        app.draining = False
+        app.metrics.start_monitors(clock)
+        rt.assets.start()  # a missing bundle fails at start, not on a page
+        app.db.open()  # a SQLite file that cannot be opened fails at start
+        if app.config.persist_path is not None:
+            rt.persistence.restore_file()
+        rt.registry.sweep_handle = clock.call_later(
+            until_tick(clock.now(), app.config.sweep_interval), rt.registry.sweep
+        )
+        for fn, period, every_worker in self.intervals:
+            self.arm(fn, period, every_worker)
+        for fn in app.start_hooks:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    app.spawn(result, None, "start")
+            except Exception as exc:
+                rt.reporting.report(exc, None, "start")
+
+    async def shutdown(
+        self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
+    ) -> None:
+        """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers.
+
+        ``saved`` is called once the shared state is persisted and the stop hooks ran, before the
+        streams end; ``spread`` ends them over that many seconds, in random order, so the tabs of a
+        replaced worker reconnect staggered rather than all in the same second.
+        """
+        app, rt = self.app, self.rt
+        app.draining = True
+        app.ownership.stop_taking_connections()  # they would not be told to close after their answer
+        app.metrics.stop_monitors()
+        if app.clock is not None:
+            moving = protocol.patch_signals({protocol.FILTER_SIGNAL: protocol.FILTER_DOWN})
+            now = app.clock.now()
+            # their streams end soon: meanwhile actions carry the snapshot
+            for ctx in rt.registry.connected.values():
+                ctx.stream.send(moving, None, now)
+        for _, mounted in app.mounts:
+            await mounted.shutdown(budget)
+        if rt.registry.sweep_handle is not None:
+            rt.registry.sweep_handle.cancel()
+            rt.registry.sweep_handle = None
+        app.broadcaster.flush(force=True)
+        app.broadcaster.cancel()
+        if app.config.persist_path is not None:
+            rt.persistence.save_file()
+        for timer in self.timers:
+            timer.cancel()
+        self.timers = []
+        for fn in app.stop_hooks:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                rt.reporting.report(exc, None, "stop")
+        if rt.persistence.in_db:
+            try:
+                await rt.persistence.save_to_db()
+            except Exception as exc:  # the stop goes on: the previous saved state stays
+                rt.reporting.report(exc, None, "stop", reraise=False)
+        await app.db.close()  # after the stop hooks, which may still write
+        if saved is not None:
+            saved()
+        await rt.registry.end_streams(spread)
+        for closable in (rt.assets.static, rt.assets.bundle_asset):
+            if closable is not None:
+                closable.close()
+        # A cluster's store stays attached, stopped: a request still answered after this fails on
+        # the closed engine (503) instead of changing shared state here alone and answering 200.
+        await app.store.stop()
+        if rt.assets.executor is not None:
+            rt.assets.executor.shutdown(wait=False, cancel_futures=True)
+            rt.assets.executor = None
+        rt.assets.static = None
+        rt.assets.bundle_asset = None
