@@ -65,8 +65,7 @@ class Serving:
         self.timers[slot] = clock.call_later(period, tick)
 
     def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
-        app's tasks (``startup``'s running loop; a test client's own)."""
+        """The steps of a start on ``clock``, ``loop`` running the tasks (``App.start``)."""
         app, rt = self.app, self.rt
         app.clock = clock
         if loop is not None:
@@ -99,12 +98,8 @@ class Serving:
     async def shutdown(
         self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
     ) -> None:
-        """Ask every tab to reconnect (its stream is ended; the page reopens it) and stop timers.
-
-        ``saved`` is called once the shared state is persisted and the stop hooks ran, before the
-        streams end; ``spread`` ends them over that many seconds, in random order, so the tabs of a
-        replaced worker reconnect staggered rather than all in the same second.
-        """
+        """The steps of a stop, in the module docstring's order (``App.shutdown`` says what
+        ``spread`` and ``saved`` are)."""
         app, rt = self.app, self.rt
         app.draining = True
         app.ownership.stop_taking_connections()  # they would not be told to close after their answer
