@@ -79,9 +79,8 @@ class Actions:
         if request.method != "POST":
             raise MethodNotAllowed(headers=[("allow", "POST")])
         session_id = self.refuse_early(request)
-        if (
-            len(request.body) > forms.INLINE_BYTES and request.signals is None and forms.parses_off_loop(request)
-        ):  # the size first: no call for a small body
+        big = len(request.body) > forms.INLINE_BYTES  # checked first: a small body costs no call here
+        if big and request.signals is None and forms.parses_off_loop(request):
             return self.parse_off_loop(request, lambda: self.action(request, name))
         signals = self.signals_of(request)
         sent_id = signals.get(protocol.CONTEXT_SIGNAL)
