@@ -37,9 +37,9 @@ __all__ = [
     "FormLimits",
     "UploadedFile",
     "check_form",
-    "executor",
     "parse_form",
     "parses_off_loop",
+    "parsing_threads",
     "request_signals",
 ]
 
@@ -191,16 +191,11 @@ def check_form(request: Request, limits: FormLimits = DEFAULT_LIMITS) -> None:
             )
 
 
-_executor: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
-
-
-def executor() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that parse big forms: two, so a burst of uploads queues rather than piling up
-    copies of bodies in memory (made per process: a forked worker gets its own)."""
-    global _executor
-    if _executor is None or _executor[0] != os.getpid():
-        _executor = (os.getpid(), concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pyvia-forms"))
-    return _executor[1]
+def parsing_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """New threads to parse big forms on: two, so a burst of uploads queues rather than piling up
+    copies of bodies in memory (an app makes them when it first needs them, and ends them when
+    it stops)."""
+    return concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="pyvia-forms")
 
 
 def parses_off_loop(request: Request) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -237,3 +238,41 @@ def test_request_state_holds_only_what_middleware_put_there() -> None:
         tab.action("save", note="hi")
         assert tab.signals["note"] == "HI"
     assert seen and all(state == {"user": "ann"} for state in seen), seen
+
+
+def test_a_big_form_is_parsed_on_the_apps_own_threads_which_end_when_it_stops() -> None:
+    # A form over 64 KB is parsed off the loop, on threads the app makes when it first needs
+    # them and ends at its stop: no process-wide pool outlives the app (or is shared by two).
+    import threading
+
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        note = c.signal("", "note", writable=True, max_length=200_000)
+
+        @c.action
+        def save() -> None:
+            note.value = f"{len(note.value)} characters"
+
+        c.view(lambda: f"<p id='n'>{note.value}</p>")
+
+    def form_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("pyvia-forms") and t.is_alive()]
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        body = f"via_ctx={tab.id}&note=".encode() + b"x" * 100_000
+        response = client.post(
+            "/_action/save",
+            body=body,
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert response.status == 200, response.body
+        assert app.runtime.actions.parsing is not None and form_threads()
+        assert tab.signals["note"] == "100000 characters"
+    assert app.runtime.actions.parsing is None
+    deadline = time.monotonic() + 5
+    while form_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not form_threads()

@@ -144,6 +144,9 @@ class Serving:
         # A cluster's store stays attached, stopped: a request still answered after this fails on
         # the closed engine (503) instead of changing shared state here alone and answering 200.
         await app.store.stop()
+        if rt.actions.parsing is not None:
+            rt.actions.parsing.shutdown(wait=False, cancel_futures=True)
+            rt.actions.parsing = None
         if rt.assets.executor is not None:
             rt.assets.executor.shutdown(wait=False, cancel_futures=True)
             rt.assets.executor = None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 import time
@@ -42,6 +43,8 @@ class Actions:
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
+        #: The threads big forms are parsed on, made with the first one (ended when the app stops).
+        self.parsing: concurrent.futures.ThreadPoolExecutor | None = None
 
     def relay(self, request: Request) -> asyncio.Future[Response] | None:
         """An action for a tab another worker holds, when this one knows which: sent there without
@@ -148,8 +151,9 @@ class Actions:
 
     async def parse_off_loop(self, request: Request, then: Callable[[], Any]) -> Any:
         """Parse a big form on a worker thread, so the loop goes on serving the other tabs."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(forms.executor(), self.signals_of, request)
+        if self.parsing is None:
+            self.parsing = forms.parsing_threads()
+        await asyncio.get_running_loop().run_in_executor(self.parsing, self.signals_of, request)
         return await settled(then())
 
     def check(self, request: Request) -> None:
