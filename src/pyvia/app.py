@@ -8,33 +8,28 @@ is the one entry point every front end calls (:mod:`pyvia.runtime.dispatch`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import warnings
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pyvia.alerts import alert_markup, messages_for
-from pyvia.assets import Bundle
+from pyvia.app_shared import AppShared
 from pyvia.broadcast import Broadcaster
 from pyvia.clock import Clock, LoopClock
 from pyvia.compress import Compression, default_budget
 from pyvia.config import NO_EXTRA, Config, FilePath, keyword_options, seconds_of
-from pyvia.context import Context
 from pyvia.db import Database, NoDatabase, connect
 from pyvia.devtools import DevLog
 from pyvia.downloads import Downloads
 from pyvia.errors import (
     ConfigError,
     DeclarationError,
-    PyviaDeprecationWarning,
     RouteError,
 )
-from pyvia.forms import FormLimits, UploadedFile
-from pyvia.http import HandleResult, Request
-from pyvia.lifecycle import State
+from pyvia.forms import FormLimits
+from pyvia.http import Request
 from pyvia.ops.metrics import PyviaMetrics
 from pyvia.ops.settings import load_settings
 from pyvia.render import Templates
@@ -48,18 +43,10 @@ from pyvia.runtime.common import (
     CLOSE_PATH,
     SSE_PATH,
 )
+from pyvia.runtime.host import Host
 from pyvia.runtime.ownership import LOCAL_OWNERSHIP, Ownership
-from pyvia.runtime.registry import Interval
-from pyvia.runtime.revival import Grave
 from pyvia.scopes import (
-    GLOBAL,
-    ROUTE,
-    SESSION,
-    TAB,
     ScopeRegistry,
-    SharedSignal,
-    check_broadcast_target,
-    check_custom,
 )
 from pyvia.security import RateLimiter, TrustedProxies
 from pyvia.session import (
@@ -70,10 +57,8 @@ from pyvia.session import (
     load_secret,
 )
 from pyvia.sharing import LOCAL_STORE, SharedStore
-from pyvia.signals import check_name
 from pyvia.snapshot import Snapshots
-from pyvia.state import GlobalState, SessionData, SessionStore
-from pyvia.static import Asset, StaticFiles
+from pyvia.state import GlobalState, SessionStore
 from pyvia.stream import Outflow
 
 log = logging.getLogger("pyvia")
@@ -124,7 +109,7 @@ class RouteGroup:
         return None
 
 
-class App:
+class App(AppShared, Host):
     """A pyvia application: ``app = App(title="Counter")``, then ``@app.page("/")``.
 
     Options are the fields of :class:`pyvia.config.Config` (each documented there) and the ``[db]``
@@ -274,111 +259,12 @@ class App:
         #: Re-raise exceptions from user code instead of answering 500 (the test client sets it).
         self.raise_server_exceptions = False
         #: Where tabs are (pyvia.runtime.ownership) and where shared values live (pyvia.sharing): this
-        #: process alone until ``use_engine`` plugs in the cluster's link, which is both.
+        #: process alone until ``share_through`` plugs in the cluster's link, which is both.
         self.ownership: Ownership = LOCAL_OWNERSHIP
         self.store: SharedStore = LOCAL_STORE
         #: Set by the native server (plain HTTP): ``adopt_connection(sock, request_bytes)`` serves a
         #: connection another worker of this machine passed (pyvia.cluster.passing).
         self.adopt_connection: Callable[[socket.socket, bytes], None] | None = None
-
-    # --- the runtime's state, as the App has always shown it --------------------------------------
-
-    @property
-    def contexts(self) -> dict[str, Context]:
-        """Every live tab of this worker, by context id."""
-        return self.runtime.registry.contexts
-
-    @property
-    def connected(self) -> dict[str, Context]:
-        """The tabs of this worker whose stream is open, by context id."""
-        return self.runtime.registry.connected
-
-    @property
-    def waiting(self) -> dict[str, Context]:
-        """The page contexts of this worker still waiting for their stream, by context id."""
-        return self.runtime.registry.waiting
-
-    @property
-    def evicted_waiting(self) -> int:
-        """Page contexts destroyed unconnected because more than ``max_waiting_contexts`` waited."""
-        return self.runtime.registry.evicted_waiting
-
-    def destroy(self, ctx: Context) -> None:
-        """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
-        self.runtime.registry.destroy(ctx)
-
-    def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:
-        return self.runtime.registry.arm_interval(ctx, fn, period)
-
-    def handle(self, request: Request) -> HandleResult:
-        """Answer one request (:mod:`pyvia.runtime.dispatch`): a Response, a StreamResponse, or an
-        awaitable of one when user code is asynchronous."""
-        return self.runtime.dispatch.handle(request)
-
-    def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
-        """An action for tab ``ctx_id`` of this worker that another worker received: checked
-        (origin, rate limit) and run here without dispatching it again."""
-        return self.runtime.dispatch.handle_forwarded(request, ctx_id)
-
-    @property
-    def bundle(self) -> Bundle:
-        """The Datastar bundle the pages load (read at the first use)."""
-        return self.runtime.assets.bundle
-
-    @property
-    def static(self) -> StaticFiles | None:
-        """The files of ``static_dir``, once started."""
-        return self.runtime.assets.static
-
-    @property
-    def _bundle_url(self) -> str:
-        return self.runtime.assets.bundle_url
-
-    @property
-    def _bundle_asset(self) -> Asset | None:
-        return self.runtime.assets.bundle_asset
-
-    @property
-    def errors(self) -> int:
-        """Errors from user code so far (each reported once, to the log and the on_error observers)."""
-        return self.runtime.reporting.errors
-
-    def report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
-        self.runtime.reporting.report(exc, ctx, phase, reraise=reraise)
-
-    def regenerate_session(self, ctx: Context) -> str:
-        """Give ``ctx``'s browser a new session id (at login or logout); return it.
-
-        Every live tab of the old session moves to the new one, with its session data and session
-        scope; the old cookie is still honoured for 2 s so requests already in flight succeed.
-        """
-        return self.runtime.sessions.regenerate(ctx)
-
-    def rotated_elsewhere(self, old_key: str, new_key: str) -> None:
-        self.runtime.sessions.rotated_elsewhere(old_key, new_key)
-
-    def hand_over(self, ctx_id: str, session_hash: str) -> dict[str, Any] | None:
-        return self.runtime.revival.hand_over(ctx_id, session_hash)
-
-    @property
-    def _graveyard(self) -> OrderedDict[str, Grave]:
-        return self.runtime.revival.graveyard
-
-    @property
-    def persists_in_db(self) -> bool:
-        """Shared state is kept in the app's database across graceful restarts: ``persist_in_db``
-        is on and no engine holds the state (one worker)."""
-        return self.runtime.persistence.in_db
-
-    async def restore_from_db(self) -> None:
-        """Read back what the last graceful stop kept in the database (``startup`` calls it)."""
-        await self.runtime.persistence.restore_from_db()
-
-    def form_of(self, request: Request) -> dict[str, str]:
-        return self.runtime.actions.form_of(request)
-
-    def files_of(self, request: Request) -> dict[str, UploadedFile]:
-        return self.runtime.actions.files_of(request)
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -484,81 +370,6 @@ class App:
         """An absolute URL path for ``path`` under the app's ``base_path`` (``/x`` → ``/live/x``)."""
         return self.url_base + path.lstrip("/")
 
-    # --- shared state and broadcasting -------------------------------------------------------------
-
-    def broadcast(self, scope: str) -> None:
-        """Mark a scope (``"global"``, ``"route:/chat"``, ``"room:lobby"``, ``"room:*"``) for the next flush
-        (on every worker and node)."""
-        check_broadcast_target(scope)
-        for state in self.scopes.matching(scope):
-            self.broadcaster.mark(state)
-        self.store.broadcast(scope)
-
-    def flush_broadcasts(self) -> int:
-        """Send every marked scope now, ignoring the tick and throttles; return the tabs written
-        (mounted apps included)."""
-        return self.broadcaster.flush(force=True) + sum(m.flush_broadcasts() for _, m in self.mounts)
-
-    def broadcast_throttle(
-        self, scope: str, seconds: float | None = None, *, min_interval_ms: float | None = None
-    ) -> None:
-        """Render ``scope`` (a name or ``*`` pattern) at most once every ``seconds``; the last state
-        always goes out. ``min_interval_ms=`` is the deprecated spelling in milliseconds."""
-        seconds = seconds_of("broadcast_throttle", seconds, min_interval_ms, "min_interval_ms")
-        if scope in (TAB, ROUTE, SESSION):
-            raise DeclarationError(f"broadcast_throttle needs a concrete scope or pattern, not {scope!r}")
-        check_broadcast_target(scope)
-        self.broadcaster.throttle(scope, seconds)
-
-    def signal(
-        self, initial: Any, name: str, *, scope: str, writable: bool = False, max_length: int | None = None
-    ) -> SharedSignal[Any]:
-        """A shared signal reached from outside any tab (timers, background tasks), like ``c.signal``.
-
-        ``scope`` is concrete: ``"global"``, ``"route:/path"``, ``"room:lobby"``. The scope is kept
-        even without members while the app holds it this way. Server-owned unless ``writable``,
-        as every signal; a page declaring it must declare it the same way.
-        """
-        if scope in (TAB, ROUTE, SESSION):
-            raise DeclarationError(f"app.signal needs a concrete scope, not {scope!r}")
-        if not scope.startswith(("route:", "session:")) and scope != GLOBAL:
-            check_custom(scope)
-        check_name("signal", name, f"scope {scope!r}")
-        state = self.scopes.state(scope)
-        state.kept = True
-        return state.signal(name, initial, writable=writable, max_length=max_length)
-
-    def session_data(self, session_id: str) -> SessionData:
-        return self.sessions.get(session_id)
-
-    def local_clients(self, scope: str = GLOBAL) -> list[Context]:
-        """This worker's tabs with an open stream in ``scope`` (a concrete name or a ``*`` pattern).
-
-        With several workers or nodes the others' tabs are objects in other processes: count
-        them with :meth:`count_clients`, which covers every worker."""
-        seen: dict[str, Context] = {}
-        for state in self.scopes.matching(scope):
-            for ctx in state.members.values():
-                if ctx.state is State.CONNECTED:
-                    seen[ctx.id] = ctx
-        return list(seen.values())
-
-    def clients(self, scope: str = GLOBAL) -> list[Context]:
-        """Renamed :meth:`local_clients` (it lists this worker's tabs only); goes in 0.2."""
-        warnings.warn(
-            "app.clients() lists this worker's tabs only and is now app.local_clients(); "
-            "app.count_clients() counts the tabs of every worker",
-            PyviaDeprecationWarning,
-            stacklevel=2,
-        )
-        return self.local_clients(scope)
-
-    def count_clients(self, scope: str = GLOBAL) -> int:
-        """Tabs with an open stream in ``scope``, on every worker and node (:meth:`local_clients`
-        lists this worker's). The other workers' counts are as they last told them (within 250 ms)."""
-        local = len(self.local_clients(scope))
-        return local + self.ownership.remote_count(scope)
-
     # --- hooks -----------------------------------------------------------------------------------
 
     # Hooks are named after their event, on the App (every tab) as on a Context (one tab):
@@ -627,16 +438,11 @@ class App:
     # --- serving ---------------------------------------------------------------------------------
 
     async def startup(self) -> None:
-        """Called by the front end inside the running loop before it serves."""
+        """Called by the front end inside the running loop before it serves (after attaching the
+        engine, when there is one: :func:`pyvia.cluster.join_from_env`)."""
         import gc
-        import os
-
-        from pyvia.cluster import ENGINE_URL_ENV, create_engine
 
         self.loop = asyncio.get_running_loop()
-        url = os.environ.get(ENGINE_URL_ENV)
-        if url and not url.startswith("memory:") and (not self.store.shared or self.store.is_stopped):
-            await self.use_engine(create_engine(url, prefix=self.config.engine_prefix))
         self.start(LoopClock(self.loop))
         if self.runtime.persistence.in_db:
             try:
@@ -650,25 +456,16 @@ class App:
             gc.freeze()  # modules, routes, templates: nothing the collector needs to walk again
             gc.set_threshold(*self.config.gc_thresholds)
 
-    async def use_engine(self, engine: Any) -> None:
-        """Share scoped signals, global state, broadcasts and tabs with other workers through ``engine``
-        (a :class:`pyvia.cluster.Engine`, not yet connected). ``startup`` does it when
-        ``PYVIA_ENGINE_URL`` is set, as ``pyvia run --workers N`` does."""
-        from pyvia.cluster import attach
-
-        link = await attach(self, engine)
-        self.ownership = self.store = link
-        self.scopes.store = self.global_state.store = self.sessions.store = link
+    def share_through(self, ownership: Ownership, store: SharedStore) -> None:
+        """Plug in where tabs are and where shared values live, in place of this process alone:
+        the cluster's link is both (:func:`pyvia.cluster.attach`)."""
+        self.ownership = ownership
+        self.store = self.scopes.store = self.global_state.store = self.sessions.store = store
 
     @property
     def engine(self) -> Any:
         """The cluster engine (``/_health`` reports it), or None with one worker."""
         return self.store.engine
-
-    @property
-    def is_running(self) -> bool:
-        """Whether the app was started and not stopped since (its sweep is armed)."""
-        return self.runtime.registry.sweep_handle is not None
 
     def start(self, clock: Clock, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Start timers on ``clock`` (``startup`` does this with the loop's clock); ``loop`` runs the
@@ -697,40 +494,3 @@ class App:
         from pyvia.server.runner import run
 
         run(self, host=host, port=port, **serve_options(server_options, trusted_proxies=self.config.trusted_proxies))
-
-    # --- what requests and tabs ask of the App (the host) -----------------------------------------
-
-    def session_id(self, request: Request) -> str | None:
-        """The browser session of ``request`` (for middleware: ``app.session_data(app.session_id(r))``)."""
-        return self.runtime.sessions.of(request)
-
-    def now(self) -> float:
-        """The app clock's time in seconds (monotonic; a manual clock under pyvia.testing)."""
-        if self.clock is None:
-            raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
-        return self.clock.now()
-
-    def spawn(self, awaitable: Awaitable[Any], ctx: Context | None = None, phase: str = "task") -> None:
-        """Run a coroutine in the background; its errors are reported (against ``ctx`` and
-        ``phase``, when a tab's code runs it), never fatal."""
-
-        async def guarded() -> None:
-            try:
-                await awaitable
-            except Exception as exc:
-                with contextlib.suppress(Exception):  # nothing above a background task to raise to
-                    self.runtime.reporting.report(exc, ctx, phase)
-
-        task = self.create_task(guarded())
-        self.background_tasks.add(task)
-        task.add_done_callback(self.background_tasks.discard)
-
-    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """A task on the app's loop (the one it was started on), even from a callback outside it."""
-        if self.loop is not None:
-            return self.loop.create_task(coro)
-        return asyncio.ensure_future(coro)
-
-    def client_address(self, request: Request) -> str:
-        """The client's address: the peer's, or what a trusted proxy says it is."""
-        return self.proxies.client_address(request)

@@ -455,7 +455,7 @@ class Context(TabOutput):
         period = seconds_of("set_interval", seconds, ms, "ms")
         if period <= 0:
             raise DeclarationError(f"set_interval needs a positive period, got {period} s")
-        return self.app.arm_interval(self, fn, period)
+        return self.app.runtime.registry.arm_interval(self, fn, period)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -493,7 +493,7 @@ class Context(TabOutput):
 
     def input(self, name: str, default: Any = None) -> Any:
         """A form field or query parameter of the current request (form fields win)."""
-        form = self.app.form_of(self.request)
+        form = self.app.runtime.actions.form_of(self.request)
         if name in form:
             return form[name]
         return self.request.query.get(name, default)
@@ -501,7 +501,7 @@ class Context(TabOutput):
     @property
     def files(self) -> dict[str, Any]:
         """Files uploaded with the current request (multipart), by field name (the last of each)."""
-        return self.app.files_of(self.request)
+        return self.app.runtime.actions.files_of(self.request)
 
     def files_of(self, field_name: str) -> list[Any]:
         """Every file uploaded under ``field_name`` with the current request (``multiple`` inputs)."""

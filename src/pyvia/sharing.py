@@ -192,5 +192,5 @@ class LocalStore:
         pass
 
 
-#: The store of every app until a cluster's link replaces it (``App.use_engine``).
+#: The store of every app until a cluster's link replaces it (``App.share_through``).
 LOCAL_STORE: SharedStore = LocalStore()

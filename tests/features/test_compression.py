@@ -142,8 +142,8 @@ def test_bundle_is_served_precompressed_once_ready() -> None:
     app = make_app()
     with TestClient(app, accept_encoding="zstd") as client:
         url = client.get("/").body  # page (compressed)
-        assert app._bundle_asset is not None and app._bundle_asset.wait(10)
-        response = client.get(app._bundle_url)
+        assert app.runtime.assets.bundle_asset is not None and app.runtime.assets.bundle_asset.wait(10)
+        response = client.get(app.runtime.assets.bundle_url)
         headers = dict(response.headers)
         assert headers["content-encoding"] == "zstd"
         assert headers["cache-control"] == "public, max-age=31536000, immutable"

@@ -24,11 +24,6 @@ ALLOWED = {
     # Entry points that genuinely start a server.
     ("pyvia.app", "pyvia.server.options"): "App.run() starts the native server (its limits, checked)",
     ("pyvia.app", "pyvia.server.runner"): "App.run() starts the native server",
-    # The core talks to the cluster through its seams (pyvia.runtime.ownership, pyvia.sharing); what
-    # is left is where the engine is made and plugged in.
-    ("pyvia.app", "pyvia.cluster"): (
-        "App.startup() creates the engine PYVIA_ENGINE_URL names; App.use_engine() attaches it (cluster.attach)"
-    ),
 }
 
 

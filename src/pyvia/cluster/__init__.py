@@ -4,7 +4,8 @@
 the default), ``nats://`` / ``tls://`` (NATS with JetStream), ``redis://`` / ``rediss://`` /
 ``unix://`` (Redis). The NATS and Redis clients are imported only when used, so they stay
 optional dependencies. ``pyvia run --workers N`` hands the URL to each worker in
-``PYVIA_ENGINE_URL``; :func:`engine_from_env` reads it back.
+``PYVIA_ENGINE_URL``; :func:`join_from_env` attaches an app to it (the native server calls it
+before the app starts), :func:`engine_from_env` makes the engine alone.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "check_engine_url",
     "create_engine",
     "engine_from_env",
+    "join_from_env",
     "valid_wire_scope",
 ]
 
@@ -109,10 +111,21 @@ def engine_from_env(*, prefix: str = "pyvia") -> Engine:
 
 
 async def attach(app: App, engine: Engine) -> ClusterLink:
-    """The started link of ``app`` to ``engine`` (not yet connected): the app's ownership and
-    shared store from now on (``App.use_engine`` plugs it in)."""
+    """Share ``app``'s scoped signals, global state, broadcasts and tabs with other workers through
+    ``engine`` (not yet connected): the started link becomes the app's ownership and shared store."""
     from pyvia.cluster.link import ClusterLink
 
     link = ClusterLink(app, engine)
     await link.start()
+    app.share_through(link, link)
     return link
+
+
+async def join_from_env(app: App) -> ClusterLink | None:
+    """Attach ``app`` to the engine ``PYVIA_ENGINE_URL`` names, as each worker of ``pyvia run
+    --workers N`` does before it serves; None when the variable is unset, names the memory engine
+    (one process: nothing to share) or the app already shares through a live link."""
+    url = os.environ.get(ENGINE_URL_ENV)
+    if not url or url.startswith("memory:") or (app.store.shared and not app.store.is_stopped):
+        return None
+    return await attach(app, create_engine(url, prefix=app.config.engine_prefix))

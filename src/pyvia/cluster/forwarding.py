@@ -380,7 +380,7 @@ class Forwarding(Part):
         )
         if "g" in message:
             request.signals = message["g"]
-        result = self.app.handle_forwarded(request, message["x"])
+        result = self.app.runtime.dispatch.handle_forwarded(request, message["x"])
         if isinstance(result, Response | StreamResponse):  # a stream: never for an action
             return _reply(result)
         return self._reply_later(result)
@@ -391,7 +391,7 @@ class Forwarding(Part):
 
     async def _hand_over(self, message: dict[str, Any]) -> bytes:
         ctx_id = message["id"]
-        state = self.app.hand_over(ctx_id, message["session"])
+        state = self.app.runtime.revival.hand_over(ctx_id, message["session"])
         if state is not None:  # before answering, so no request finds the tab nowhere meanwhile
             await self.engine.put(DIRECTORY, ctx_id, str(message["to"]).encode())
         return orjson.dumps({"tab_state": state})

@@ -174,7 +174,7 @@ class SharedSessions(Part):
         if node == self.node or not all(isinstance(key, str) and _SESSION_KEY.match(key) for key in (old, new)):
             return
         if self.app.clock is not None:
-            self.app.rotated_elsewhere(old, new)
+            self.app.runtime.sessions.rotated_elsewhere(old, new)
 
     def _resync_sessions(self) -> None:
         """The copy was dropped: sessions are read again on their next request."""

@@ -96,5 +96,5 @@ class LocalOwnership:
         return 0
 
 
-#: The ownership of every app until a cluster's link replaces it (``App.use_engine``).
+#: The ownership of every app until a cluster's link replaces it (``App.share_through``).
 LOCAL_OWNERSHIP: Ownership = LocalOwnership()

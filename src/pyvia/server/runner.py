@@ -21,6 +21,8 @@ import ssl
 import threading
 from collections.abc import Callable
 
+from pyvia.app import App
+from pyvia.cluster import join_from_env
 from pyvia.server import ServedApp
 from pyvia.server.balance import BalancedAcceptor, BalanceTable
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
@@ -192,6 +194,8 @@ async def serve(
     if adopting:  # other workers of this machine may pass it connections (pyvia.cluster.passing)
         app.adopt_connection = ConnectionAdopter(app, registry, limits, acceptor)  # type: ignore[attr-defined]  # checked above
     try:
+        if isinstance(app, App):  # one of several workers: share through the engine it was given
+            await join_from_env(app)
         await app.startup()
         lag_monitor = getattr(getattr(app, "metrics", None), "lag_monitor", None)
         if lag_monitor is not None:  # the loop probe measures the same lateness: one timer, not two
