@@ -2,16 +2,8 @@
 
 How each part of the contract maps onto Redis:
 
-* a key ``k`` of bucket ``b`` (app prefix ``p``) is the hash ``p:{b}:k`` holding ``v`` (value) and
-  ``r`` (revision); a revision comes from the bucket's counter ``p:{b}`` (``INCR``), so it never
-  repeats for a key, even across a delete (no ABA). The ``{b}`` hash tag keeps a bucket in one
-  Redis Cluster slot, as the scripts need;
-* every write is one Lua script (atomic on the server, one round trip): ``put``, ``cas`` (compare
-  ``r`` with the expected revision), ``delete``, and ``increment`` (``HINCRBY`` on ``v``: no
-  retry loop at all). Each script also ``PUBLISH``es the change on ``p:kv:b`` in the same atomic
-  step, so watchers see changes in revision order. Redis keyspace notifications are not used:
-  they are off by default and carry no value or revision. ``mutate`` is a loop of get and the
-  ``cas`` script, as WATCH/MULTI would need a connection per attempt;
+* buckets, revisions and writes are hashes, a counter per bucket and one Lua script per write,
+  each publishing its change on the bucket's channel (:mod:`pyvia.cluster.redis_store`);
 * subjects are channels ``p.<subject>``; wildcards become ``PSUBSCRIBE`` globs, filtered again
   by NATS rules (a glob ``*`` would cross dots). Each message carries a one-line header:
   ``m\\n`` for a publish, ``q<reply channel> <id>\\n`` for a request, ``r<id> <0|1>\\n`` for a reply;
@@ -19,7 +11,10 @@ How each part of the contract maps onto Redis:
   ``PUBLISH`` answers how many received it, so "nobody serves this" is known at once;
 * one pub/sub connection reads everything; when it fails the engine is disconnected, fails the
   requests in flight, and retries after 1 s, 2 s … 30 s, then subscribes everything again and
-  tells every watch to resync (pub/sub keeps no history).
+  tells every watch to resync (:mod:`pyvia.cluster.redis_connection`).
+
+This module is the engine itself: it routes what the pub/sub connection reads to subscribers,
+watches, servers and waiting requests, and composes the store and the connection.
 """
 
 from __future__ import annotations
@@ -29,15 +24,8 @@ import contextlib
 import itertools
 import logging
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import redis.asyncio as aioredis
-import redis.exceptions
-from redis.asyncio.client import PubSub
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from pyvia.cluster.base import (
     Backoff,
@@ -45,7 +33,6 @@ from pyvia.cluster.base import (
     Dispatcher,
     EngineStatus,
     EngineUnavailable,
-    KvChange,
     MessageHandler,
     NoResponders,
     RemoteError,
@@ -53,59 +40,20 @@ from pyvia.cluster.base import (
     RequestTimeout,
     ResyncHandler,
     call_handler,
-    cas_mutate,
     check_bucket,
-    check_int,
-    check_key,
     check_prefix,
     check_subject,
     redact_url,
     subject_matches,
 )
+from pyvia.cluster.redis_connection import RedisConnection
+from pyvia.cluster.redis_store import RedisStore, parse_change
 
 __all__ = ["RedisEngine"]
 
 log = logging.getLogger("pyvia.cluster")
 
-# KEYS[1] entry hash, KEYS[2] bucket revision counter.
-# ARGV: value, expected revision ('' = any), ttl in ms ('0' = none), change channel, key.
-_WRITE = """
-if ARGV[2] ~= '' then
-  local cur = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-  if cur ~= tonumber(ARGV[2]) then return false end
-end
-local rev = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'r', rev)
-if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-redis.call('PUBLISH', ARGV[4], 'p' .. rev .. '\\n' .. ARGV[5] .. '\\n' .. ARGV[1])
-return rev
-"""
-
-# ARGV: by, ttl in ms, change channel, key. HINCRBY fails on a non-integer before anything is written.
-_INCREMENT = """
-local n = redis.call('HINCRBY', KEYS[1], 'v', ARGV[1])
-local rev = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'r', rev)
-if ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-redis.call('PUBLISH', ARGV[3], 'p' .. rev .. '\\n' .. ARGV[4] .. '\\n' .. n)
-return n
-"""
-
-# ARGV: expected revision ('' = any), change channel, key.
-_DELETE = """
-if ARGV[1] ~= '' then
-  local cur = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-  if cur ~= tonumber(ARGV[1]) then return 0 end
-end
-if redis.call('DEL', KEYS[1]) == 1 then
-  local rev = redis.call('INCR', KEYS[2])
-  redis.call('PUBLISH', ARGV[2], 'd' .. rev .. '\\n' .. ARGV[3] .. '\\n')
-end
-return 1
-"""
-
 _RESYNC = object()
-_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError)
 
 
 class _RedisSub:
@@ -154,28 +102,26 @@ class RedisEngine:
     ) -> None:
         self.url = url
         self.prefix = check_prefix(prefix)
-        self.backoff = backoff if backoff is not None else Backoff()
-        self.connect_timeout = connect_timeout
-        self.op_timeout = op_timeout
-        self.ping_interval = ping_interval
         self._node_id = secrets.token_hex(8)
         self._inbox = f"{self.prefix}:inbox:{self._node_id}"
-        self._client: aioredis.Redis | None = None
-        self._pubsub: PubSub | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._connected = False
-        self._closed = False
-        self._reconnects = 0
-        self._last_error: str | None = None
-        self._ttl_ms: dict[str, str] = {}
+        self._conn = RedisConnection(
+            url,
+            backoff=backoff if backoff is not None else Backoff(),
+            connect_timeout=connect_timeout,
+            op_timeout=op_timeout,
+            ping_interval=ping_interval,
+            subscriptions=self._subscriptions,
+            on_message=self._handle,
+            on_lost=self._lost,
+            on_reconnected=self._resync,
+        )
+        self._store = RedisStore(self.prefix, self._conn)
         # wire channel or pattern -> local entries; "p" for patterns, "c" for channels
         self._entries: dict[tuple[str, str], list[_RedisSub]] = {}
         self._confirm: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
         self._pending: dict[bytes, asyncio.Future[bytes]] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._last_rx = 0.0
-        self._scripts: dict[str, Any] = {}
 
     # --- connection --------------------------------------------------------------------------------
 
@@ -185,75 +131,37 @@ class RedisEngine:
 
     @property
     def is_connected(self) -> bool:
-        return self._connected
+        return self._conn.connected
+
+    @property
+    def backoff(self) -> Backoff:
+        return self._conn.backoff
+
+    @property
+    def connect_timeout(self) -> float:
+        return self._conn.connect_timeout
+
+    @property
+    def op_timeout(self) -> float:
+        return self._conn.op_timeout
+
+    @property
+    def ping_interval(self) -> float:
+        return self._conn.ping_interval
 
     def status(self) -> EngineStatus:
+        conn = self._conn
         return EngineStatus(
-            "redis", redact_url(self.url), self._connected, self._node_id, self._reconnects, self._last_error
+            "redis", redact_url(self.url), conn.connected, self._node_id, conn.reconnects, conn.last_error
         )
 
     async def connect(self) -> None:
-        if self._client is not None:
-            return
-        self._client = aioredis.Redis.from_url(
-            self.url,
-            socket_connect_timeout=self.connect_timeout,
-            socket_timeout=self.op_timeout,
-            # one immediate retry replaces a pooled connection that went stale; reconnecting with
-            # a backoff is this engine's job, not the client's
-            retry=Retry(NoBackoff(), 1),
-            decode_responses=False,
-        )
-        self._scripts = {
-            name: self._client.register_script(src)
-            for name, src in (("write", _WRITE), ("increment", _INCREMENT), ("delete", _DELETE))
-        }
-        try:
-            await self._open()
-        except Exception as exc:
-            client, self._client = self._client, None
-            with contextlib.suppress(Exception):
-                await client.aclose()
-            raise EngineUnavailable(f"cannot connect to Redis at {redact_url(self.url)}: {exc!r}") from exc
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
-
-    async def _open(self) -> None:
-        """Ping, open the pub/sub connection and (re)subscribe everything; raises if Redis is down."""
-        assert self._client is not None
-        await self._client.connection_pool.disconnect()  # pooled connections may predate a restart
-        await asyncio.wait_for(self._client.ping(), self.connect_timeout)
-        pubsub = self._client.pubsub(ignore_subscribe_messages=False)
-        try:
-            channels = [self._inbox] + [w for (k, w) in self._entries if k == "c"]
-            patterns = [w for (k, w) in self._entries if k == "p"]
-            await pubsub.subscribe(*channels)
-            if patterns:
-                await pubsub.psubscribe(*patterns)
-            expected = len(channels) + len(patterns)
-            deadline = time.monotonic() + self.connect_timeout
-            while expected:  # active on return: wait for every confirmation
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("Redis did not confirm the subscriptions")
-                msg = await pubsub.get_message(timeout=left)
-                if msg is not None and msg["type"] in (b"subscribe", b"psubscribe", "subscribe", "psubscribe"):
-                    expected -= 1
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-            raise
-        self._pubsub = pubsub
-        self._last_rx = time.monotonic()
-        self._connected = True
+        client = await self._conn.connect()
+        if client is not None:
+            self._store.load(client)
 
     async def close(self) -> None:
-        self._closed = True
-        self._connected = False
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
+        await self._conn.halt()
         for entries in list(self._entries.values()):
             for entry in entries:
                 if entry.dispatcher is not None:
@@ -262,91 +170,34 @@ class RedisEngine:
         for task in list(self._tasks):
             task.cancel()
         self._fail_pending(EngineUnavailable("the Redis engine was closed"))
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        await self._conn.close()
 
-    async def _read_loop(self) -> None:
-        while not self._closed:
-            pubsub = self._pubsub
-            try:
-                if pubsub is None:
-                    raise redis.exceptions.ConnectionError("no pub/sub connection")
-                msg = await pubsub.get_message(timeout=1.0)
-                now = time.monotonic()
-                if msg is not None:
-                    self._last_rx = now
-                    self._handle(msg)
-                elif now - self._last_rx > 3 * self.ping_interval:
-                    raise redis.exceptions.TimeoutError("no answer to PING on the pub/sub connection")
-                elif now - self._last_rx > self.ping_interval:
-                    await pubsub.ping()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                await self._lost(exc)
-                await self._reconnect()
+    def _subscriptions(self) -> tuple[list[str], list[str]]:
+        """The channels and patterns to subscribe on every (re)connect."""
+        channels = [self._inbox] + [w for (k, w) in self._entries if k == "c"]
+        patterns = [w for (k, w) in self._entries if k == "p"]
+        return channels, patterns
 
-    async def _lost(self, exc: BaseException) -> None:
-        self._last_error = repr(exc)
-        if self._connected:
-            log.warning("Redis engine lost %s (%r); reconnecting", redact_url(self.url), exc)
-        self._connected = False
+    def _lost(self, exc: BaseException) -> None:
         self._fail_pending(EngineUnavailable(f"Redis connection lost: {exc!r}"))
         for waiters in self._confirm.values():
             for fut in waiters:
                 if not fut.done():
                     fut.set_exception(EngineUnavailable("Redis connection lost"))
         self._confirm.clear()
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
-    async def _reconnect(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(self.backoff.next())
-            try:
-                await self._open()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._last_error = repr(exc)
-                log.debug("Redis reconnect failed: %r", exc)
-                continue
-            self._reconnects += 1
-            self.backoff.reset()
-            log.info("Redis engine reconnected to %s", redact_url(self.url))
-            for entries in self._entries.values():
-                for entry in entries:
-                    if entry.kind == "watch" and entry.dispatcher is not None and entry.on_resync is not None:
-                        entry.dispatcher.put(_RESYNC)
-            return
+    def _resync(self) -> None:
+        """Back after a loss: every watch may have missed changes (pub/sub keeps no history)."""
+        for entries in self._entries.values():
+            for entry in entries:
+                if entry.kind == "watch" and entry.dispatcher is not None and entry.on_resync is not None:
+                    entry.dispatcher.put(_RESYNC)
 
     def _fail_pending(self, exc: Exception) -> None:
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
-
-    def _redis(self) -> aioredis.Redis:
-        if not self._connected or self._client is None:
-            state = "closed" if self._closed else "reconnecting" if self._client is not None else "not connected"
-            raise EngineUnavailable(f"Redis engine is {state} ({redact_url(self.url)})")
-        return self._client
-
-    @contextlib.contextmanager
-    def _unavailable(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except _DOWN as exc:
-            self._last_error = repr(exc)
-            raise EngineUnavailable(f"Redis engine failed during {what}: {exc!r}") from exc
 
     # --- incoming messages ---------------------------------------------------------------------------
 
@@ -374,7 +225,7 @@ class RedisEngine:
             return  # pong, unsubscribe confirmations
         for entry in entries:
             if entry.kind == "watch":
-                change = self._parse_change(entry.subject, data)
+                change = parse_change(entry.subject, data)
                 if change is not None and entry.dispatcher is not None:
                     entry.dispatcher.put(change)
                 continue
@@ -391,17 +242,6 @@ class RedisEngine:
                     self._spawn(self._answer(entry, reply_to.decode(), rid, payload))
             elif entry.dispatcher is not None:
                 entry.dispatcher.put(subject, payload)
-
-    @staticmethod
-    def _parse_change(bucket: str, data: bytes) -> KvChange | None:
-        head, _, rest = data.partition(b"\n")
-        key, _, value = rest.partition(b"\n")
-        try:
-            revision = int(head[1:])
-        except ValueError:
-            log.warning("dropped a malformed change message of bucket %s", bucket)
-            return None
-        return KvChange(bucket, key.decode(), value if head[:1] == b"p" else None, revision)
 
     def _on_reply(self, data: bytes) -> None:
         head, _, payload = data.partition(b"\n")
@@ -425,7 +265,7 @@ class RedisEngine:
             log.exception("handler of %s failed", entry.subject)
             message = b"r" + rid + b" 1\n" + f"the handler of {entry.subject!r} failed: {exc!r}".encode()
         try:
-            await self._redis().publish(reply_to, message)
+            await self._conn.client().publish(reply_to, message)
         except Exception as exc:  # the requester times out
             log.warning("cannot answer a request on %s: %r", entry.subject, exc)
 
@@ -437,19 +277,19 @@ class RedisEngine:
     # --- subscriptions -------------------------------------------------------------------------------
 
     async def _add(self, entry: _RedisSub, pattern: bool) -> _RedisSub:
-        self._redis()
+        self._conn.client()
         slot = ("p" if pattern else "c", entry.wire)
         entries = self._entries.setdefault(slot, [])
         entries.append(entry)
-        if len(entries) > 1 or self._pubsub is None:
+        if len(entries) > 1 or self._conn.pubsub is None:
             return entry
         kind = "psubscribe" if pattern else "subscribe"
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._confirm.setdefault((kind, entry.wire), []).append(fut)
         try:
-            with self._unavailable(kind):
-                await getattr(self._pubsub, kind)(entry.wire)
-                await asyncio.wait_for(fut, self.op_timeout)
+            with self._conn.unavailable(kind):
+                await getattr(self._conn.pubsub, kind)(entry.wire)
+                await asyncio.wait_for(fut, self._conn.op_timeout)
         except BaseException:
             await self._remove(entry)
             raise
@@ -464,86 +304,36 @@ class RedisEngine:
         if entries:
             return
         del self._entries[slot]
-        pubsub = self._pubsub
-        if pubsub is not None and self._connected:
+        pubsub = self._conn.pubsub
+        if pubsub is not None and self._conn.connected:
             with contextlib.suppress(Exception):
                 await (pubsub.punsubscribe(entry.wire) if slot[0] == "p" else pubsub.unsubscribe(entry.wire))
 
-    # --- key/value ---------------------------------------------------------------------------------
-
-    def _keys(self, bucket: str, key: str) -> list[str]:
-        return [f"{self.prefix}:{{{bucket}}}:{key}", f"{self.prefix}:{{{bucket}}}"]
-
-    def _channel(self, bucket: str) -> str:
-        return f"{self.prefix}:kv:{bucket}"
+    # --- key/value (the store's) -----------------------------------------------------------------
 
     async def configure_bucket(self, bucket: str, *, ttl: float | None = None) -> None:
-        self._ttl_ms[check_bucket(bucket)] = str(max(1, round(ttl * 1000))) if ttl else "0"
+        self._store.configure_bucket(bucket, ttl)
 
     async def get(self, bucket: str, key: str) -> tuple[bytes | None, int]:
-        check_bucket(bucket)
-        check_key(key)
-        client = self._redis()
-        with self._unavailable(f"get {bucket}/{key}"):
-            value, revision = await client.hmget(self._keys(bucket, key)[0], ["v", "r"])
-        if value is None:
-            return None, 0
-        return (value if isinstance(value, bytes) else value.encode()), int(revision or 0)
-
-    async def _write(self, bucket: str, key: str, value: bytes, expected: str) -> int | None:
-        check_bucket(bucket)
-        check_key(key)
-        client = self._redis()
-        args = [bytes(value), expected, self._ttl_ms.get(bucket, "0"), self._channel(bucket), key]
-        with self._unavailable(f"write {bucket}/{key}"):
-            result = await self._scripts["write"](keys=self._keys(bucket, key), args=args, client=client)
-        return None if result is None else int(result)
+        return await self._store.get(bucket, key)
 
     async def put(self, bucket: str, key: str, value: bytes) -> int:
-        revision = await self._write(bucket, key, value, "")
-        assert revision is not None
-        return revision
+        return await self._store.put(bucket, key, value)
 
     async def cas(self, bucket: str, key: str, value: bytes, expected_revision: int) -> int | None:
-        return await self._write(bucket, key, value, str(int(expected_revision)))
+        return await self._store.cas(bucket, key, value, expected_revision)
 
     async def delete(self, bucket: str, key: str, expected_revision: int | None = None) -> bool:
-        check_bucket(bucket)
-        check_key(key)
-        client = self._redis()
-        expected = "" if expected_revision is None else str(int(expected_revision))
-        with self._unavailable(f"delete {bucket}/{key}"):
-            result = await self._scripts["delete"](
-                keys=self._keys(bucket, key), args=[expected, self._channel(bucket), key], client=client
-            )
-        return bool(result)
+        return await self._store.delete(bucket, key, expected_revision)
 
     async def keys(self, bucket: str) -> list[str]:
-        check_bucket(bucket)
-        client = self._redis()
-        head = f"{self.prefix}:{{{bucket}}}:"
-        found: list[str] = []
-        with self._unavailable(f"keys of {bucket}"):
-            async for name in client.scan_iter(match=head + "*", count=1000):
-                text = name.decode() if isinstance(name, bytes) else name
-                found.append(text[len(head) :])
-        return found
+        return await self._store.keys(bucket)
 
     async def increment(self, bucket: str, key: str, by: int = 1) -> int:
-        check_bucket(bucket)
-        check_key(key)
-        client = self._redis()
-        args = [check_int(by), self._ttl_ms.get(bucket, "0"), self._channel(bucket), key]
-        try:
-            with self._unavailable(f"increment {bucket}/{key}"):
-                return int(await self._scripts["increment"](keys=self._keys(bucket, key), args=args, client=client))
-        except redis.exceptions.ResponseError as exc:
-            if "not an integer" in str(exc) or "overflow" in str(exc):
-                raise TypeError(f"increment() needs an integer; {bucket}/{key} holds something else") from None
-            raise
+        return await self._store.increment(bucket, key, by)
 
     async def mutate(self, bucket: str, key: str, fn: Callable[[bytes], bytes], default: bytes) -> bytes:
-        return await cas_mutate(self, bucket, key, fn, default)
+        return await self._store.mutate(bucket, key, fn, default)
 
     async def watch(self, bucket: str, callback: ChangeHandler, *, on_resync: ResyncHandler | None = None) -> _RedisSub:
         check_bucket(bucket)
@@ -556,7 +346,12 @@ class RedisEngine:
                 await call_handler(callback, item)
 
         entry = _RedisSub(
-            self, "watch", bucket, self._channel(bucket), Dispatcher(deliver, f"watch {bucket}"), on_resync=on_resync
+            self,
+            "watch",
+            bucket,
+            self._store.channel(bucket),
+            Dispatcher(deliver, f"watch {bucket}"),
+            on_resync=on_resync,
         )
         try:
             return await self._add(entry, pattern=False)
@@ -572,8 +367,8 @@ class RedisEngine:
 
     async def publish(self, subject: str, payload: bytes) -> None:
         check_subject(subject)
-        client = self._redis()
-        with self._unavailable(f"publish {subject}"):
+        client = self._conn.client()
+        with self._conn.unavailable(f"publish {subject}"):
             await client.publish(self._subject(subject), b"m\n" + bytes(payload))
 
     async def subscribe(self, subject: str, callback: MessageHandler) -> _RedisSub:
@@ -590,13 +385,13 @@ class RedisEngine:
 
     async def request(self, subject: str, payload: bytes, timeout: float) -> bytes:
         check_subject(subject)
-        client = self._redis()
+        client = self._conn.client()
         rid = str(next(self._ids)).encode()
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         message = b"q" + self._inbox.encode() + b" " + rid + b"\n" + bytes(payload)
         try:
-            with self._unavailable(f"request {subject}"):
+            with self._conn.unavailable(f"request {subject}"):
                 receivers = await client.publish(self._subject(subject), message)
             if not receivers:
                 raise NoResponders(f"nobody serves {subject!r}")
