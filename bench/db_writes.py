@@ -75,7 +75,7 @@ async def pyvia_run(path: Path, concurrency: int, seconds: float, shape: str) ->
         elapsed = time.perf_counter() - started
         counter = await db.fetchval("SELECT n FROM counter")
         rows = await db.fetchval("SELECT count(*) FROM log")
-        wait = db.metrics.db_write_wait._unlabelled()  # the permit waits of this run
+        wait = db.metrics.db_write_wait.unlabelled()  # the permit waits of this run
         return {
             "completed": done,
             "errors": len(errors),

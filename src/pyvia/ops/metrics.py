@@ -1,4 +1,8 @@
-"""A small Prometheus registry (text format 0.0.4) and the metrics pyvia exposes on ``/metrics``.
+"""The metrics pyvia exposes on ``/metrics``, and their collection from the App at scrape time.
+
+The metric kinds and the text format are :mod:`pyvia.ops.metric_types`; the process monitors
+(GC pauses, loop lag, resident memory) are :mod:`pyvia.ops.monitors`. This module declares
+pyvia's set and its label values, defined here once (the native server takes its own from here).
 
 Rules this module keeps (``ephpm-lessons.md`` §5.3):
 
@@ -13,15 +17,11 @@ Rules this module keeps (``ephpm-lessons.md`` §5.3):
 
 from __future__ import annotations
 
-import gc
-import math
-import os
-import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pyvia.clock import until_tick
+from pyvia.ops.metric_types import CONTENT_TYPE, OTHER, Counter, Gauge, Histogram, Registry
+from pyvia.ops.monitors import GC_GENERATIONS, GcMonitor, LoopLagMonitor, process_rss
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -55,9 +55,6 @@ __all__ = [
     "status_class",
 ]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OTHER = "other"
-
 #: ``Request.kind`` as the core sets it, plus the ops endpoints.
 REQUEST_KINDS = ("page", "action", "passed", "stream", "revival", "route", "asset", "beacon", "download", "ops")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
@@ -67,7 +64,6 @@ ENGINES = ("memory", "nats", "redis")
 #: How an action reaches the worker holding its tab (``pyvia_forwarded_total``).
 FORWARD_CHANNELS = ("unix", "tcp", "engine")
 CODINGS = ("identity", "zstd", "br", "gzip")
-GC_GENERATIONS = ("0", "1", "2")
 #: An action's round trip, 0.5 ms to 10 s (ePHPm's HTTP buckets, with a finer low end).
 ACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: A broadcast flush: a tick is 25 ms, and a flush past it delays the next (pyvia.broadcast).
@@ -100,356 +96,10 @@ SERVER_CAPS = ("max_connections", "max_connections_per_ip", "max_streams", "max_
 #: A round trip to the cluster engine (NATS, Redis): fine low buckets, since loopback is fast.
 ENGINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
-_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-
 
 def status_class(status: int) -> str:
     """``"2xx"`` for 200..299 and so on; ``"other"`` outside 100..599."""
     return f"{status // 100}xx" if 100 <= status <= 599 else OTHER
-
-
-def _format_value(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-class _Metric:
-    """Common to the three kinds: a name, help, declared labels and one child per label tuple."""
-
-    kind = ""
-
-    def __init__(self, name: str, documentation: str, labels: Mapping[str, Sequence[str]] | None = None) -> None:
-        if not _NAME.match(name):
-            raise ValueError(f"metric name {name!r} must match [a-zA-Z_:][a-zA-Z0-9_:]*")
-        self.name = name
-        self.documentation = documentation
-        self.label_names: tuple[str, ...] = tuple(labels or {})
-        self._allowed: tuple[frozenset[str], ...] = tuple(frozenset(v) for v in (labels or {}).values())
-        for label in self.label_names:
-            if not _LABEL.match(label) or label.startswith("__") or label == "le":
-                raise ValueError(f"label name {label!r} of {name} is not allowed")
-        self._children: dict[tuple[str, ...], Any] = {}
-        if not self.label_names:
-            self._children[()] = self._new_child()
-
-    def _new_child(self) -> Any:
-        raise NotImplementedError
-
-    def _key(self, labels: Mapping[str, object]) -> tuple[str, ...]:
-        if set(labels) != set(self.label_names):
-            raise ValueError(f"{self.name} takes labels {list(self.label_names)}, got {sorted(labels)}")
-        key = []
-        for name, allowed in zip(self.label_names, self._allowed, strict=True):
-            value = str(labels[name])
-            key.append(value if value in allowed else OTHER)
-        return tuple(key)
-
-    def labels(self, **labels: object) -> Any:
-        """The child for these label values (a value outside the declared set becomes ``other``)."""
-        key = self._key(labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self._new_child()
-        return child
-
-    def _unlabelled(self) -> Any:
-        try:
-            return self._children[()]
-        except KeyError:
-            raise ValueError(f"{self.name} has labels {list(self.label_names)}: use .labels(...)") from None
-
-    def _label_text(self, key: tuple[str, ...], extra: str = "") -> str:
-        pairs = [f'{n}="{_escape_label(v)}"' for n, v in zip(self.label_names, key, strict=True)]
-        if extra:
-            pairs.append(extra)
-        return "{" + ",".join(pairs) + "}" if pairs else ""
-
-    def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {_escape_help(self.documentation)}", f"# TYPE {self.name} {self.kind}"]
-        for key in sorted(self._children):
-            lines.extend(self._samples(key, self._children[key]))
-        return lines
-
-    def _samples(self, key: tuple[str, ...], child: Any) -> list[str]:
-        return [f"{self.name}{self._label_text(key)} {_format_value(child.value)}"]
-
-
-class _Value:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-
-class _CounterChild(_Value):
-    __slots__ = ()
-
-    def inc(self, amount: float = 1.0) -> None:
-        if amount < 0:
-            raise ValueError(f"a counter only goes up; got {amount}")
-        self.value += amount
-
-    def set_total(self, total: float) -> None:
-        """Set from a running total kept elsewhere (for collectors); never below the last value."""
-        if total > self.value:
-            self.value = total
-
-
-class _GaugeChild(_Value):
-    __slots__ = ()
-
-    def set(self, value: float) -> None:
-        self.value = value
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-    def dec(self, amount: float = 1.0) -> None:
-        self.value -= amount
-
-
-class Counter(_Metric):
-    """A total that only goes up: ``c.inc()``, or ``c.labels(kind="page").inc()``."""
-
-    kind = "counter"
-
-    def __init__(self, name: str, documentation: str, labels: Mapping[str, Sequence[str]] | None = None) -> None:
-        if not name.endswith("_total"):
-            raise ValueError(f"counter name {name!r} must end with _total")
-        super().__init__(name, documentation, labels)
-
-    def _new_child(self) -> _CounterChild:
-        return _CounterChild()
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._unlabelled().inc(amount)
-
-    def set_total(self, total: float) -> None:
-        self._unlabelled().set_total(total)
-
-    @property
-    def value(self) -> float:
-        return float(self._unlabelled().value)
-
-
-class Gauge(_Metric):
-    """A value that goes up and down: ``g.set(n)``."""
-
-    kind = "gauge"
-
-    def _new_child(self) -> _GaugeChild:
-        return _GaugeChild()
-
-    def set(self, value: float) -> None:
-        self._unlabelled().set(value)
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._unlabelled().inc(amount)
-
-    def dec(self, amount: float = 1.0) -> None:
-        self._unlabelled().dec(amount)
-
-    @property
-    def value(self) -> float:
-        return float(self._unlabelled().value)
-
-
-class _HistogramChild:
-    __slots__ = ("bounds", "count", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        i = 0
-        for bound in self.bounds:  # ~12 bounds: a scan beats bisect's call overhead
-            if value <= bound:
-                break
-            i += 1
-        self.counts[i] += 1
-        self.sum += value
-        self.count += 1
-
-
-class Histogram(_Metric):
-    """Observations counted into fixed buckets: ``h.observe(seconds)``."""
-
-    kind = "histogram"
-
-    def __init__(
-        self, name: str, documentation: str, buckets: Iterable[float], labels: Mapping[str, Sequence[str]] | None = None
-    ) -> None:
-        bounds = tuple(float(b) for b in buckets)
-        if not bounds or list(bounds) != sorted(set(bounds)) or math.isinf(bounds[-1]):
-            raise ValueError(f"buckets of {name} must be finite, increasing and not empty; got {bounds}")
-        self.buckets = bounds
-        super().__init__(name, documentation, labels)
-
-    def _new_child(self) -> _HistogramChild:
-        return _HistogramChild(self.buckets)
-
-    def observe(self, value: float) -> None:
-        self._unlabelled().observe(value)
-
-    @property
-    def count(self) -> int:
-        return int(self._unlabelled().count)
-
-    def _samples(self, key: tuple[str, ...], child: Any) -> list[str]:
-        lines = []
-        running = 0
-        for bound, n in zip((*self.buckets, math.inf), child.counts, strict=True):
-            running += n
-            le = f'le="{_format_value(bound)}"'
-            lines.append(f"{self.name}_bucket{self._label_text(key, le)} {running}")
-        lines.append(f"{self.name}_sum{self._label_text(key)} {_format_value(child.sum)}")
-        lines.append(f"{self.name}_count{self._label_text(key)} {child.count}")
-        return lines
-
-
-class Registry:
-    """A named set of metrics rendered together in the Prometheus text format."""
-
-    def __init__(self) -> None:
-        self._metrics: dict[str, _Metric] = {}
-
-    def _add(self, metric: Any) -> Any:
-        if metric.name in self._metrics:
-            raise ValueError(f"metric {metric.name!r} is already registered")
-        self._metrics[metric.name] = metric
-        return metric
-
-    def counter(self, name: str, documentation: str, *, labels: Mapping[str, Sequence[str]] | None = None) -> Counter:
-        return self._add(Counter(name, documentation, labels))  # type: ignore[no-any-return]  # _add returns its arg
-
-    def gauge(self, name: str, documentation: str, *, labels: Mapping[str, Sequence[str]] | None = None) -> Gauge:
-        return self._add(Gauge(name, documentation, labels))  # type: ignore[no-any-return]  # _add returns its arg
-
-    def histogram(
-        self,
-        name: str,
-        documentation: str,
-        *,
-        buckets: Iterable[float],
-        labels: Mapping[str, Sequence[str]] | None = None,
-    ) -> Histogram:
-        return self._add(Histogram(name, documentation, buckets, labels))  # type: ignore[no-any-return]
-
-    def get(self, name: str) -> _Metric:
-        return self._metrics[name]
-
-    def render(self) -> bytes:
-        """Every metric in the text exposition format 0.0.4 (serve it as :data:`CONTENT_TYPE`)."""
-        lines: list[str] = []
-        for metric in self._metrics.values():
-            lines.extend(metric.render())
-        return ("\n".join(lines) + "\n").encode()
-
-
-# --- process figures -----------------------------------------------------------------------------------
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def process_rss(statm: str = "/proc/self/statm") -> int | None:
-    """Resident bytes of this process (second field of ``statm`` times the page size); None off Linux."""
-    try:
-        with open(statm) as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class GcMonitor:
-    """Times every cyclic-GC collection through ``gc.callbacks`` into a histogram by generation."""
-
-    def __init__(self, histogram: Histogram) -> None:
-        self.histogram = histogram
-        self._children = {g: histogram.labels(generation=g) for g in GC_GENERATIONS}
-        self._started = 0.0
-        self.installed = False
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        elif self._started:
-            self._children.get(str(info.get("generation")), self._children["2"]).observe(
-                time.perf_counter() - self._started
-            )
-            self._started = 0.0
-
-    def install(self) -> None:
-        if not self.installed:
-            gc.callbacks.append(self._callback)
-            self.installed = True
-
-    def uninstall(self) -> None:
-        if self.installed:
-            gc.callbacks.remove(self._callback)
-            self.installed = False
-
-
-class LoopLagMonitor:
-    """Schedules a callback every ``interval`` (250 ms) on a clock and records how late it ran.
-
-    ``clock`` is a :class:`pyvia.clock.Clock` (the App's: the loop's own clock when serving, a
-    manual one under the test client). The lag is how long the loop was busy elsewhere.
-    """
-
-    def __init__(self, histogram: Histogram, gauge: Gauge, interval: float = 0.25) -> None:
-        self.histogram = histogram
-        self.gauge = gauge
-        self.interval = interval
-        self._clock: Any = None
-        self._handle: Any = None
-        self._due = 0.0
-
-    @property
-    def running(self) -> bool:
-        return self._handle is not None
-
-    def start(self, clock: Any) -> None:
-        self.stop()
-        self._clock = clock
-        self._arm()
-
-    def _arm(self) -> None:
-        now = self._clock.now()
-        delay = until_tick(now, self.interval)
-        self._due = now + delay
-        self._handle = self._clock.call_later(delay, self._tick)
-
-    def observe(self, lag: float) -> None:
-        """Record one check that ran ``lag`` seconds late (the native server's loop probe calls
-        this instead of the timer: :meth:`stop` it first)."""
-        self.histogram.observe(lag)
-        self.gauge.set(lag)
-
-    def _tick(self) -> None:
-        self.observe(max(0.0, self._clock.now() - self._due))
-        self._arm()
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
 
 
 # --- pyvia's metrics -------------------------------------------------------------------------------
@@ -477,7 +127,7 @@ class PyviaMetrics:
             "pyvia_action_duration_seconds", "Time from an action's request to its answer.", buckets=ACTION_BUCKETS
         )
         #: ``observe_action(seconds)``: the histogram's own method, not a wrapper (one call per action)
-        self.observe_action = self.action_seconds._unlabelled().observe
+        self.observe_action = self.action_seconds.unlabelled().observe
         self.flush_seconds = r.histogram(
             "pyvia_broadcast_flush_duration_seconds",
             "Time one broadcast flush took (render and write every marked tab).",
