@@ -4,8 +4,8 @@ encoders and the per-process budget on their memory.
 Rules this module keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
 
 1. No I/O and no asyncio. Everything takes values and returns bytes or decisions; the stream layer
-   writes the bytes and closes sinks. (Giving a dropped encoder's memory back to the OS is
-   :mod:`pyvia.memory`'s.)
+   writes the bytes and closes sinks. (Reading how much memory is left for the budget's default,
+   and giving a dropped encoder's memory back to the OS, are :mod:`pyvia.memory`'s.)
 2. A stream encoder exists only while it is needed: it is created on the first event after the
    stream's opening (zstd and gzip write the opening without it, so an idle tab holds none; brotli
    cannot), sized from that event (window ≈ log2(1.5 x frame), 16…22), flushed after every
@@ -36,13 +36,13 @@ import struct
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import brotli
 import zstandard
 
 from pyvia.http import Request, Response
+from pyvia.memory import available_memory, default_budget
 
 __all__ = [
     "BR",
@@ -447,66 +447,6 @@ def _interpolate(small: int, saturated: int, full_at: int, fed: int) -> int:
     if fed >= full_at:
         return saturated
     return small + (saturated - small) * (fed - _SMALL_FEED) // (full_at - _SMALL_FEED)
-
-
-def available_memory(proc: str = "/proc", cgroup: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes this process could still use: the least of ``MemAvailable`` and the cgroup's
-    headroom (v2 ``memory.max - memory.current`` or v1 ``limit_in_bytes - usage_in_bytes``).
-
-    Returns None when none of them can be read.
-    """
-    found: list[int] = []
-    try:
-        for line in Path(proc, "meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-                break
-    except (OSError, ValueError, IndexError):
-        pass
-    own = ""
-    try:
-        for line in Path(proc, "self", "cgroup").read_text().splitlines():
-            _hid, controllers, path = line.split(":", 2)
-            if controllers == "" or "memory" in controllers.split(","):
-                own = own or path
-    except (OSError, ValueError):
-        pass
-    candidates = []
-    for base in {own.strip("/"), ""}:
-        candidates.append((Path(cgroup, base, "memory.max"), Path(cgroup, base, "memory.current")))
-        candidates.append(
-            (
-                Path(cgroup, "memory", base, "memory.limit_in_bytes"),
-                Path(cgroup, "memory", base, "memory.usage_in_bytes"),
-            )
-        )
-    for limit_path, usage_path in candidates:
-        try:
-            raw = limit_path.read_text().strip()
-            if raw == "max":
-                continue
-            limit = int(raw)
-            if limit >= 1 << 60:  # v1's "no limit"
-                continue
-            found.append(max(0, limit - int(usage_path.read_text().strip())))
-        except (OSError, ValueError):
-            continue
-    return min(found) if found else None
-
-
-def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 512 << 20) -> int:
-    """The default cap on stream-encoder memory for one process: ``fraction`` of
-    :func:`available_memory`, shared by ``workers`` processes (``fallback`` when unknown).
-
-    A quarter leaves the rest to contexts, sockets, renders and the kernel's socket buffers. On
-    the 24 GB dev box (6 GB) that holds ~10,000 zstd-3 streams of large frames (588 KiB each,
-    window 18) or ~5,200 brotli-4 ones (1,174 KiB) before any encoder is released.
-    """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction {fraction!r} must be in (0, 1]")
-    free = available_memory()
-    total = fallback if free is None else int(free * fraction)
-    return max(16 << 20, total // max(1, workers))
 
 
 # --- stream encoders and their budget -----------------------------------------------------------

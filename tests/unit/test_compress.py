@@ -13,6 +13,7 @@ import pytest
 import zstandard
 
 import pyvia.compress as compress_module
+import pyvia.memory as memory_module
 from pyvia.compress import (
     BR,
     CODINGS,
@@ -636,11 +637,11 @@ def test_available_memory_takes_the_least_of_meminfo_and_the_cgroup(tmp_path: Pa
 
 
 def test_default_budget_is_a_fraction_of_what_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compress_module, "available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(memory_module, "available_memory", lambda: 8 << 30)
     assert default_budget() == 2 << 30
     assert default_budget(0.5, workers=4) == 1 << 30
     assert default_budget(0.0001) == 16 << 20  # a floor
-    monkeypatch.setattr(compress_module, "available_memory", lambda: None)
+    monkeypatch.setattr(memory_module, "available_memory", lambda: None)
     assert default_budget() == 512 << 20
     with pytest.raises(ValueError, match="fraction"):
         default_budget(0)
