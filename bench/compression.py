@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pyvia.compress
+import pyvia.compress.codings
 from pyvia.compress import StreamEncoder, compress, window_for
 from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
@@ -168,8 +168,8 @@ def workload(name: str, n: int) -> list[bytes]:
 
 def plain_zstd_tables(plain: bool) -> None:
     """Switch pyvia's zstd stream tables between window-sized (default) and the level's own."""
-    pyvia.compress._ZSTD_TABLE_SLACK = None if plain else 3
-    pyvia.compress._zstd_params.clear()
+    pyvia.compress.codings._ZSTD_TABLE_SLACK = None if plain else 3
+    pyvia.compress.codings._zstd_params.clear()
 
 
 def make_encoder(label: str, level: int, window: int | None = None) -> StreamEncoder:
@@ -302,7 +302,7 @@ def run_probe(coding: str, level: int, kind: str, frames_n: int, count: int, win
 
 
 def memory_grid(out: Path, codings: str = "zstd,br,gzip") -> None:
-    """(small, saturated) KiB per (coding, level, window): the table of ``pyvia.compress``."""
+    """(small, saturated) KiB per (coding, level, window): the table of ``pyvia.compress.encoder_memory``."""
     print("\nMemory grid: KiB RSS per encoder after 64 KB of 2 KB patches / after the window filled")
     table: dict[tuple[str, int, int], tuple[int, int]] = {}
     rows = []

@@ -12,7 +12,7 @@ import brotli
 import pytest
 import zstandard
 
-import pyvia.compress as compress_module
+import pyvia.compress.encoder_memory as encoder_memory
 import pyvia.memory as memory_module
 from pyvia.compress import (
     BR,
@@ -520,18 +520,18 @@ def test_discard_drops_the_encoder_without_bytes(coding: str) -> None:
 
 
 def test_estimate_follows_the_measured_table() -> None:
-    small, full = compress_module._MEMORY_KIB[(ZSTD, 3)][18]
+    small, full = encoder_memory._MEMORY_KIB[(ZSTD, 3)][18]
     assert estimate_memory(ZSTD, 3, 18, 0) == small * 1024
     assert estimate_memory(ZSTD, 3, 18, 64 * 1024) == small * 1024
     middle = estimate_memory(ZSTD, 3, 18, 64 * 1024 + (1 << 17))
     assert small * 1024 < middle < full * 1024
     assert estimate_memory(ZSTD, 3, 18, 10 << 20) == full * 1024
     # An unmeasured window takes the next larger one; an unmeasured level the nearest (higher on a tie).
-    assert estimate_memory(BR, 4, 17, 10 << 20) == compress_module._MEMORY_KIB[(BR, 4)][18][1] * 1024
-    assert estimate_memory(BR, 3, 18, 0) == compress_module._MEMORY_KIB[(BR, 4)][18][0] * 1024
-    assert estimate_memory(BR, 11, 18, 0) == compress_module._MEMORY_KIB[(BR, 5)][18][0] * 1024
+    assert estimate_memory(BR, 4, 17, 10 << 20) == encoder_memory._MEMORY_KIB[(BR, 4)][18][1] * 1024
+    assert estimate_memory(BR, 3, 18, 0) == encoder_memory._MEMORY_KIB[(BR, 4)][18][0] * 1024
+    assert estimate_memory(BR, 11, 18, 0) == encoder_memory._MEMORY_KIB[(BR, 5)][18][0] * 1024
     assert estimate_memory(BR, 4, 24, 100 << 20) > estimate_memory(BR, 4, 22, 100 << 20)
-    assert estimate_memory(GZIP, 6, 22, 10 << 20) == compress_module._MEMORY_KIB[(GZIP, 6)][15][1] * 1024
+    assert estimate_memory(GZIP, 6, 22, 10 << 20) == encoder_memory._MEMORY_KIB[(GZIP, 6)][15][1] * 1024
     with pytest.raises(ValueError, match="no memory figures"):
         estimate_memory("lz4", 1, 16, 0)
 
@@ -546,7 +546,7 @@ def test_encoder_memory_grows_with_what_it_has_seen_and_stops_at_the_table() -> 
         seen.append(encoder.memory)
         assert budget.total == encoder.memory
     assert seen == sorted(seen)
-    assert seen[-1] == compress_module._MEMORY_KIB[(BR, 4)][18][1] * 1024
+    assert seen[-1] == encoder_memory._MEMORY_KIB[(BR, 4)][18][1] * 1024
     assert budget.peak == seen[-1]
 
 
