@@ -52,17 +52,21 @@ def _doc(obj: Any) -> Markup | str:
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:
-    out = []
-    for name, member in vars(cls).items():
-        if name.startswith("_"):
+    """The public methods and properties of ``cls``, its pyvia base classes' included (App's)."""
+    out: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("pyvia"):
             continue
-        if (
-            isinstance(member, property)
-            or inspect.isfunction(member)
-            or isinstance(member, (staticmethod, classmethod))
-        ):
-            out.append((name, member))
-    return out
+        for name, member in vars(klass).items():
+            if name.startswith("_") or name in out:
+                continue
+            if (
+                isinstance(member, property)
+                or inspect.isfunction(member)
+                or isinstance(member, (staticmethod, classmethod))
+            ):
+                out[name] = member
+    return list(out.items())
 
 
 def render_reference() -> Markup:

@@ -78,9 +78,8 @@ def default_budget(fraction: float = 0.25, *, workers: int = 1, fallback: int = 
     """The default cap on stream-encoder memory for one process: ``fraction`` of
     :func:`available_memory`, shared by ``workers`` processes (``fallback`` when unknown).
 
-    A quarter leaves the rest to contexts, sockets, renders and the kernel's socket buffers. On
-    the 24 GB dev box (6 GB) that holds ~10,000 zstd-3 streams of large frames (588 KiB each,
-    window 18) or ~5,200 brotli-4 ones (1,174 KiB) before any encoder is released.
+    A quarter leaves the rest to contexts, sockets, renders and the kernel's socket buffers; how
+    many streams that holds per coding is in ``bench/RESULTS.md``.
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction {fraction!r} must be in (0, 1]")

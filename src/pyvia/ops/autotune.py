@@ -68,9 +68,9 @@ BUSY_TAB = 200 * 1024
 #: disconnected, and at four times it at once (pyvia.stream), so the share stays small.
 BUSY_SHARE = 0.10
 SLOW_SHARE = 0.01
-#: Share of a worker's budget for stream encoders: the same quarter as pyvia.compress.default_budget.
+#: Share of a worker's budget for stream encoders: the same quarter as pyvia.memory.default_budget.
 ENCODER_SHARE = 0.25
-_MIN_ENCODER_BUDGET = 16 * MiB  # pyvia.compress.default_budget's floor
+_MIN_ENCODER_BUDGET = 16 * MiB  # pyvia.memory.default_budget's floor
 _UNKNOWN_MEMORY = 512 * MiB  # assumed when nothing can be read (not Linux); logged as "unknown"
 _MAX_AUTO_WORKERS = 32  # ePHPm's host-parallelism clamp
 _V1_UNLIMITED = 1 << 62  # v1 reports "no limit" as a page-aligned 2**63 - 1
