@@ -21,12 +21,12 @@ from markupsafe import Markup
 from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
-from pyvia.http import Request, format_cookie
+from pyvia.http import Request
 from pyvia.lifecycle import State
 from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
 from pyvia.signals import Signal, check_name
 from pyvia.stream import Stream
-from pyvia.tab_output import TabOutput
+from pyvia.tab_request import TabRequest
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -141,7 +141,7 @@ def _callable_shape(fn: Callable[..., Any]) -> tuple[bool, int]:
     return inspect.iscoroutinefunction(fn), required
 
 
-class Context(TabOutput):
+class Context(TabRequest):
     """One tab: its signals, actions, view, hooks and outbound stream."""
 
     __slots__ = (  # noqa: RUF023  # grouped by lifetime, not sorted
@@ -168,10 +168,8 @@ class Context(TabOutput):
         "_timers",
         "head_tags",
         "foot_tags",
-        # per request
-        "request",
-        "cookies_out",
-        # (what the browser was sent, and the frames on their way: TabOutput's slots)
+        # (the request and the cookies its answer sets: TabRequest's slots; what the browser was
+        # sent and the frames on their way: TabOutput's)
         # lifecycle, driven by the App
         "state",
         "deadline",
@@ -487,51 +485,10 @@ class Context(TabOutput):
         """
         self.app.spawn(awaitable, self, "task")
 
-    @property
-    def cookies(self) -> dict[str, str]:
-        return self.request.cookies
-
-    def input(self, name: str, default: Any = None) -> Any:
-        """A form field or query parameter of the current request (form fields win)."""
-        form = self.app.runtime.actions.form_of(self.request)
-        if name in form:
-            return form[name]
-        return self.request.query.get(name, default)
-
-    @property
-    def files(self) -> dict[str, Any]:
-        """Files uploaded with the current request (multipart), by field name (the last of each)."""
-        return self.app.runtime.actions.files_of(self.request)
-
-    def files_of(self, field_name: str) -> list[Any]:
-        """Every file uploaded under ``field_name`` with the current request (``multiple`` inputs)."""
-        form = self.request.form if self.request is not None else None
-        return list(form.all_files.get(field_name, [])) if form is not None else []
-
     def on_connect(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Run ``fn(c)`` (or ``fn()``) each time this tab's stream opens (first connect and reconnects)."""
         self.connect_hooks = [*self.connect_hooks, fn]
         return fn
-
-    def set_cookie(
-        self,
-        name: str,
-        value: str,
-        *,
-        max_age: int | None = None,
-        path: str = "/",
-        secure: bool = False,
-        httponly: bool = True,
-        samesite: str = "Lax",
-    ) -> None:
-        """Queue a cookie for the next page or action response of this tab."""
-        self.add_cookie(
-            format_cookie(name, value, max_age=max_age, path=path, secure=secure, httponly=httponly, samesite=samesite)
-        )
-
-    def add_cookie(self, header: str) -> None:
-        """Queue a ``Set-Cookie`` value for the next page or action response."""
-        self.cookies_out = [*self.cookies_out, header]
 
     def add_timer(self, timer: TimerHandle) -> None:
         timers = self._timers
@@ -539,9 +496,6 @@ class Context(TabOutput):
             timers.append(timer)
         else:
             self._timers = [timer]
-
-    def delete_cookie(self, name: str, path: str = "/") -> None:
-        self.set_cookie(name, "", max_age=0, path=path)
 
     # --- teardown ---------------------------------------------------------------------------------
     def cancel_timers(self) -> None:
