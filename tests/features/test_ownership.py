@@ -181,7 +181,8 @@ def test_an_older_snapshot_than_the_server_sent_is_a_replay_and_refused(caplog: 
         assert tab.context is not None and tab.context.signals["count"].value == 6
         tab.disconnect()
         client.clock.advance(120)
-        app.runtime.revival.graveyard[tab.id].snapshot = None  # its values dropped (past the budget): only the number is left
+        # its values dropped (past the budget): only the number is left
+        app.runtime.revival.graveyard[tab.id].snapshot = None
         assert tab.action("inc").status == 400  # the replayed snapshot is refused
         assert "refused a replayed snapshot" in caplog.text
 
