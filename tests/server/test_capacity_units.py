@@ -235,21 +235,21 @@ def test_shedding_answers_503_without_the_app_and_keeps_the_connection() -> None
 
 def test_probe_sheds_only_while_the_loop_stays_late() -> None:
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    registry._probe_due = 10.0
-    registry.probe(10.2)
+    registry.loop_probe.due = 10.0
+    registry.loop_probe.probe(10.2)
     assert not registry.shedding and registry.lag == pytest.approx(0.2)
-    registry._probe_due = 20.0
-    registry.probe(20.7)  # one late probe: a pause (a GC pass), not overload
+    registry.loop_probe.due = 20.0
+    registry.loop_probe.probe(20.7)  # one late probe: a pause (a GC pass), not overload
     assert not registry.shedding
-    registry.probe(registry._probe_due + 0.01)
+    registry.loop_probe.probe(registry.loop_probe.due + 0.01)
     assert not registry.shedding
-    registry.probe(registry._probe_due + 0.8)
-    registry.probe(registry._probe_due + 0.9)  # late twice, but by less than twice shed_after
+    registry.loop_probe.probe(registry.loop_probe.due + 0.8)
+    registry.loop_probe.probe(registry.loop_probe.due + 0.9)  # late twice, but by less than twice shed_after
     assert not registry.shedding
-    registry.probe(registry._probe_due + 1.1)
-    registry.probe(registry._probe_due + 1.2)  # late by twice shed_after, twice in a row
+    registry.loop_probe.probe(registry.loop_probe.due + 1.1)
+    registry.loop_probe.probe(registry.loop_probe.due + 1.2)  # late by twice shed_after, twice in a row
     assert registry.shedding and registry.lagging
-    registry.probe(registry._probe_due + 0.01)
+    registry.loop_probe.probe(registry.loop_probe.due + 0.01)
     assert not registry.shedding
 
 
@@ -325,13 +325,13 @@ def test_the_backlog_is_overloaded_only_when_a_whole_window_waited_too_long() ->
     # shed_after 0.5: overloaded once a window's least wait is over 0.25 s; then what waited over a
     # quarter of it, 0.125 s, is refused; back to normal once a window saw a wait of 0.125 s or less.
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    registry.probe(0.0)  # opens the first window, until 0.5
+    registry.loop_probe.probe(0.0)  # opens the first window, until 0.5
     clock = [0.0]
 
     def advance(to: float) -> None:  # the probe runs on time (every 25 ms): the loop itself is not late
         while clock[0] < to - 1e-9:
             clock[0] = min(to, clock[0] + 0.025)
-            registry.probe(clock[0])
+            registry.loop_probe.probe(clock[0])
         assert not registry.busy
 
     def accept(waited_ms: int) -> bool:
@@ -369,14 +369,14 @@ def test_requests_on_open_connections_do_not_hide_a_standing_listen_queue() -> N
     # The overload run: actions on keep-alive connections were read at once while new visitors
     # waited seconds in the listen queue; their waits in one window kept its least wait near 0.
     registry = ConnectionRegistry(FakeLoop(), limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    registry.probe(0.0)
+    registry.loop_probe.probe(0.0)
     now = 0.0
     for _ in range(_QUEUE_SAMPLE * 6):
         registry.late_request(_InfoSocket(1))  # an action read as soon as it came
         registry.late_accept(_InfoSocket(700))  # a new visitor that waited 0.7 s to be accepted
     while now < 0.6:
         now += 0.025
-        registry.probe(now)
+        registry.loop_probe.probe(now)
     assert registry.queue_late
     assert registry.late_accept(_InfoSocket(700)) == pytest.approx(0.7)  # refused at once now
     assert registry.late_request(_InfoSocket(1)) < 0  # a young request is still served
@@ -403,9 +403,9 @@ def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_fir
     # 0.125 s is then answered 503; one that did not is served.
     loop = FakeLoop()
     registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    registry.probe(loop.now)  # the first probe sets when the next one is due
+    registry.loop_probe.probe(loop.now)  # the first probe sets when the next one is due
     loop.now += 0.025
-    registry.probe(loop.now)  # on time
+    registry.loop_probe.probe(loop.now)  # on time
     app = App()
     protocol = HttpProtocol(app, registry, registry.limits)
     transport = FakeTransport()
@@ -415,17 +415,17 @@ def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_fir
     protocol.data_received(get("/"))  # the first request is the accept's to judge
     loop.now += 0.6
     registry.dispatched += 20
-    registry.probe(loop.now)  # one long turn: a pause (a collection), nothing changes
+    registry.loop_probe.probe(loop.now)  # one long turn: a pause (a collection), nothing changes
     assert not registry.busy
     for _ in range(3):
         loop.now += 0.3
         registry.dispatched += 2
-        registry.probe(loop.now)  # long turns of a request or two: a slow handler, a cold start
+        registry.loop_probe.probe(loop.now)  # long turns of a request or two: a slow handler, a cold start
     assert not registry.busy
     for _ in range(2):
         loop.now += 0.3
         registry.dispatched += 20
-        registry.probe(loop.now)  # long turns full of requests for a whole shed_after: overloaded
+        registry.loop_probe.probe(loop.now)  # long turns full of requests for a whole shed_after: overloaded
     assert registry.busy
     sock.waited_ms = 400
     protocol.data_received(get("/"))
@@ -436,20 +436,22 @@ def test_long_loop_turns_in_a_row_shed_requests_that_waited_too_long_and_not_fir
     assert registry.unavailable["queued"] == 1 and b"retry-after: 1" in transport.output
     for _ in range(25):  # on time again: busy lasts twice shed_after after the last long pair
         loop.now += 0.05
-        registry.probe(loop.now)
+        registry.loop_probe.probe(loop.now)
     assert not registry.busy
 
 
 def test_a_long_turn_after_another_makes_the_server_busy_before_the_next_probe() -> None:
     loop = FakeLoop()
     registry = ConnectionRegistry(loop, limits=ServerLimits(shed_after=0.5))  # type: ignore[arg-type]
-    registry.probe(loop.now)  # the first probe sets when the next one is due
+    registry.loop_probe.probe(loop.now)  # the first probe sets when the next one is due
     loop.now += 0.025
-    registry.probe(loop.now)  # on time
+    registry.loop_probe.probe(loop.now)  # on time
     for _ in range(2):
         loop.now += 0.175
         registry.dispatched += 20
-        registry.probe(loop.now)  # two long turns full of requests, 0.3 s together: not yet a whole shed_after
+        registry.loop_probe.probe(
+            loop.now
+        )  # two long turns full of requests, 0.3 s together: not yet a whole shed_after
     assert not registry.busy
     assert registry.late_request(_InfoSocket(900)) == pytest.approx(0.9)  # over shed_after, in a third one
     assert registry.busy
@@ -535,7 +537,7 @@ def test_an_idle_server_probes_its_loop_once_a_second_and_fast_again_once_reques
     def next_probe() -> float:
         """The period of the next probe: it is due at the next tick of that period's grid."""
         loop.now += loop.delays[-1]
-        registry._on_probe()
+        registry.loop_probe.run()
         return period_of(loop.delays[-1])
 
     def period_of(delay: float) -> float:
@@ -558,12 +560,12 @@ def test_an_idle_server_probes_its_loop_once_a_second_and_fast_again_once_reques
     assert next_probe() == fast
     registry.in_flight = 0
     registry.busy = True
-    registry._busy_until = loop.now + 10
+    registry.overload.busy_until = loop.now + 10
     assert next_probe() == fast
     registry.busy = False
-    registry._busy_until = 0.0
+    registry.overload.busy_until = 0.0
     assert next_probe() == quiet and registry.idle
-    waiting = registry._probe
+    waiting = registry.loop_probe.handle
     assert isinstance(waiting, _Handle)
     registry.wake()  # a connection or a request came: the idle wait is cut short
     assert waiting.cancelled and not registry.idle and period_of(loop.delays[-1]) == fast

@@ -200,7 +200,7 @@ async def serve(
         lag_monitor = getattr(getattr(app, "metrics", None), "lag_monitor", None)
         if lag_monitor is not None:  # the loop probe measures the same lateness: one timer, not two
             lag_monitor.stop()
-            registry.on_lag = lag_monitor.observe
+            registry.loop_probe.on_lag = lag_monitor.observe
         if acceptor is None:
             server = await loop.create_server(
                 lambda: HttpProtocol(app, registry, limits, scheme),
