@@ -18,12 +18,25 @@ import socket
 import struct
 from typing import TYPE_CHECKING
 
+from pyvia.server import http as wire
+from pyvia.server.reader import NO_REQUEST
 from pyvia.server.states import ConnState
 
 if TYPE_CHECKING:
     from pyvia.server.connection import HttpProtocol
+    from pyvia.server.reader import Reject
 
-__all__ = ["LINGER", "close", "end_linger", "flush_deadline", "refuse_connection", "reset"]
+__all__ = [
+    "LINGER",
+    "close",
+    "end_linger",
+    "flush_deadline",
+    "refuse_connection",
+    "refuse_request",
+    "reset",
+    "shutdown",
+    "stop_reading",
+]
 
 #: Seconds a refused connection keeps reading (and dropping) after its answer (rule 1).
 LINGER = 2.0
@@ -35,6 +48,9 @@ _MAX_LINGERING_REFUSALS = 256
 _LINGER_OFF = struct.pack("ii", 1, 0)
 
 _LINGERING = ConnState.LINGERING
+_STREAMING = ConnState.STREAMING
+_IDLE = ConnState.IDLE
+_STALLED = ConnState.STALLED
 
 
 def refuse_connection(conn: HttpProtocol) -> None:
@@ -47,6 +63,44 @@ def refuse_connection(conn: HttpProtocol) -> None:
         conn.refusing = True
         close(conn, linger=True)
     else:
+        close(conn)
+
+
+def refuse_request(conn: HttpProtocol, reject: Reject) -> None:
+    """Count and log a refused request, then answer it (after what is owed) and close."""
+    conn.registry.refused(reject.status, reject.cause, conn.client, reject.reason)
+    stop_reading(conn, wire.ERRORS[reject.status])
+
+
+def stop_reading(conn: HttpProtocol, final: bytes) -> None:
+    """Read no more requests; write ``final`` (if any) once the owed answers are out, then close.
+
+    With nothing to add, the last owed answer says ``connection: close`` itself.
+    """
+    conn.final = final
+    queue = conn.queue
+    exchange = conn.exchange
+    if queue:
+        queue[-1].keep_alive = False
+    elif exchange is not None and exchange.stream is None:
+        exchange.keep_alive = False
+    if exchange is None and not queue and conn.state < _LINGERING:
+        if final:
+            conn.transport.write(final)
+        close(conn, linger=bool(final))
+
+
+def shutdown(conn: HttpProtocol) -> None:
+    """Graceful stop: close if idle, else finish the request in flight with ``connection: close``."""
+    conn.draining = True
+    state = conn.state
+    if state is _LINGERING:
+        end_linger(conn)
+        return
+    if state is _STREAMING or state >= _LINGERING:
+        return  # streams are the app's to end (App.shutdown); abort() ends what is left
+    if (state is _IDLE or state is _STALLED) and not conn.queue and conn.reader.phase == NO_REQUEST:
+        conn.final = b""
         close(conn)
 
 

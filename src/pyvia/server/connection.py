@@ -23,7 +23,8 @@ Rules this module keeps:
    "none": while the application owes a response, and for the whole life of a stream.
 2. A stream that ends cleanly leaves the connection open for the next request, as any response
    does (a pooled client never meets an unannounced close).
-3. What the connection's collaborators use is public here; its state and queue are not.
+3. What the connection's collaborators use is public here (its queue of requests behind the one
+   being answered too); its state is not: it changes only through :meth:`HttpProtocol.move`.
 """
 
 from __future__ import annotations
@@ -95,7 +96,6 @@ class HttpProtocol(asyncio.Protocol):
         # Per connection.
         "_accept_wait",
         "_exchange",
-        "_queue",
         "_sock",
         "_state",
         "admitted",
@@ -105,6 +105,7 @@ class HttpProtocol(asyncio.Protocol):
         "final",
         "flush_mark",
         "ip_key",
+        "queue",
         "reader",
         "reading_paused",
         "refusing",
@@ -143,7 +144,7 @@ class HttpProtocol(asyncio.Protocol):
         self._exchange: Exchange | None = None
         # None while empty (most of a connection's life: an empty list costs 72 bytes, an empty
         # deque 600); a list, as it holds at most max_pipelined requests.
-        self._queue: list[Exchange] | None = None
+        self.queue: list[Exchange] | None = None
         #: Not None: read no more requests; write it once what is owed is out, then close.
         self.final: bytes | None = None
         #: Bytes unsent when the send deadline was last armed (the flushing close's progress).
@@ -190,7 +191,7 @@ class HttpProtocol(asyncio.Protocol):
     @property
     def owes(self) -> bool:
         """An answer is owed (being answered, or queued)."""
-        return self._exchange is not None or bool(self._queue)
+        return self._exchange is not None or bool(self.queue)
 
     @property
     def exchange(self) -> Exchange | None:
@@ -245,7 +246,7 @@ class HttpProtocol(asyncio.Protocol):
         registry.discard(self)
         registry.release(self)
         self.deadline = 0.0
-        self._queue = None
+        self.queue = None
         self.reader.close()
         if self._exchange is not None:
             self._exchange.peer_left()
@@ -257,24 +258,24 @@ class HttpProtocol(asyncio.Protocol):
         try:
             reader.feed(data)
         except Reject as reject:
-            self._refuse_request(reject)
+            closing.refuse_request(self, reject)
             return
         except Stop as stop:
-            self._stop_reading(stop.final)
+            closing.stop_reading(self, stop.final)
             return
         state = self._state
         if self.final is not None or state >= LINGERING:
             return  # a refusal or close is under way
         if reader.phase == HEAD and reader.head_raw > self.limits.max_head:
             # One header line still buffered by httptools: cap memory before it completes.
-            self._refuse_request(Reject(431, f"request head over {self.limits.max_head} bytes"))
+            closing.refuse_request(self, Reject(431, f"request head over {self.limits.max_head} bytes"))
             return
         # Deadlines are set once per read, not per callback (rule 1).
         if state is IDLE and reader.phase == NO_REQUEST:  # the keep-alive timeout runs
             self.deadline = self.loop.time() + self.limits.keep_alive_timeout
         else:
             after_read(self, state)
-        queue = self._queue
+        queue = self.queue
         if (
             (queue or self._exchange is not None)
             and not self.reading_paused
@@ -287,11 +288,11 @@ class HttpProtocol(asyncio.Protocol):
         state = self._state
         if state is LINGERING or state is STREAMING:
             return None  # nothing more owed: close (a stream's peer is gone)
-        if self._exchange is None and not self._queue:
+        if self._exchange is None and not self.queue:
             return None
         if self.scheme == "https":
             return None  # TLS cannot half-close; asyncio closes the transport anyway
-        self._stop_reading(b"")
+        closing.stop_reading(self, b"")
         return True  # keep the write side open for the answers still owed
 
     def pause_writing(self) -> None:
@@ -330,12 +331,12 @@ class HttpProtocol(asyncio.Protocol):
         if self._preface:  # the request another worker passed with this connection
             self._preface = b""
         exchange = Exchange(request, keep_alive and not self.draining, http10)
-        if self._exchange is not None or self._queue or self.writing_paused:
-            queue = self._queue
+        if self._exchange is not None or self.queue or self.writing_paused:
+            queue = self.queue
             if (len(queue) if queue else 0) >= self.limits.max_pipelined:
                 raise Stop  # answer what is queued, then close; the client retries the rest
             if queue is None:
-                self._queue = [exchange]
+                self.queue = [exchange]
             else:
                 queue.append(exchange)
             return
@@ -405,11 +406,11 @@ class HttpProtocol(asyncio.Protocol):
         """Nothing is owed now: answer the next queued request, or settle in the state that waits."""
         if self._state >= LINGERING:
             return
-        queue = self._queue
+        queue = self.queue
         if queue and not self.writing_paused:
             exchange = queue.pop(0)
             if not queue:
-                self._queue = None
+                self.queue = None
             self._dispatch(exchange)
             return
         if self.writing_paused:
@@ -443,43 +444,6 @@ class HttpProtocol(asyncio.Protocol):
     def _transfer(self, send: Callable[[int], Awaitable[bool] | None]) -> Awaitable[bool]:
         return handoff.transfer(self, send)
 
-    def between_requests(self) -> bool:
-        """Answering, with nothing read, queued or closing behind: the moment of a hand-off."""
-        exchange = self._exchange
-        return (
-            self._state is ANSWERING
-            and exchange is not None
-            and exchange.stream is None
-            and not self._queue
-            and self.reader.phase == NO_REQUEST
-            and self.final is None
-            and not self.draining
-            and not self.writing_paused
-        )
-
-    # --- closing -----------------------------------------------------------------------------------
-
-    def _refuse_request(self, reject: Reject) -> None:
-        """Count and log a refused request, then answer it (after what is owed) and close."""
-        self.registry.refused(reject.status, reject.cause, self.client, reject.reason)
-        self._stop_reading(wire.ERRORS[reject.status])
-
-    def _stop_reading(self, final: bytes) -> None:
-        """Read no more requests; write ``final`` (if any) once the owed answers are out, then close.
-
-        With nothing to add, the last owed answer says ``connection: close`` itself.
-        """
-        self.final = final
-        queue = self._queue
-        if queue:
-            queue[-1].keep_alive = False
-        elif self._exchange is not None and self._exchange.stream is None:
-            self._exchange.keep_alive = False
-        if self._exchange is None and not queue and self._state < LINGERING:
-            if final:
-                self.transport.write(final)
-            closing.close(self, linger=bool(final))
-
     # --- called by the registry --------------------------------------------------------------------
 
     def timeout(self) -> None:
@@ -489,19 +453,6 @@ class HttpProtocol(asyncio.Protocol):
             self.deadline = 0.0  # no deadline runs in this state: a stale one
         else:
             handler(self)
-
-    def shutdown(self) -> None:
-        """Graceful stop: close if idle, else finish the request in flight with ``connection: close``."""
-        self.draining = True
-        state = self._state
-        if state is LINGERING:
-            closing.end_linger(self)
-            return
-        if state is STREAMING or state >= LINGERING:
-            return  # streams are the app's to end (App.shutdown); abort() ends what is left
-        if (state is IDLE or state is STALLED) and not self._queue and self.reader.phase == NO_REQUEST:
-            self.final = b""
-            closing.close(self)
 
     def abort(self) -> None:
         """Close now (the shutdown budget is spent); a handler still running is cancelled."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from pyvia.server.reader import NO_REQUEST
 from pyvia.server.states import ConnState
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ async def transfer(conn: HttpProtocol, send: Callable[[int], Awaitable[bool] | N
     written, the connection stays (the caller forwards instead). Nothing is read while the other
     process decides; when it refuses, the connection carries on here.
     """
-    if not conn.between_requests():
+    if not _between_requests(conn):
         return False
     transport = conn.transport
     sock = transport.get_extra_info("socket")
@@ -42,3 +43,18 @@ async def transfer(conn: HttpProtocol, send: Callable[[int], Awaitable[bool] | N
     if not conn.reading_paused and not conn.leaving:
         transport.resume_reading()
     return False
+
+
+def _between_requests(conn: HttpProtocol) -> bool:
+    """Answering, with nothing read, queued or closing behind: the moment of a hand-off."""
+    exchange = conn.exchange
+    return (
+        conn.state is ConnState.ANSWERING
+        and exchange is not None
+        and exchange.stream is None
+        and not conn.queue
+        and conn.reader.phase == NO_REQUEST
+        and conn.final is None
+        and not conn.draining
+        and not conn.writing_paused
+    )

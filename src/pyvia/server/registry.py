@@ -19,6 +19,7 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from pyvia.server import closing
 from pyvia.server.backlog import BacklogDrain
 from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
 from pyvia.server.loop_probe import LoopProbe
@@ -398,7 +399,7 @@ class ConnectionRegistry(RefusalCounts):
     def shutdown(self) -> None:
         """Close idle connections; busy ones close once their response is written."""
         for conn in list(self._connections):
-            conn.shutdown()
+            closing.shutdown(conn)
 
     def abort_all(self) -> None:
         """Close every connection now, whatever it is doing (the end of the shutdown budget)."""
