@@ -4,10 +4,12 @@ comes back by itself when the server does (DESIGN.md, "Multi-worker and multi-no
 from __future__ import annotations
 
 import asyncio
+import secrets
 
 import pytest
 
 from pyvia.cluster import EngineUnavailable, KvChange, create_engine
+from pyvia.cluster.nats import NatsEngine
 from pyvia.cluster.nats_server import LocalNats
 from tests.cluster.conftest import eventually, run
 from tests.cluster.servers import RedisServer
@@ -67,3 +69,46 @@ def test_the_engine_reconnects_after_the_server_restarts_on_the_same_port(kind: 
         run(scenario(), timeout=40)
     finally:
         server.close()
+
+
+class _Deaf(asyncio.Queue[object]):
+    """A queue that drops what is put in it."""
+
+    async def put(self, item: object) -> None:
+        return None
+
+    def put_nowait(self, item: object) -> None:
+        return None
+
+
+def test_a_key_listing_whose_end_never_comes_fails_within_the_op_timeout(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py's ``kv.keys()`` waits for its watcher's end-of-listing marker without a bound; one
+    that never came hung the directory's sweep for good, and a killed worker's entries stayed."""
+    from nats.js.kv import KeyValue
+
+    listen = KeyValue.watchall
+
+    async def silent_watchall(self: KeyValue, **kwargs: object) -> KeyValue.KeyWatcher:
+        watcher = await listen(self, **kwargs)  # type: ignore[arg-type]
+        watcher._updates = _Deaf()  # nothing arrives: neither a key nor the end marker
+        return watcher
+
+    async def scenario() -> None:
+        engine = NatsEngine(nats_url, prefix="listing" + secrets.token_hex(4), op_timeout=0.5)
+        await engine.connect()
+        try:
+            await engine.put("directory", "a", b"x")
+            assert await engine.keys("directory") == ["a"]
+            monkeypatch.setattr(KeyValue, "watchall", silent_watchall)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(EngineUnavailable):  # (a hang would end in TimeoutError here)
+                await asyncio.wait_for(engine.keys("directory"), 5)
+            assert asyncio.get_running_loop().time() - started < 2.0
+            monkeypatch.undo()
+            assert await engine.keys("directory") == ["a"]  # the engine still works
+        finally:
+            await engine.close()
+
+    run(scenario())

@@ -112,8 +112,12 @@ class Directory(Part):
                 gone.pop(node, None)
             due = now if due is None else min([due, *(since + window for since in gone.values())])
             if now >= due:
-                with contextlib.suppress(EngineError):  # else the next look tries again
+                try:
                     due = await self._sweep(alive, gone, window)
+                except EngineError:
+                    pass  # the next look tries again
+                except Exception:  # a bug or an engine's surprise must not end the sweep for good
+                    log.exception("the directory sweep failed; the next look tries again")
 
     async def _sweep(self, alive: set[str], gone: dict[str, float], window: float) -> float:
         """One pass over the directory; returns when the next one is due (infinity: no entry of a

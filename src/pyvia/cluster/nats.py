@@ -409,10 +409,19 @@ class NatsEngine:
         self._client()  # disconnected: refuse at once instead of waiting for a timeout
         kv = await self._kv(bucket)
         with self._unavailable(f"keys of {bucket}"):
+            # Not ``kv.keys()``: it waits for its watcher's end-of-listing marker without a bound,
+            # and a marker that never comes (a watch callback that timed out waiting for its
+            # setup, on a loaded machine) hangs the caller for good. Here each key must come
+            # within ``op_timeout``, or the call fails as any other timed-out call does.
+            watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
             try:
-                return [decode_key(k) for k in await kv.keys()]
-            except nats.js.errors.NoKeysError:
-                return []
+                keys: list[str] = []
+                while (entry := await watcher.updates(timeout=self.op_timeout)) is not None:  # type: ignore[no-untyped-call]
+                    keys.append(decode_key(entry.key))
+                return keys
+            finally:
+                with contextlib.suppress(Exception):
+                    await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def increment(self, bucket: str, key: str, by: int = 1) -> int:
         return await cas_increment(self, bucket, key, check_int(by))
