@@ -223,6 +223,7 @@ class App(AppShared, Host):
         #: The running loop, once started: asyncio.get_running_loop() costs a getpid() system call on 3.11.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = 0.0
+        self.started_wall = 0.0  # time.time() when it started: wall_time() runs on the app clock from there
         self.background_tasks: set[Any] = set()
         self.broadcaster = Broadcaster(self, self.config.broadcast_tick, self.config.broadcast_settle)
         self.scopes = ScopeRegistry(self.broadcaster.mark)

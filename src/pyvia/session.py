@@ -120,9 +120,22 @@ class ContextIds:
         chunk, self._random = self._random[:6], self._random[6:]
         return chunk.hex()
 
-    def make(self, route: str, params: dict[str, str], session_id: str) -> str:
-        payload = orjson.dumps([route, params, self._nonce()])
+    def make(self, route: str, params: dict[str, str], session_id: str, issued: int = 0) -> str:
+        """A new id for a tab of ``route``; ``issued`` (wall-clock seconds) dates it, so a tab
+        that left no record behind can still be told recent (:meth:`issued`)."""
+        payload = orjson.dumps([route, params, self._nonce(), issued])
         return _b64(payload) + "." + _b64(self._sign(payload, session_id))
+
+    @staticmethod
+    def issued(context_id: str) -> int:
+        """When an id was made (wall-clock seconds), 0 if it does not say; read only from an id
+        :meth:`verify` accepted, whose signature covers it."""
+        try:
+            payload = orjson.loads(_unb64(context_id.partition(".")[0]))
+            issued = payload[3] if len(payload) > 3 else 0
+        except (orjson.JSONDecodeError, ValueError, TypeError, IndexError, KeyError):
+            return 0
+        return issued if type(issued) is int and issued > 0 else 0
 
     def verify(self, context_id: str, session_id: str) -> tuple[str, dict[str, str]] | None:
         """Return (route pattern, params) if the id was made by this app for this session."""
@@ -139,7 +152,7 @@ class ContextIds:
         if not hmac.compare_digest(signature, self._sign(payload, session_id)):
             return None
         try:
-            route, params, _nonce = orjson.loads(payload)
+            route, params, *_ = orjson.loads(payload)  # the nonce, and the issue time when there is one
         except (orjson.JSONDecodeError, ValueError, TypeError):
             return None
         if not isinstance(route, str) or not isinstance(params, dict):

@@ -50,7 +50,9 @@ def edits(draw: st.DrawFn, text: str) -> str:
 def test_verify_of_any_text_is_none_or_a_route_and_params(text: str) -> None:
     with bounded(5):
         found = IDS.verify(text, SESSION)
+        issued = ContextIds.issued(text)
     assert found is None  # nothing random is an id this app made
+    assert type(issued) is int and issued >= 0  # its date reads as a number or as none, never raises
 
 
 @FUZZ

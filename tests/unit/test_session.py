@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from pyvia.session import ContextIds, SessionIds, is_session_id, load_secret
@@ -81,6 +83,19 @@ def test_payload_swapped_from_another_id_is_refused(ids: ContextIds) -> None:
     mine = ids.make("/p/{x}", {"x": "1"}, SESSION)
     theirs = ids.make("/admin", {}, SESSION)
     assert ids.verify(theirs.split(".")[0] + "." + mine.split(".")[1], SESSION) is None
+
+
+def test_an_id_says_when_it_was_made_under_its_signature(ids: ContextIds) -> None:
+    cid = ids.make("/", {}, SESSION, 1_796_000_000)
+    assert ids.verify(cid, SESSION) == ("/", {}) and ContextIds.issued(cid) == 1_796_000_000
+    assert ContextIds.issued(ids.make("/", {}, SESSION)) == 0  # undated: the process-age rule decides
+    body, sig = cid.split(".")
+    payload = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    payload[3] = 1_796_999_999  # a browser re-dating its id to revive it later
+    redated = base64.urlsafe_b64encode(orjson.dumps(payload)).rstrip(b"=").decode() + "." + sig
+    assert ContextIds.issued(redated) == 1_796_999_999 and ids.verify(redated, SESSION) is None
+    for garbage in ("", "x", "a.b", "WyIvIix7fV0.x", "WyIvIix7fSwibiIsIjEyIl0.x"):  # no date, or one that is no int
+        assert ContextIds.issued(garbage) == 0
 
 
 def test_tampered_signature_is_refused(ids: ContextIds) -> None:

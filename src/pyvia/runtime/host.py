@@ -37,6 +37,8 @@ class Host:
     loop: asyncio.AbstractEventLoop | None
     background_tasks: set[Any]
     proxies: TrustedProxies
+    started_at: float
+    started_wall: float
 
     # --- what the front ends, the tabs and the cluster ask of a running app --------------------------
 
@@ -49,6 +51,11 @@ class Host:
         if self.clock is None:
             raise RuntimeError("the app has not been started; run it with app.run() or pyvia.testing")
         return self.clock.now()
+
+    def wall_time(self) -> float:
+        """Seconds since the epoch, moving with the app clock (so a manual clock moves it too):
+        what a context id is dated with, comparable across processes and restarts."""
+        return self.started_wall + (self.now() - self.started_at)
 
     def spawn(self, awaitable: Awaitable[Any], ctx: Context | None = None, phase: str = "task") -> None:
         """Run a coroutine in the background; its errors are reported (against ``ctx`` and

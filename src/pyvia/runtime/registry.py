@@ -350,8 +350,8 @@ class Registry:
         for name in ctx.scope_names:
             self.app.scopes.leave(ctx, name)
         self.app.ownership.release(ctx.id)
-        if self.app.config.revival_window > 0:
-            self.rt.revival.bury(ctx, pristine=never_connected and ctx.is_pristine)
+        if self.app.config.revival_window > 0 and not (never_connected and ctx.is_pristine):
+            self.rt.revival.bury(ctx)  # a pristine view leaves nothing: Revival.recently_issued
         ctx.forget()  # what closures hold: a destroyed context leaves no reference cycle
 
     def arm_interval(self, ctx: Context, fn: Callable[..., Any], period: float) -> Interval:

@@ -20,6 +20,7 @@ from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.runtime.binding import bind
 from pyvia.runtime.common import GRAVEYARD_CAP, STREAM_DOWN, RequestKind, settled, then, when_done
 from pyvia.scopes import Scope
+from pyvia.session import ContextIds
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -84,17 +85,13 @@ class Revival:
         # destroyed ids -> what revives them; insertion order is expiry order
         self.graveyard: OrderedDict[str, Grave] = OrderedDict()
         self.graveyard_bytes = 0  # of the snapshots it holds
-        #: The graves of pristine page views (:attr:`Context.is_pristine`, never connected), oldest
-        #: first: a crawler leaves thousands, and its page's id and snapshot revive each exactly,
-        #: so past ``max_waiting_contexts`` of them the oldest go.
-        self.pristine: dict[str, None] = {}
         self.reviving: dict[str, asyncio.Task[Any]] = {}  # revivals under way, by context id
         self.reload_sent: OrderedDict[str, float] = OrderedDict()
 
-    def bury(self, ctx: Context, *, pristine: bool = False) -> None:
+    def bury(self, ctx: Context) -> None:
         """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
-        server-owned signals (the newest, which the browser may not have got), within a budget;
-        ``pristine``: a page view whose stream never came and that changed nothing."""
+        server-owned signals (the newest, which the browser may not have got), within a budget.
+        (A pristine page view, whose page holds all of it, is not buried: :meth:`verify_id`.)"""
         try:
             snapshot = ctx.final_snapshot()
         except TypeError:
@@ -108,10 +105,6 @@ class Revival:
             ask_page=ctx.has_writable_signals,
         )
         self.graveyard[ctx.id] = grave
-        if pristine:
-            self.pristine[ctx.id] = None
-            if len(self.pristine) > self.app.config.max_waiting_contexts:
-                self.unbury(next(iter(self.pristine)))
         if snapshot is not None:
             self.graveyard_bytes += len(snapshot)
             if self.graveyard_bytes > self.app.config.max_snapshot_bytes * 2048:  # 32 MiB at the default bound
@@ -124,7 +117,6 @@ class Revival:
 
     def unbury(self, ctx_id: str) -> Grave | None:
         grave = self.graveyard.pop(ctx_id, None)
-        self.pristine.pop(ctx_id, None)
         if grave is not None and grave.snapshot is not None:
             self.graveyard_bytes -= len(grave.snapshot)
         return grave
@@ -209,14 +201,14 @@ class Revival:
             return None
         state = json_or_empty(ctx.tab_state)
         writable = ctx.has_writable_signals
+        try:  # taken here, not from its grave: a pristine view leaves none
+            snapshot = ctx.final_snapshot()
+        except TypeError:
+            snapshot = None  # a value that is not JSON: the page could not show it either
+        seq = ctx.snapshot_seq
         self.rt.registry.destroy(ctx)
-        grave = self.unbury(ctx_id)
-        return {
-            "tab_state": state,
-            "snapshot": grave.snapshot if grave else None,
-            "seq": grave.seq if grave else 0,
-            "writable": writable,
-        }
+        self.unbury(ctx_id)
+        return {"tab_state": state, "snapshot": snapshot, "seq": seq, "writable": writable}
 
     def reload_stream(self, ctx_id: str) -> Response | StreamResponse:
         """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
@@ -237,12 +229,12 @@ class Revival:
         if session_id is None or self.app.config.revival_window <= 0:
             return None
         grave = self.graveyard.get(ctx_id)
-        if grave is None:
-            # Unknown here: made by an earlier process (or its record expired). It died at least
-            # as long ago as this process has run, so past the window it is too old to revive.
-            if self.app.now() - self.app.started_at > self.app.config.revival_window:
+        if grave is not None:
+            if grave.deadline < self.app.now():
                 return None
-        elif grave.deadline < self.app.now():
+        elif not self.recently_issued(ctx_id) and self.app.now() - self.app.started_at > self.app.config.revival_window:
+            # Unknown here and not recent: made by an earlier process (or its record expired). It
+            # died at least as long ago as this process has run, so past the window it is too old.
             return None
         verified = self.app.context_ids.verify(ctx_id, session_id)
         if verified is None and session_id in self.rt.sessions.rotated_from:  # made before a regenerate_session
@@ -254,6 +246,15 @@ class Revival:
         if verified is None:
             log.info("refused to revive a context id not signed for this session")
         return verified
+
+    def recently_issued(self, ctx_id: str) -> bool:
+        """Whether the id was made within the revival window: a tab that recent may revive without
+        a record here. A page view whose stream never came and that changed nothing leaves none
+        (its page's id and snapshot rebuild it exactly), so a crawler's burst holds no memory once
+        its contexts expire. No tab dies before its id is made, so none revives past the window
+        this way. The date is the id's own, under its signature (checked next, by ``verify``)."""
+        issued = ContextIds.issued(ctx_id)
+        return issued > 0 and self.app.wall_time() - issued <= self.app.config.revival_window
 
     def revive(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,7 @@ class Serving:
         if loop is not None:
             app.loop = loop
         app.started_at = clock.now()
+        app.started_wall = time.time()
         app.limiter.reset()  # its times came from the previous clock
         app.broadcaster.reset()  # its times came from the previous clock
         for _, mounted in app.mounts:

@@ -53,9 +53,8 @@ class Pages:
             if self.app.store.new_session(session_id):
                 request.new_session = True  # its session-scoped signals are new too
         params = request.path_params
-        ctx = Context(
-            self.app, self.app.context_ids.make(route.pattern, params, session_id), route, params, session_id, request
-        )
+        ctx_id = self.app.context_ids.make(route.pattern, params, session_id, int(self.app.wall_time()))
+        ctx = Context(self.app, ctx_id, route, params, session_id, request)
         self.app.ownership.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = bind(route, params, ctx, request)
         return then(route.handler(**kwargs), lambda result: self.after_loads(lambda: self.response(ctx, result)))
