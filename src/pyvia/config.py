@@ -355,7 +355,7 @@ class Limits:
     #: Requests the app is still answering asynchronously → 503 for new ones past it.
     max_in_flight: int = setting(1024, low=1, section="server")
     #: Under overload, the longest a request waits for its answer (503 or not); see above. None: never shed.
-    shed_after: float | None = setting(0.25, unit="s", low=0, above=True, section="server")
+    shed_after: float | None = setting(0.18, unit="s", low=0, above=True, section="server")
     #: Exact request paths answered even while shedding.
     shed_exempt: tuple[str, ...] = setting(PROBE_PATHS, check=_paths, section="server")
     #: Host names this server answers (``"example.com"``, ``"*.example.com"`` for any

@@ -60,7 +60,7 @@ def test_defaults_are_valid_and_documented() -> None:
     assert limits.max_connections is None and limits.max_streams is None
     assert limits.max_connections_per_ip is None and limits.max_streams_per_ip is None
     assert limits.per_ip_exempt == ("127.0.0.0/8", "::1")
-    assert limits.allowed_hosts is None and limits.shed_after == 0.25 and limits.stream_send_buffer == 128 * 1024
+    assert limits.allowed_hosts is None and limits.shed_after == 0.18 and limits.stream_send_buffer == 128 * 1024
     assert "Capacity defaults and why" in (ServerLimits.__doc__ or "")
 
 

@@ -98,7 +98,7 @@ class ServerLimits(Limits):
       1,000 actions a second that allows each one second; past it a request gets 503 at once
       instead of joining an unbounded queue of tasks (ePHPm measured the waiting policy growing
       to 6 GB and wedging).
-    * ``shed_after`` = 0.25 s: under overload, the longest a request waits for its answer, a 503
+    * ``shed_after`` = 0.18 s: under overload, the longest a request waits for its answer, a 503
       included. Under CPU overload requests do not queue in the server but in the kernel: new
       connections in the listen queue (uvloop accepts one per loop turn, so the probe takes
       over the queue when it is not kept short) and requests on open connections behind long
