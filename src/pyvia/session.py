@@ -128,8 +128,8 @@ class ContextIds:
 
     @staticmethod
     def issued(context_id: str) -> int:
-        """When an id was made (wall-clock seconds), 0 if it does not say; read only from an id
-        :meth:`verify` accepted, whose signature covers it."""
+        """When an id was made (wall-clock seconds), 0 if it does not say. Only an id that
+        :meth:`verify` accepts is trusted with it: the signature covers the date."""
         try:
             payload = orjson.loads(_unb64(context_id.partition(".")[0]))
             issued = payload[3] if len(payload) > 3 else 0

@@ -91,7 +91,7 @@ class Revival:
     def bury(self, ctx: Context) -> None:
         """Keep what revives ``ctx`` for the revival window: its tab state and a snapshot of its
         server-owned signals (the newest, which the browser may not have got), within a budget.
-        (A pristine page view, whose page holds all of it, is not buried: :meth:`verify_id`.)"""
+        (A pristine page view, whose page holds all of it, is not buried: :meth:`recently_issued`.)"""
         try:
             snapshot = ctx.final_snapshot()
         except TypeError:
