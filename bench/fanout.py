@@ -378,6 +378,9 @@ class TabStream(asyncio.Protocol):
         self.round = 0
         self.first_at = 0.0
         self.last_at = 0.0
+        #: Read and count, parse nothing: for a load whose events are not checked, whose reader
+        #: must cost the client as little as a reader can.
+        self.drain = False
         self._decoder = BodyDecoder(coding)
 
     @property
@@ -400,8 +403,10 @@ class TabStream(asyncio.Protocol):
             self.opened.set_exception(ConnectionError(f"stream closed before its first event ({exc})"))
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
         self.raw_bytes += len(data)
+        if self.drain:
+            return
+        now = time.perf_counter()
         self.last_at = now
         buf = self.buf
         buf += data

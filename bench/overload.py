@@ -12,7 +12,9 @@ work as the load: 2xx answers a second. Then, for each level, a fresh server, ``
   over an idle keep-alive connection of that tab's browser (a new one with its cookie when all of
   them are busy, as a browser opens another connection).
 
-An arrival is never delayed by an earlier one: its latency runs from the instant it was due. Every
+An arrival is never delayed by an earlier one: its latency runs from the instant it was due, and
+the server's own from its request's write to its answer's arrival (see :mod:`bench.exchange`;
+the 2x target is judged on that one, which holds nothing of the generator's own delays). Every
 arrival ends in exactly one outcome: ``2xx``, ``429``, ``503``, ``other`` (any other status),
 ``reset`` (refused, reset or closed before a complete answer), ``timeout`` (no complete answer
 within ``--timeout``) or ``client_cap`` (not sent: ``--max-in-flight`` requests of this client were
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import math
 import random
 import time
@@ -42,6 +43,7 @@ from collections import Counter
 from typing import Any
 
 from bench.client import Connection, ProtocolError, Response, boot_signals, build_request
+from bench.exchange import Exchange, visit
 from bench.fanout import Browser, Hub, TabStream, open_tabs
 from bench.hammer import signal_key
 from bench.report import percentile
@@ -108,8 +110,26 @@ def classify(result: Response | BaseException) -> str:
     return "reset"  # ConnectionError, OSError, ProtocolError: no complete answer came
 
 
+def outcome_of(answer: int | str) -> str:
+    """The outcome of an :class:`~bench.exchange.Exchange`'s answer (a status, or what went wrong)."""
+    if isinstance(answer, str):
+        return answer
+    if 200 <= answer < 300:
+        return "2xx"
+    return str(answer) if answer in (429, 503) else "other"
+
+
 class Load:
-    """The arrivals' requests and what each one got: ``(due, kind, outcome, latency)``."""
+    """The arrivals' requests and what each one got: ``(due, kind, outcome, latency, server's)``.
+
+    ``latency`` runs from the instant the arrival was due to when this client had parsed its
+    answer; the server's runs from the request's write to its answer's arrival in the kernel (see
+    :mod:`bench.exchange`), so what a saturated generator adds (late sends, answers parsed late
+    in its long loop turns) is not counted in it.
+
+    On :class:`~bench.exchange.Exchange`, the cheapest client the harness has: the generator must
+    keep up with twice what the server can serve on a core of its own.
+    """
 
     def __init__(
         self,
@@ -128,7 +148,7 @@ class Load:
         #: Per tab: (its browser's index, the action request).
         self.tabs = [(b, browsers[b].action_request(action, ctx)) for b, ctx in tabs]
         self.cookies = [b.cookie_headers() for b in browsers]
-        self.idle: list[list[Connection]] = [[] for _ in browsers]
+        self.idle: list[list[Exchange]] = [[] for _ in browsers]
         self.results: list[tuple[float, str, str, float, float]] = []
         self.statuses: Counter[int] = Counter()
         self.in_flight = 0
@@ -136,81 +156,62 @@ class Load:
         self._drained: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def record(self, due: float, sent: float, kind: str, result: Response | BaseException) -> None:
-        outcome = classify(result)
-        done = result.done if isinstance(result, Response) else _perf()
-        if outcome == "other" and isinstance(result, Response):
-            self.statuses[result.status] += 1
-        self.results.append((due, kind, outcome, done - due, done - sent))
-
     def _finish(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0 and self._drained is not None:
             self._drained.set()
 
-    def arrive(self, due: float, kind: str, sent: float) -> None:
+    def arrive(self, due: float, kind: str) -> None:
         if self.in_flight >= self.max_in_flight:
             self.results.append((due, kind, "client_cap", 0.0, 0.0))
             return
         self.in_flight += 1
         if kind == NEW:
-            self._spawn(self._visit(due, sent))
+            self._spawn(visit("127.0.0.1", self.port, self.page, self.timeout, self._answered, (due, -1)))
             return
         index = self.next_tab
         self.next_tab = (index + 1) % len(self.tabs)
         browser, raw = self.tabs[index]
         pool = self.idle[browser]
         while pool:
-            conn = pool.pop()
-            if not conn.closed:
-                fut = conn.request(raw, self.timeout)
-                fut.add_done_callback(functools.partial(self._answered, due, sent, conn, browser))
+            exchange = pool.pop()
+            if not exchange.closed:
+                exchange.send(raw, self.timeout, (due, browser))
                 return
-        self._spawn(self._act_fresh(due, sent, browser, raw))
+        self._spawn(self._act_fresh(due, browser, raw))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _answered(self, due: float, sent: float, conn: Connection, browser: int, fut: asyncio.Future[Response]) -> None:
-        result: Response | BaseException = fut.exception() or fut.result()
-        self.record(due, sent, ACTION, result)
-        if isinstance(result, Response) and not conn.closed:
-            self.idle[browser].append(conn)
+    def _answered(self, exchange: Exchange, answer: int | str, done: float) -> None:
+        due, browser = exchange.tag
+        outcome = outcome_of(answer)
+        if outcome == "other" and isinstance(answer, int):
+            self.statuses[answer] += 1
+        server = exchange.arrived - exchange.written
+        self.results.append((due, NEW if browser < 0 else ACTION, outcome, done - due, server))
+        if browser >= 0 and isinstance(answer, int) and not exchange.closed:
+            self.idle[browser].append(exchange)
         else:
-            conn.close()
+            exchange.close()
         self._finish()
 
-    async def _act_fresh(self, due: float, sent: float, browser: int, raw: bytes) -> None:
-        conn: Connection | None = None
+    async def _act_fresh(self, due: float, browser: int, raw: bytes) -> None:
+        """An action when all of its browser's connections are busy: another one, as a browser opens."""
+        loop = asyncio.get_running_loop()
+        exchange = Exchange(self._answered, (due, browser))
         try:
-            conn = await Connection.open("127.0.0.1", self.port, self.timeout)
-            left = max(0.001, self.timeout - (_perf() - due))
-            result: Response | BaseException = await conn.request(raw, left)
-        except (OSError, TimeoutError, ProtocolError) as exc:
-            result = exc
-        self.record(due, sent, ACTION, result)
-        if conn is not None:
-            if isinstance(result, Response) and not conn.closed:
-                self.idle[browser].append(conn)
-            else:
-                conn.close()
-        self._finish()
-
-    async def _visit(self, due: float, sent: float) -> None:
-        conn: Connection | None = None
-        try:
-            conn = await Connection.open("127.0.0.1", self.port, self.timeout)
-            left = max(0.001, self.timeout - (_perf() - due))
-            result: Response | BaseException = await conn.request(self.page, left)
-        except (OSError, TimeoutError, ProtocolError) as exc:
-            result = exc
-        finally:
-            if conn is not None:
-                conn.close()
-        self.record(due, sent, NEW, result)
-        self._finish()
+            async with asyncio.timeout(self.timeout):
+                await loop.create_connection(lambda: exchange, "127.0.0.1", self.port)
+        except TimeoutError:
+            self._answered(exchange, "timeout", _perf())
+            return
+        except OSError:
+            self._answered(exchange, "reset", _perf())
+            return
+        exchange.send(raw, max(0.001, self.timeout - (_perf() - due)), (due, browser))
 
     async def drain(self, limit: float) -> bool:
         """Wait until every request has its outcome (at most ``limit`` s); whether all have."""
@@ -245,7 +246,7 @@ async def open_loop(
             due = t0 + sent * interval
             second = int(sent * interval)
             lag[second] = max(lag[second], now - due)
-            load.arrive(due, NEW if rng.random() < new_share else ACTION, now)
+            load.arrive(due, NEW if rng.random() < new_share else ACTION)
             sent += 1
         await asyncio.sleep(0.001)
     return t0, sent, lag
@@ -337,6 +338,8 @@ async def _setup(
     if failures or len(tabs) != args.tabs:
         raise RuntimeError(f"opened {len(tabs)}/{args.tabs} tabs: {dict(failures)}")
     pairs = [(i, ctx) for i, b in enumerate(browsers) for ctx in b.ctx_ids]
+    for tab in tabs:  # read, not parsed: the load checks no event, and its client must keep up
+        tab.drain = True
     for b in browsers:  # the page-view connections stay the browsers' first idle ones
         b.conn.close()
     return browsers, tabs, pairs
@@ -422,6 +425,7 @@ def per_second(
                 **{o: counts.get(o, 0) for o in OUTCOMES},
                 "p50_s": percentile(ok, 50),
                 "p99_s": percentile(ok, 99),
+                "server_p99_s": percentile(sorted(r[4] for r in bucket if r[2] == "2xx"), 99),
                 "rss_mb": (at[-1] / 1024) if at else math.nan,
                 "send_lag_s": lag[s] if s < len(lag) else 0.0,
             }
@@ -436,8 +440,10 @@ def _summary_of(results: list[tuple[float, str, str, float, float]]) -> dict[str
         ok = sorted(r[3] for r in results if r[2] == "2xx" and (kind is None or r[1] == kind))
         name = "" if kind is None else kind + "_"
         out[f"{name}p50_s"], out[f"{name}p99_s"] = percentile(ok, 50), percentile(ok, 99)
-    sent = sorted(r[4] for r in results if r[2] == "2xx")
-    out["p50_from_send_s"], out["p99_from_send_s"] = percentile(sent, 50), percentile(sent, 99)
+    for kind in (None, NEW, ACTION):
+        own = sorted(r[4] for r in results if r[2] == "2xx" and (kind is None or r[1] == kind))
+        name = "server_" if kind is None else f"server_{kind}_"
+        out[f"{name}p50_s"], out[f"{name}p99_s"] = percentile(own, 50), percentile(own, 99)
     refused = sorted(r[3] for r in results if r[2] in ("503", "429"))
     out["refused_p50_s"], out["refused_p99_s"] = percentile(refused, 50), percentile(refused, 99)
     return out
@@ -540,9 +546,10 @@ def _print_level(r: dict[str, Any]) -> None:
         flush=True,
     )
     print(
-        f"  accepted p50/p99 {_ms(r['p50_s'])}/{_ms(r['p99_s'])} ms (new visitors {_ms(r['new_p50_s'])}/"
-        f"{_ms(r['new_p99_s'])}, actions {_ms(r['action_p50_s'])}/{_ms(r['action_p99_s'])}; from the send "
-        f"{_ms(r['p50_from_send_s'])}/{_ms(r['p99_from_send_s'])}); refusals "
+        f"  accepted p50/p99 {_ms(r['p50_s'])}/{_ms(r['p99_s'])} ms from the instant due (new visitors "
+        f"{_ms(r['new_p50_s'])}/{_ms(r['new_p99_s'])}, actions {_ms(r['action_p50_s'])}/{_ms(r['action_p99_s'])}); "
+        f"the server's own (write to arrival) {_ms(r['server_p50_s'])}/{_ms(r['server_p99_s'])} ms (new visitors "
+        f"{_ms(r['server_new_p99_s'])}, actions {_ms(r['server_action_p99_s'])}); refusals "
         f"p50/p99 {_ms(r['refused_p50_s'])}/{_ms(r['refused_p99_s'])} ms; RSS {r['rss_mb_before']:.0f} → max "
         f"{r['rss_mb_max']:.0f} MB; recovery {rec}"
         f" (normal ≤ {_ms(r['normal_latency_s'])} ms); send lag max {_ms(r['send_lag_max_s'])} ms; server busy "
@@ -553,17 +560,22 @@ def _print_level(r: dict[str, Any]) -> None:
     shown = [line for line in r.get("server_metrics", []) if "_bucket" not in line]
     if shown:
         print("  server /metrics after the load: " + "; ".join(shown))
-    print("  s  arrivals    2xx    429    503  other  reset timeout  cap   p50 ms   p99 ms  RSS MB  lag ms")
+    print("  s  arrivals    2xx    429    503  other  reset timeout  cap   p50 ms   p99 ms server's  RSS MB  lag ms")
     for row in r["per_second"]:
         print(
             f"  {row['second']:>2} {row['arrivals']:>8,} {row['2xx']:>6,} {row['429']:>6,} {row['503']:>6,} "
             f"{row['other']:>6,} {row['reset']:>6,} {row['timeout']:>7,} {row['client_cap']:>4,} "
-            f"{_ms(row['p50_s']):>8} {_ms(row['p99_s']):>8} {row['rss_mb']:>7.0f} {_ms(row['send_lag_s']):>7}"
+            f"{_ms(row['p50_s']):>8} {_ms(row['p99_s']):>8} {_ms(row['server_p99_s']):>8} {row['rss_mb']:>7.0f} "
+            f"{_ms(row['send_lag_s']):>7}"
         )
 
 
 def judge(levels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 21's targets at 2x, against the 1x run of the same session."""
+    """Issue 21's targets at 2x, against the 1x run of the same session.
+
+    The p99 judged is the server's own (the request's write to its answer's arrival): the one from
+    the instant an arrival was due also holds what a saturated generator added, and is reported
+    beside it (``p99_from_due_s``)."""
     one = next((r for r in levels if r["multiple"] == 1), None)
     two = next((r for r in levels if r["multiple"] == 2), None)
     if one is None or two is None:
@@ -571,17 +583,17 @@ def judge(levels: list[dict[str, Any]]) -> dict[str, Any]:
     rss_ratio = two["rss_mb_max"] / one["rss_mb_max"] if one["rss_mb_max"] else math.nan
     found = {
         "timeouts": two["outcomes"]["timeout"],
-        "p99_accepted_s": two["p99_s"],
+        "p99_accepted_s": two["server_p99_s"],
         "rss_ratio": rss_ratio,
         "recovery_s": two["recovery_s"],
     }
     met = {
         "timeouts": found["timeouts"] <= TARGETS["timeouts"],
-        "p99_accepted_s": not math.isnan(two["p99_s"]) and two["p99_s"] <= TARGETS["p99_accepted_s"],
+        "p99_accepted_s": not math.isnan(two["server_p99_s"]) and two["server_p99_s"] <= TARGETS["p99_accepted_s"],
         "rss_ratio": rss_ratio <= TARGETS["rss_ratio"],
         "recovery_s": two["recovery_s"] is not None and two["recovery_s"] <= TARGETS["recovery_s"],
     }
-    return {"found": found, "met": met, "generator_behind": two["generator_behind"]}
+    return {"found": found, "met": met, "generator_behind": two["generator_behind"], "p99_from_due_s": two["p99_s"]}
 
 
 async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
@@ -627,8 +639,9 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
     for r in levels:
         print(
             f"  {r['multiple']:g}x: 2xx {r['outcomes']['2xx']:,}/{r['arrivals']:,}, timeouts "
-            f"{r['outcomes']['timeout']:,}, 503 {r['outcomes']['503']:,}, p99 accepted {_ms(r['p99_s'])} ms "
-            f"(x{r['p99_s'] / one['p99_s']:.2f}), RSS max {r['rss_mb_max']:.0f} MB "
+            f"{r['outcomes']['timeout']:,}, 503 {r['outcomes']['503']:,}, p99 accepted {_ms(r['server_p99_s'])} ms "
+            f"(x{r['server_p99_s'] / one['server_p99_s']:.2f}; from the instant due {_ms(r['p99_s'])}), "
+            f"RSS max {r['rss_mb_max']:.0f} MB "
             f"(x{r['rss_mb_max'] / one['rss_mb_max']:.2f}), recovery "
             f"{'-' if r['recovery_s'] is None else format(r['recovery_s'], '.2f')} s"
         )
@@ -638,6 +651,7 @@ async def main(args: argparse.Namespace, session: Any) -> dict[str, Any]:
             + "; ".join(f"{k} {v} {'met' if verdict['met'][k] else 'MISSED'}" for k, v in verdict["found"].items())
         )
         if verdict["generator_behind"]:
-            print("  NOTE: at 2x the generator fell behind (send lag or its in-flight cap): the latencies include its")
-            print("  own queue, an upper bound on the server's; judge the targets on a run where it kept up")
+            print("  NOTE: at 2x the generator fell behind (send lag or its in-flight cap): the latencies from the")
+            print("  instant due include its own queue; the server's own p99 (judged) does not, but the load it")
+            print("  sent was burstier than an even 2x")
     return summary
