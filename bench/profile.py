@@ -43,6 +43,7 @@ def start_py_spy(pid: int, output: Path, rate: int = 200, native: bool = False) 
         str(output),
         "--rate",
         str(rate),
+        "--subprocesses",  # `pyvia run` supervises: the worker that serves is its child
     ]
     # C frames need the target paused while its stack is read (py-spy refuses --native with
     # --nonblocking), which slows the server: with --native read the shares, not the µs.
