@@ -8,7 +8,7 @@ import inspect
 import logging
 import time
 import typing
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +81,9 @@ class Registry:
         self.contexts: dict[str, Context] = {}
         self.connected: dict[str, Context] = {}
         #: Page contexts waiting for their first stream, oldest first (``max_waiting_contexts``).
-        self.waiting: dict[str, Context] = {}
+        #: Ordered, not a dict: a dict that drops its oldest keys leaves holes at its front that
+        #: each ``next(iter())`` walks again, so evicting got slower the longer a crawl went on.
+        self.waiting: OrderedDict[str, Context] = OrderedDict()
         # (deadline, seq, context id) for tabs without a stream; stale entries are skipped, and
         # hold an id, not the context: a destroyed tab's memory goes when it does, not at its
         # old deadline (a crawler's evicted views were kept alive for the connect timeout)
@@ -140,7 +142,7 @@ class Registry:
         waiting = self.waiting
         waiting[ctx.id] = ctx
         if len(waiting) > self.app.config.max_waiting_contexts:
-            oldest = waiting.pop(next(iter(waiting)))
+            _, oldest = waiting.popitem(last=False)
             self.evicted_waiting += 1
             self.destroy(oldest)  # revived from its signed id if its stream comes after all
 
