@@ -271,9 +271,16 @@ class Stream:
             return None
         return missed
 
-    def _frame(self, data: bytes) -> bytes:
+    def _frame(self, data: bytes, with_view: bool = False) -> bytes:
         """End ``data`` with the next frame id and keep it for a reconnect (a stream made without
-        :class:`Replays`, outside an app, numbers nothing)."""
+        :class:`Replays`, outside an app, numbers nothing).
+
+        ``with_view``: the frame carries the whole view. :meth:`frames_after` never replays such a
+        frame (with its id it is larger than the view alone), so none before it either: the buffer
+        is dropped and the next frame starts a new one. A tab whose every frame is a view (a
+        broadcast board, a game) then keeps nothing, and a broadcast allocates nothing per tab
+        that outlives its write.
+        """
         replays = self.replays
         if replays is None:
             return data
@@ -282,7 +289,11 @@ class Stream:
         if epoch is None:
             epoch = self.epoch = f"{process_epoch()}{next(_streams):x}"
         data += frame_id(epoch, seq)
-        replays.keep(self, seq, data)
+        if with_view:
+            if self.replay is not None:
+                replays.forget(self)
+        else:
+            replays.keep(self, seq, data)
         return data
 
     def _emit(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
@@ -355,10 +366,11 @@ class Stream:
                 self.held_view = None
         elif self.held_view is not None and sink.buffered <= self.max_buffer and not self.outflow.congested:
             view, self.held_view = self.held_view, None
+        with_view = view is not None
         if view is not None:
             data = view + data if data else view
         if data:
-            self._emit(sink, self._frame(data), opening)
+            self._emit(sink, self._frame(data, with_view), opening)
             self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:

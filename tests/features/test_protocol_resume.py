@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from pyvia import App, Context
+from pyvia import App, Context, Scope
 from pyvia.protocol import parse_frame_id
 from pyvia.testing import Tab, TestClient
 from tests.features.wire import SseEvent, WireTab
@@ -169,6 +169,67 @@ def test_missed_frames_larger_than_a_view_give_a_full_render_instead() -> None:
         tab.disconnect()
         tab.reconnect()
         assert app.replays.resumes == 1
+
+
+def board_app() -> App:
+    """A broadcast board: every ``inc`` of the route's count re-renders each tab's whole view (one
+    render shared by the tabs), and ``note`` appends to one tab's own list, outside that view."""
+    app = App(action_rate=0)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.scope(Scope.ROUTE)
+        n = c.signal(0, "n", scope=Scope.ROUTE)
+        notes = c.signal(0, "notes")
+
+        @c.action
+        def inc() -> None:
+            n.increment()
+
+        @c.action
+        def note() -> None:
+            c.patch_elements(f'<li id="k{notes.value}">{notes.value}</li>', selector="#notes", mode="append")
+            notes.value += 1
+
+        c.view(lambda: f"<p id='n'>{n.value}</p>" + "x" * 1000, share_render=True)
+
+    return app
+
+
+def test_a_tab_whose_frames_are_views_keeps_none_of_them_and_still_resumes_after_the_last() -> None:
+    """A frame with the whole view is never replayed (with its id it is larger than the view), nor
+    anything before it: no buffer holds such frames, and what comes after the last view is
+    resumed exactly."""
+    app = board_app()
+    with TestClient(app) as client:
+        tab, other = client.open("/"), client.open("/")
+        for _ in range(20):
+            client.clock.advance(0.2)
+            other.action("inc")
+            app.flush_broadcasts()
+        assert "<p id='n'>20</p>" in tab.html
+        assert tab.context.stream.replay is None, "twenty broadcast views, none kept"
+        after_view = tab.last_event_id
+        tab.pause()
+        tab.action("note")  # a small frame after the last view: kept, and missed
+        assert tab.context.stream.replay is not None and len(tab.context.stream.replay.frames) == 1
+        tab.disconnect()
+        before = len(tab.events)
+        tab.reconnect()
+        assert app.replays.resumes == 1 and app.replays.full_renders == 0
+        assert not any(e.selector == "#via-view" for e in tab.events[before:])
+        assert [e.elements for e in tab.events[before:] if e.selector == "#notes"] == ['<li id="k0">0</li>']
+        client.clock.advance(0.2)
+        other.action("inc")
+        app.flush_broadcasts()  # a newer view: the note's frame before it is not kept either
+        assert tab.context.stream.replay is None
+        tab.disconnect()
+        tab.last_event_id = after_view
+        before = len(tab.events)
+        tab.reconnect()
+        assert app.replays.full_renders == 1
+        views = [e for e in tab.events[before:] if e.selector == "#via-view"]
+        assert len(views) == 1 and views[0].elements.startswith("<p id='n'>21</p>")
 
 
 def test_an_id_from_another_stream_is_never_resumed_from() -> None:
