@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from playwright.sync_api import Browser, expect
 
-from pyvia import App, Context, Request, Response
+from pyvia import App, Context, Request, Response, Scope
 from pyvia.datastar import DatastarResponse, elements_response, patch_elements, script_response, signals_response
 from tests.browser.conftest import Proxy, ServerProcess, free_port
 
@@ -44,6 +44,39 @@ def flowing(c: Context) -> None:
             '<ul id="list">' + "".join(f'<li id="i{n}">{n}</li>' for n in range(count.value)) + "</ul>"
         )
     )
+
+
+@app.page("/board")
+def board(c: Context) -> None:
+    """Every tick re-renders the route's whole view for its tabs (a broadcast), and ``note``
+    appends to this tab's own list outside it: the first kind of frame is never replayed and
+    empties the tab's buffer, the second is."""
+    c.scope(Scope.ROUTE)
+    ticks = c.signal(0, "ticks", scope=Scope.ROUTE)
+    notes = c.signal(0, "notes")
+
+    def tick() -> None:
+        if ticks.value < ITEMS:
+            ticks.increment()
+
+    @c.action
+    def start() -> None:
+        c.set_interval(tick, 0.02)
+
+    @c.action
+    def note() -> None:
+        c.patch_elements(f'<li id="k{notes.value}">{notes.value}</li>', selector="#notes", mode="append")
+        notes.value += 1
+
+    c.view(
+        lambda: (
+            '<button id="start" data-on:click="@post(\'/_action/start\')">start</button>'
+            f'<button id="note" data-on:click="{note}">note</button>'
+            f'<p id="ticks">{ticks.value}</p>' + "<i></i>" * 200
+        ),
+        share_render=True,
+    )
+    c.patch_elements('<ul id="notes"></ul>', selector="body", mode="append")
 
 
 @app.page("/routes")
@@ -102,15 +135,35 @@ class LossyProxy(Proxy):
 
     def __init__(self, upstream_port: int) -> None:
         self.swallowing = False
+        #: Swallow only what streams carry (the answers to actions still arrive).
+        self.streams_only = False
+        self.stream_sockets: set[socket.socket] = set()
         super().__init__(upstream_port)
+
+    def _pipe_requests(self, src: socket.socket, dst: socket.socket) -> None:
+        """The base's pipe towards the server, noting which upstream sockets carry a stream."""
+        try:
+            while data := src.recv(65536):
+                line = data.split(b"\r\n", 1)[0]
+                with self.lock:
+                    self.requests.append(line)
+                if b"/_sse" in line:
+                    self.stream_sockets.add(dst)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         if from_client:
-            super()._pipe(src, dst, from_client)
+            self._pipe_requests(src, dst)
             return
         try:
             while data := src.recv(65536):
-                if not self.swallowing:
+                if not self.swallowing or (self.streams_only and src not in self.stream_sockets):
                     dst.sendall(data)
         except OSError:
             pass
@@ -195,3 +248,47 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> No
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_broadcast_board_cut_while_views_flow_comes_back_whole_and_its_notes_resume(browser: Browser) -> None:
+    """A board whose every broadcast re-renders the view keeps no replay of it: cut mid-flow, the
+    tab gets one full render and shows the current count; a note written after the last view, then
+    lost with the connection, is resumed exactly, once."""
+    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
+    server.start()
+    proxy = LossyProxy(server.port)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"http://127.0.0.1:{proxy.port}/board")
+        _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+        page.click("#start")
+        _wait(lambda: int(page.locator("#ticks").inner_text()) >= 30, "broadcasts to flow")
+        streams = proxy.stream_requests()
+        proxy.swallowing = True
+        time.sleep(0.3)
+        proxy.cut_all()
+        proxy.swallowing = False
+        _wait(lambda: proxy.stream_requests() > streams, "Datastar's retry")
+        expect(page.locator("#ticks")).to_have_text(str(ITEMS), timeout=20_000)
+        assert metric(server.port, "pyvia_stream_full_renders_total") >= 1  # views are not replayed
+        for _ in range(3):
+            page.click("#note")
+        expect(page.locator("#notes li")).to_have_count(3)
+        resumes, streams = metric(server.port, "pyvia_stream_resumes_total"), proxy.stream_requests()
+        proxy.streams_only = proxy.swallowing = True  # the action's answer arrives (else Datastar posts it again)
+        page.click("#note")  # its frame on the stream is swallowed ...
+        time.sleep(0.3)
+        proxy.cut_all()  # ... and comes back from the replay, after the last view
+        proxy.swallowing = False
+        _wait(lambda: proxy.stream_requests() > streams, "Datastar's retry")
+        expect(page.locator("#notes li")).to_have_count(4, timeout=20_000)
+        ids = page.eval_on_selector_all("#notes li", "els => els.map(e => e.id)")
+        assert ids == ["k0", "k1", "k2", "k3"], "every note once, in order"
+        assert metric(server.port, "pyvia_stream_resumes_total") == resumes + 1
+        assert errors == []
+    finally:
+        page.close()
+        proxy.close()
+        server.stop()
