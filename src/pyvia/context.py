@@ -111,8 +111,13 @@ def _post(url: str) -> str:
     # may have run it anyway, so a quick second click would lose the first one's outcome on the
     # client. Every click is an intent: never cancel. While the stream is down the request also
     # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
-    # revive it and run the action.
-    return f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}}})"
+    # revive it and run the action. Datastar posts a request again when its answer was lost to
+    # the network, though the server may have run it: each click carries a random id, the same in
+    # every retry, so the tab runs it once (``via-click``).
+    return (
+        f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}, "
+        "headers: {'via-click': Math.random()}})"
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,6 +179,7 @@ class Context(TabRequest):
         "state",
         "deadline",
         "last_action",
+        "recent_clicks",
         "revived",
         "stream",
         # user data
@@ -230,6 +236,8 @@ class Context(TabRequest):
         self.state = State.CREATED
         self.deadline = 0.0
         self.last_action = 0.0
+        #: The ``via-click`` ids of the tab's latest clicks (``runtime.endpoints.action.first_time``).
+        self.recent_clicks: tuple[str, ...] = ()
         self.revived = False
         self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
         #: Data middleware put in ``request.state`` on the page view (or the revival).

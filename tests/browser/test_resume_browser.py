@@ -292,3 +292,44 @@ def test_a_broadcast_board_cut_while_views_flow_comes_back_whole_and_its_notes_r
         page.close()
         proxy.close()
         server.stop()
+
+
+def test_a_click_whose_answer_the_network_lost_is_posted_again_and_runs_once(browser: Browser) -> None:
+    """The network drops everything the server sends, the action's answer too, then the connection:
+    Datastar posts the click again (same headers) and the tab, which ran it already, does not run
+    it twice. The note appears once, from the stream's resume."""
+    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
+    server.start()
+    proxy = LossyProxy(server.port)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"http://127.0.0.1:{proxy.port}/board")
+        _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+        page.click("#note")
+        expect(page.locator("#notes li")).to_have_count(1)
+        posts = sum(1 for line in proxy.requests if line.startswith(b"POST /_action/note"))
+        proxy.swallowing = True  # the answer to the next click is lost, and its frame on the stream
+        page.click("#note")
+        _wait(
+            lambda: sum(1 for line in proxy.requests if line.startswith(b"POST /_action/note")) > posts,
+            "the click to reach the server",
+        )
+        time.sleep(0.3)
+        proxy.cut_all()
+        proxy.swallowing = False
+        _wait(
+            lambda: sum(1 for line in proxy.requests if line.startswith(b"POST /_action/note")) > posts + 1,
+            "Datastar to post the click again",
+            timeout=15.0,
+        )
+        expect(page.locator("#notes li")).to_have_count(2, timeout=20_000)
+        time.sleep(1.0)  # nothing more comes: a second run would add a third note
+        ids = page.eval_on_selector_all("#notes li", "els => els.map(e => e.id)")
+        assert ids == ["k0", "k1"], "the click ran once"
+        assert errors == []
+    finally:
+        page.close()
+        proxy.close()
+        server.stop()

@@ -70,7 +70,8 @@ def test_decorator_forms_and_explicit_names() -> None:
         tab = client.open("/")
         assert set(tab.context.actions) >= {"inc", "named_by_decorator", "set_hundred", "slow"}
         assert str(tab.context.actions["inc"]) == (
-            "@post('/_action/inc', {requestCancellation: 'disabled', filterSignals: {exclude: $_via_filter}})"
+            "@post('/_action/inc', {requestCancellation: 'disabled', filterSignals: {exclude: $_via_filter}, "
+            "headers: {'via-click': Math.random()}})"
         )
         tab.action("named_by_decorator")
         assert tab.signals["count"] == 10
@@ -194,3 +195,39 @@ def test_bad_declarations_fail_with_clear_messages() -> None:
             client.get("/bad-signal")
         with pytest.raises(DeclarationError, match="parameter 'values' must be a plain or keyword-only parameter"):
             client.get("/bad-action")
+
+
+def test_a_click_posted_again_after_its_answer_was_lost_runs_once() -> None:
+    """Datastar posts an action again, with the same headers, when the network lost its answer; the
+    page's random ``via-click`` id lets the tab run each click once (a server-owned count, which a
+    re-sent body cannot set back)."""
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        hits = c.signal(0, "hits")
+
+        @c.action
+        def hit() -> None:
+            hits.value += 1
+
+        c.view(lambda: f"<p id='hits'>{hits.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        assert "headers: {'via-click': Math.random()}" in str(tab.context.actions["hit"])
+        hits = tab.context.signals["hits"]
+
+        def post(click: str | None) -> int:
+            headers = {"via-click": click} if click is not None else None
+            body = {protocol.CONTEXT_SIGNAL: tab.context.id}
+            return client.post(f"{tab.base}_action/hit", json=body, headers=headers).status
+
+        assert [post("0.5"), post("0.5")] == [200, 200] and hits.value == 1  # the retry is answered, not run
+        assert post("0.25") == 200 and hits.value == 2  # another click runs
+        assert [post(None), post(None)] == [200, 200] and hits.value == 4  # no id: every post runs
+        long_id = "1" * 40  # not an id the page makes: not remembered
+        assert [post(long_id), post(long_id)] == [200, 200] and hits.value == 6
+        for n in range(14):
+            post(f"0.{n + 100}")
+        assert hits.value == 20 and post("0.25") == 200 and hits.value == 20  # still within the last 16

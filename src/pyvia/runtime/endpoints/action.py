@@ -220,6 +220,9 @@ class Actions:
         if action is None:
             raise NotFound(f"unknown action {name!r}")
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
+        click = request.headers.get("via-click")
+        if click is not None and not first_time(ctx, click):
+            return self.response(ctx)  # posted again after its answer was lost: it ran already
 
         if self.app.middleware_stack or ctx.route.middleware:
             return self.rt.dispatch.with_middleware(
@@ -292,3 +295,26 @@ class Actions:
 
     def files_of(self, request: Request) -> dict[str, UploadedFile]:
         return request.form.files if request.form is not None else {}
+
+
+#: How many of a tab's latest clicks are remembered: Datastar re-posts a request whose answer was
+#: lost about a second later, and a tab makes far fewer clicks than this in that time.
+RECENT_CLICKS = 16
+#: A ``via-click`` id longer than this is not one the page made (``Math.random()``): ignored.
+_MAX_CLICK_ID = 32
+
+
+def first_time(ctx: Context, click: str) -> bool:
+    """Whether the click ``click`` (its ``via-click`` id) is new to ``ctx``; it is remembered.
+
+    Datastar posts an action again when the network lost its answer, with the same headers, while
+    the server may have run it: the page gives each click a random id, and a retry of a click the
+    tab ran is answered without running it again. An id that is not one the page makes counts as
+    new every time (the action runs, as it would without an id)."""
+    if len(click) > _MAX_CLICK_ID:
+        return True
+    recent = ctx.recent_clicks
+    if click in recent:
+        return False
+    ctx.recent_clicks = (click, *recent[: RECENT_CLICKS - 1])
+    return True
