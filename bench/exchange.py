@@ -75,7 +75,7 @@ class Exchange(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._sock: Any = None
         #: ``perf_counter()`` when the request was written, and when its answer's last bytes
-        #: arrived in the kernel (the client's own time of parsing it for anything but an answer).
+        #: arrived in the kernel (when no answer came: when the client saw the reset or timeout).
         self.written = 0.0
         self.arrived = 0.0
 

@@ -70,8 +70,9 @@ class Proxy:
                 if not data:
                     break
                 if from_client:
-                    with self.lock:
-                        self.requests.append(data.split(b"\r\n", 1)[0])
+                    self._request(data.split(b"\r\n", 1)[0], dst)
+                elif not self._passes(src):
+                    continue  # dropped on the way, as by a dying network
                 dst.sendall(data)
         except OSError:
             pass
@@ -82,6 +83,15 @@ class Proxy:
             if not from_client:  # the second pipe of the pair to end closes both sockets
                 src.close()
                 dst.close()
+
+    def _request(self, line: bytes, upstream: socket.socket) -> None:
+        """A request line on its way to the server (``upstream``: its connection there)."""
+        with self.lock:
+            self.requests.append(line)
+
+    def _passes(self, upstream: socket.socket) -> bool:
+        """Whether what the server sends on ``upstream`` reaches the browser (a subclass may drop it)."""
+        return True
 
     def cut_all(self) -> None:
         with self.lock:

@@ -9,9 +9,9 @@ import re
 import socket
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from pyvia import App, Context, Request, Response, Scope
 from pyvia.datastar import DatastarResponse, elements_response, patch_elements, script_response, signals_response
@@ -140,39 +140,13 @@ class LossyProxy(Proxy):
         self.stream_sockets: set[socket.socket] = set()
         super().__init__(upstream_port)
 
-    def _pipe_requests(self, src: socket.socket, dst: socket.socket) -> None:
-        """The base's pipe towards the server, noting which upstream sockets carry a stream."""
-        try:
-            while data := src.recv(65536):
-                line = data.split(b"\r\n", 1)[0]
-                with self.lock:
-                    self.requests.append(line)
-                if b"/_sse" in line:
-                    self.stream_sockets.add(dst)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+    def _request(self, line: bytes, upstream: socket.socket) -> None:
+        super()._request(line, upstream)
+        if b"/_sse" in line:
+            self.stream_sockets.add(upstream)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
-        if from_client:
-            self._pipe_requests(src, dst)
-            return
-        try:
-            while data := src.recv(65536):
-                if not self.swallowing or (self.streams_only and src not in self.stream_sockets):
-                    dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            src.close()
-            dst.close()
+    def _passes(self, upstream: socket.socket) -> bool:
+        return not self.swallowing or (self.streams_only and upstream not in self.stream_sockets)
 
 
 def metric(port: int, name: str) -> float:
@@ -182,7 +156,10 @@ def metric(port: int, name: str) -> float:
     return float(found.group(1))
 
 
-def test_a_stream_cut_while_frames_flow_resumes_without_loss_or_repeat(browser: Browser) -> None:
+@contextlib.contextmanager
+def _tab(browser: Browser, path: str) -> Iterator[tuple[ServerProcess, LossyProxy, Page, list[str]]]:
+    """A server behind a :class:`LossyProxy` and a page open on ``path`` with its stream: what
+    the tests cut, and the page's errors."""
     server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
     server.start()
     proxy = LossyProxy(server.port)
@@ -190,8 +167,17 @@ def test_a_stream_cut_while_frames_flow_resumes_without_loss_or_repeat(browser: 
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
-        page.goto(f"http://127.0.0.1:{proxy.port}/")
+        page.goto(f"http://127.0.0.1:{proxy.port}{path}")
         _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+        yield server, proxy, page, errors
+    finally:
+        page.close()
+        proxy.close()
+        server.stop()
+
+
+def test_a_stream_cut_while_frames_flow_resumes_without_loss_or_repeat(browser: Browser) -> None:
+    with _tab(browser, "/") as (server, proxy, page, errors):
         page.click("#start")
         _wait(lambda: page.locator("#list li").count() >= 40, "frames to flow")
         streams = proxy.stream_requests()
@@ -207,10 +193,6 @@ def test_a_stream_cut_while_frames_flow_resumes_without_loss_or_repeat(browser: 
         assert metric(server.port, "pyvia_stream_full_renders_total") == 0
         assert metric(server.port, "pyvia_stream_replayed_frames_total") >= 5  # ~15 were swallowed
         assert errors == []
-    finally:
-        page.close()
-        proxy.close()
-        server.stop()
 
 
 def test_the_one_shot_answers_and_a_route_s_stream_in_the_browser(browser: Browser) -> None:
@@ -254,15 +236,7 @@ def test_a_broadcast_board_cut_while_views_flow_comes_back_whole_and_its_notes_r
     """A board whose every broadcast re-renders the view keeps no replay of it: cut mid-flow, the
     tab gets one full render and shows the current count; a note written after the last view, then
     lost with the connection, is resumed exactly, once."""
-    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
-    server.start()
-    proxy = LossyProxy(server.port)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        page.goto(f"http://127.0.0.1:{proxy.port}/board")
-        _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+    with _tab(browser, "/board") as (server, proxy, page, errors):
         page.click("#start")
         _wait(lambda: int(page.locator("#ticks").inner_text()) >= 30, "broadcasts to flow")
         streams = proxy.stream_requests()
@@ -288,25 +262,13 @@ def test_a_broadcast_board_cut_while_views_flow_comes_back_whole_and_its_notes_r
         assert ids == ["k0", "k1", "k2", "k3"], "every note once, in order"
         assert metric(server.port, "pyvia_stream_resumes_total") == resumes + 1
         assert errors == []
-    finally:
-        page.close()
-        proxy.close()
-        server.stop()
 
 
 def test_a_click_whose_answer_the_network_lost_is_posted_again_and_runs_once(browser: Browser) -> None:
     """The network drops everything the server sends, the action's answer too, then the connection:
     Datastar posts the click again (same headers) and the tab, which ran it already, does not run
     it twice. The note appears once, from the stream's resume."""
-    server = ServerProcess("tests.browser.test_resume_browser:app", free_port())
-    server.start()
-    proxy = LossyProxy(server.port)
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        page.goto(f"http://127.0.0.1:{proxy.port}/board")
-        _wait(lambda: proxy.stream_requests() >= 1, "the tab to open its stream")
+    with _tab(browser, "/board") as (_server, proxy, page, errors):
         page.click("#note")
         expect(page.locator("#notes li")).to_have_count(1)
         posts = sum(1 for line in proxy.requests if line.startswith(b"POST /_action/note"))
@@ -329,7 +291,3 @@ def test_a_click_whose_answer_the_network_lost_is_posted_again_and_runs_once(bro
         ids = page.eval_on_selector_all("#notes li", "els => els.map(e => e.id)")
         assert ids == ["k0", "k1"], "the click ran once"
         assert errors == []
-    finally:
-        page.close()
-        proxy.close()
-        server.stop()
