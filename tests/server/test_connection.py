@@ -191,6 +191,29 @@ def test_the_sweep_answers_slow_heads_with_408_and_closes_idle_connections_silen
     assert len(slow_transport.writes) == 1
 
 
+def test_the_sweep_walks_no_open_stream_and_takes_a_connection_back_when_its_stream_ends() -> None:
+    limits = ServerLimits(keep_alive_timeout=20)
+    loop = FakeLoop()
+    app = App()
+    first, first_transport, registry = make_protocol(app, limits=limits, loop=loop)
+    others = [type(first)(app, registry, limits) for _ in range(99)]
+    transports = [type(first_transport)() for _ in others]
+    for conn, transport in zip(others, transports, strict=True):
+        conn.connection_made(transport)
+    for conn in [first, *others]:
+        conn.data_received(get("/stream"))
+    assert len(registry) == 100 and app.opened == 100
+    assert registry.deadlines.watched == set()  # a hundred idle tabs: the sweep walks nothing
+
+    app.sinks[0].close()  # the first stream ends; its connection waits for a next request
+    assert registry.deadlines.watched == {first}
+    loop.now += 21
+    registry.sweep(loop.now)
+    assert first_transport.closed and not any(t.closed for t in transports)
+    first.connection_lost(None)  # as the transport calls it once closed
+    assert registry.deadlines.watched == set() and len(registry) == 99
+
+
 def test_pipelined_requests_wait_for_an_async_answer_and_reading_pauses_when_the_queue_is_full() -> None:
     async def scenario() -> tuple[Any, Any, App]:
         app = App()

@@ -25,6 +25,7 @@ from pyvia.server.http import HostPolicy, PeerExemption, ServerLimits
 from pyvia.server.loop_probe import LoopProbe
 from pyvia.server.overload import QUEUE_SAMPLE, Overload
 from pyvia.server.refusals import REFUSAL_STATUSES, TIMEOUT_PHASES, UNAVAILABLE_REASONS, RefusalCounts, RefusalLog
+from pyvia.server.states import ConnState
 from pyvia.server.sweep import DeadlineSweep
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class ConnectionRegistry(RefusalCounts):
         self.loop = loop
         self._connections: set[HttpProtocol] = set()
         #: The sweep that times out the connections whose deadline passed.
-        self.deadlines = DeadlineSweep(loop, self._connections, interval)
+        self.deadlines = DeadlineSweep(loop, interval)
         self._waiter: asyncio.Future[None] | None = None
         big = 1 << 62
         self.max_connections = max_connections if max_connections is not None else (limits.max_connections or big)
@@ -153,11 +154,13 @@ class ConnectionRegistry(RefusalCounts):
 
     def add(self, conn: HttpProtocol) -> None:
         self._connections.add(conn)
+        self.deadlines.watched.add(conn)
         if self.on_count is not None:
             self.on_count(len(self._connections))
 
     def discard(self, conn: HttpProtocol) -> None:
         self._connections.discard(conn)
+        self.deadlines.watched.discard(conn)
         if self.on_count is not None:
             self.on_count(len(self._connections))
         if not self._connections and self._waiter is not None and not self._waiter.done():
@@ -242,6 +245,7 @@ class ConnectionRegistry(RefusalCounts):
             self.streams_by_ip[key] = count + 1
         conn.stream_counted = True
         self.streams += 1
+        self.deadlines.watched.discard(conn)  # an open stream has no deadline
         return True
 
     def stream_ended(self, conn: HttpProtocol) -> None:
@@ -251,6 +255,8 @@ class ConnectionRegistry(RefusalCounts):
             key = conn.ip_key
             if key is not None:
                 _decrement(self.streams_by_ip, key)
+        if conn.state is not ConnState.CLOSED:  # it answers again, or closes: a deadline may run
+            self.deadlines.watched.add(conn)
 
     def task_started(self) -> None:
         self.in_flight += 1

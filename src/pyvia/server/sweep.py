@@ -4,6 +4,11 @@ No timer per connection (DESIGN.md: nothing per connection while idle): each rec
 ``deadline`` and this one ``call_later`` chain, every ``interval`` seconds on the shared grid
 (:func:`pyvia.clock.until_tick`), times out those whose deadline has passed. Separate from the
 registry, which counts what the connections hold; this only walks them.
+
+It walks only the connections that can have a deadline: an open stream has none (the core
+watches its buffer), so the registry takes a connection out of :attr:`DeadlineSweep.watched`
+when its stream starts and puts it back when the stream ends, and an idle tab costs the sweep
+nothing. Those are most connections of a live server, one per tab.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ logger = logging.getLogger("pyvia.server")
 
 
 class DeadlineSweep:
-    """The sweep over one registry's open connections (the registry's own set, shared)."""
+    """The sweep over one registry's open connections, those streaming left out."""
 
-    __slots__ = ("_connections", "_handle", "_interval", "_loop")
+    __slots__ = ("_handle", "_interval", "_loop", "watched")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[HttpProtocol], interval: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self._loop = loop
-        self._connections = connections
+        #: The open connections not streaming: the only ones whose deadline can pass.
+        self.watched: set[HttpProtocol] = set()
         self._interval = interval
         self._handle: asyncio.TimerHandle | None = None
 
@@ -44,7 +50,7 @@ class DeadlineSweep:
 
     def sweep(self, now: float) -> None:
         """Time out every connection whose deadline is at or before ``now``."""
-        expired = [c for c in self._connections if 0.0 < c.deadline <= now]
+        expired = [c for c in self.watched if 0.0 < c.deadline <= now]
         for conn in expired:
             try:
                 conn.timeout()
