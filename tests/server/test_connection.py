@@ -135,6 +135,25 @@ def test_an_open_stream_lets_its_request_go() -> None:
     assert transport.writes[-1].startswith(b"HTTP/1.1 200")
 
 
+def test_an_open_stream_holds_no_parser_and_its_connection_still_reads_what_follows() -> None:
+    app = App()
+    protocol, transport, _ = make_protocol(app)
+    protocol.data_received(get("/stream"))
+    assert protocol.reader._parser is None  # ~0.9 KB an idle tab does not need
+    protocol.data_received(get("/next"))  # pipelined behind the open stream: read, queued
+    app.sinks[0].close()
+    assert transport.writes[-1].startswith(b"HTTP/1.1 200") and transport.writes[-1].endswith(b"/next")
+
+    # A request already begun behind the stream's keeps the parser that holds its first bytes.
+    app2 = App()
+    protocol2, transport2, _ = make_protocol(app2)
+    protocol2.data_received(get("/stream") + b"GET /after HTTP/1.1\r\nHo")
+    assert protocol2.reader._parser is not None
+    protocol2.data_received(b"st: localhost\r\n\r\n")
+    app2.sinks[0].close()
+    assert transport2.writes[-1].endswith(b"/after")
+
+
 def test_peer_disconnect_is_reported_once_and_later_writes_are_dropped() -> None:
     app = App()
     protocol, transport, registry = make_protocol(app)

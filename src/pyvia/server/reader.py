@@ -125,6 +125,13 @@ class RequestReader:
         self._raw_headers = _NO_RAW_HEADERS
         self._url = b""
 
+    def rest(self) -> None:
+        """The connection will carry nothing else for long (its stream is open): let the parser
+        go between two requests (about 0.9 KB with its nine bound callbacks, per idle tab); the
+        next bytes that come make a new one, as a new connection would."""
+        if self.phase == NO_REQUEST:
+            self._parser = None  # type: ignore[assignment]
+
     def close(self) -> None:
         """The connection is gone: break the parser <-> reader <-> connection cycle."""
         self._parser = None  # type: ignore[assignment]
@@ -142,6 +149,8 @@ class RequestReader:
             if self.phase == HEAD:
                 self.head_raw += len(data)
             parser = self._parser
+            if parser is None:  # resting (:meth:`rest`): a next request begins
+                parser = self._parser = HttpRequestParser(self)
             conn = self._conn
             while data:
                 phase = self.phase
@@ -182,6 +191,8 @@ class RequestReader:
                 parser.feed_data(piece)
                 if data and not conn.reading:
                     return  # answered with a close, or refused: the rest is not read
+                if self._parser is None:  # a stream opened with more behind its request: read on
+                    self._parser = parser
         except HttpParserUpgrade:
             # Upgrade or CONNECT: the request was answered as plain HTTP; what follows is another
             # protocol, which this server does not speak.

@@ -171,4 +171,5 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
             conn.answered(False)  # nothing more is written on this connection
         return
     exchange.request = None  # the stream is open: its request is the app's now, if it wants it
+    conn.reader.rest()
     sink.flush_head()
