@@ -103,7 +103,7 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
     handle = app.handle
 
     def recording(request: Any) -> Any:
-        seen.append(request)
+        seen.append(_copy(request))  # as it came: an answered action lets go of its body
         return handle(request)
 
     app.handle = recording

@@ -116,8 +116,8 @@ class Dispatch:
             result, (Response, StreamResponse)
         ):  # type(): the usual answer, cheaper
             self.app.metrics.observe_request(request.kind or "other", result.status)
-            if request.form is not None:  # only a form has uploads to close
-                close_uploads(request)
+            if request.form is not None or request.kind in _SETTLED:
+                settle(request)
             return result
         return self.finish(result, request)
 
@@ -132,7 +132,7 @@ class Dispatch:
         except BaseException as exc:
             result = self.error_response(exc, request)
         finally:
-            close_uploads(request)
+            settle(request)
         self.app.metrics.observe_request(request.kind or "other", result.status)
         return result
 
@@ -289,11 +289,23 @@ class Dispatch:
             raise Forbidden(f"untrusted origin {origin!r} for {scheme}://{hosts[0]}{hint}")
 
 
-def close_uploads(request: Request) -> None:
-    """The request is answered: its uploaded files are closed (spooled ones deleted)."""
+#: The kinds of request a tab keeps as ``c.request`` once answered, until its next one (a tuple:
+#: looked up by identity, where a set would hash the enum member in Python code).
+_SETTLED = (RequestKind.ACTION, RequestKind.REVIVAL)
+
+
+def settle(request: Request) -> None:
+    """The request is answered: its uploaded files are closed (spooled ones deleted), and an
+    action lets go of its body, signals and form. Its tab keeps the request (``c.request``,
+    ``c.cookies``) until its next one: a long message would otherwise stay in memory twice (the
+    body and its parse) for every tab that sent one."""
     form = request.form
     if form is not None and form.all_files:
         form.close()
+    if request.kind in _SETTLED:
+        request.body = b""
+        request.signals = None
+        request.form = None
 
 
 def wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:
