@@ -24,13 +24,16 @@ class App:
         self.closed = 0
         self.release: asyncio.Event | None = None
         self.seen: list[Request] = []
+        self.responses: list[StreamResponse] = []
 
     def handle(self, request: Request) -> Any:
         self.seen.append(request)
         if request.path == "/async":
             return self._later(request)
         if request.path == "/stream":
-            return StreamResponse([("content-type", "text/event-stream")], self._open, self._close)
+            response = StreamResponse([("content-type", "text/event-stream")], self._open, self._close)
+            self.responses.append(response)
+            return response
         if request.path == "/stream-first-event":
             return StreamResponse([("content-type", "text/event-stream")], self._open_and_write, self._close)
         return Response(200, [("content-type", "text/plain")], request.path.encode())
@@ -129,6 +132,9 @@ def test_an_open_stream_lets_its_request_go() -> None:
     assert app.opened == 1 and exchange is not None and exchange.sink is not None
     assert exchange.request is None and exchange.path == request.path  # only what the logs name is kept
     assert sys.getrefcount(request) == 2  # nothing else holds it: this name and the call's argument
+    # Nor the response: its head and on_open are done with; on_close is what the server keeps.
+    response = app.responses.pop()
+    assert sys.getrefcount(response) == 2 and exchange.stream_ended == app._close
     app.sinks[0].write(b"data: 1\n\n")
     app.sinks[0].close()
     protocol.data_received(get("/"))  # the connection goes on to its next request

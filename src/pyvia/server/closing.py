@@ -82,7 +82,7 @@ def stop_reading(conn: HttpProtocol, final: bytes) -> None:
     exchange = conn.exchange
     if queue:
         queue[-1].keep_alive = False
-    elif exchange is not None and exchange.stream is None:
+    elif exchange is not None and exchange.stream_ended is None:
         exchange.keep_alive = False
     if exchange is None and not queue and conn.state < _LINGERING:
         if final:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pyvia.http import Request, StreamResponse
+from pyvia.http import Request
 from pyvia.server import closing
 from pyvia.server import http as wire
 from pyvia.server.states import ConnState
@@ -31,7 +32,7 @@ class Exchange:
     written: the handler's task while the app answers, the stream and its sink while streaming.
     """
 
-    __slots__ = ("http10", "keep_alive", "method", "path", "request", "sink", "stream", "task")
+    __slots__ = ("http10", "keep_alive", "method", "path", "request", "sink", "stream_ended", "task")
 
     def __init__(self, request: Request, keep_alive: bool, http10: bool) -> None:
         #: The request until its answer starts: an open stream lets it go (a tab's stream is
@@ -44,7 +45,9 @@ class Exchange:
         #: An HTTP/1.0 request: its keep-alive is announced, its stream cannot be chunked.
         self.http10 = http10
         self.task: asyncio.Future[object] | None = None
-        self.stream: StreamResponse | None = None
+        #: While a stream is open: what tells the core it ended (the response's ``on_close``; the
+        #: response itself, its head and its ``on_open`` are let go once it opened).
+        self.stream_ended: Callable[[], None] | None = None
         self.sink: Sink | None = None
 
     @property
@@ -53,20 +56,21 @@ class Exchange:
 
     def peer_left(self) -> None:
         """The connection was lost: an open stream learns it (its sink keeps nothing more)."""
-        stream = self.stream
-        if stream is None:
+        ended = self.stream_ended
+        if ended is None:
             return
-        self.stream = None
+        self.stream_ended = None
         sink = self.sink
         if sink is not None and not sink.is_closed:
             sink.peer_gone()
-            call_closed(stream)
+            call_closed(ended)
 
 
-def call_closed(stream: StreamResponse) -> None:
-    """Tell the core its stream ended; an error of its callback is logged, not raised."""
+def call_closed(ended: Callable[[], None]) -> None:
+    """Tell the core its stream ended (``ended``: a stream response's ``on_close``); an error of
+    its callback is logged, not raised."""
     try:
-        stream.closed()
+        ended()
     except Exception:
         logger.exception("error in stream close callback")
 
@@ -125,7 +129,7 @@ class Sink:
         exchange = conn.exchange
         if exchange is None or conn.state is not ConnState.STREAMING:
             return
-        exchange.stream = None
+        exchange.stream_ended = None
         conn.registry.stream_ended(conn)
         conn.answered(exchange.keep_alive and not conn.draining)
 
@@ -144,8 +148,8 @@ class Sink:
         if conn.served != self._turn or conn.state is ConnState.CLOSED:
             return
         exchange = conn.exchange
-        if exchange is not None and exchange.stream is not None:
-            exchange.stream = None
+        if exchange is not None and exchange.stream_ended is not None:
+            exchange.stream_ended = None
             conn.registry.stream_ended(conn)
         conn.registry.timeouts["send"] += 1
         closing.reset(conn)

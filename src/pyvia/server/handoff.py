@@ -51,7 +51,7 @@ def _between_requests(conn: HttpProtocol) -> bool:
     return (
         conn.state is ConnState.ANSWERING
         and exchange is not None
-        and exchange.stream is None
+        and exchange.stream_ended is None
         and not conn.queue
         and conn.reader.phase == NO_REQUEST
         and conn.final is None

@@ -133,18 +133,18 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
     except Exception:
         logger.exception("invalid stream response to %s %s", exchange.method, exchange.path)
         write_500(conn, exchange)
-        call_closed(stream)
+        call_closed(stream.on_close)
         return
     transport = conn.transport
     if exchange.head_only:
         transport.write(head)
-        call_closed(stream)
+        call_closed(stream.on_close)
         conn.answered(keep_alive)
         return
     registry = conn.registry
     if not registry.stream_started(conn):
         # Over a stream cap: the stream is never opened; the browser retries after a while.
-        call_closed(stream)
+        call_closed(stream.on_close)
         transport.write(wire.service_unavailable(registry.limits.retry_after, connection=wire.CONNECTION_CLOSE))
         conn.answered(False)
         return
@@ -158,15 +158,15 @@ def start_stream(conn: HttpProtocol, stream: StreamResponse, exchange: Exchange)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     sink = Sink(conn, transport, head, chunked=not exchange.http10)
     exchange.sink = sink
-    exchange.stream = stream
+    exchange.stream_ended = stream.on_close  # not the response: its head and open go
     try:
         stream.open(sink)
     except Exception:
         logger.exception("error opening stream for %s %s", exchange.method, exchange.path)
         if not sink.is_closed:
             sink.peer_gone()
-            exchange.stream = None
-            call_closed(stream)
+            exchange.stream_ended = None
+            call_closed(stream.on_close)
             registry.stream_ended(conn)
             conn.answered(False)  # nothing more is written on this connection
         return
