@@ -240,8 +240,9 @@ class Context(TabRequest):
         self.recent_clicks: tuple[str, ...] = ()
         self.revived = False
         self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
-        #: Data middleware put in ``request.state`` on the page view (or the revival).
-        self.state_from_middleware: dict[str, Any] = dict(request.state)
+        #: Data middleware put in ``request.state`` on the page view (or the revival): that dict
+        #: itself, not a copy (no middleware touches it once the view began).
+        self.state_from_middleware: dict[str, Any] = request.state
         #: Server-side per-tab values; kept when the tab is revived in this process.
         self.tab_state: dict[str, Any] = {}
 

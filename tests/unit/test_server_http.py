@@ -185,6 +185,30 @@ def test_headers_from_raw_match_headers_built_one_by_one() -> None:
     assert "HOST" in fast and len(fast) == 4
 
 
+def test_headers_without_a_repeat_are_one_dict_whose_names_every_request_shares() -> None:
+    """A tab keeps its latest request while it is open: its headers must not hold a second copy."""
+    first = Headers.from_raw([(b"User-Agent", b"a"), (b"Accept", b"*/*")])
+    second = Headers.from_raw([(b"user-agent", b"b"), (b"ACCEPT", b"text/html")])
+    assert not first.repeats_a_name() and first._items is None
+    assert list(first) == [("user-agent", "a"), ("accept", "*/*")] and len(first) == 2
+    assert next(iter(first))[0] is next(iter(second))[0]
+    assert first.get_all("accept") == ["*/*"] and first.get_all("cookie") == []
+    first.add("Accept", "text/plain")  # the first repeat keeps every field, in order, from then on
+    assert first.repeats_a_name() and list(first) == [("user-agent", "a"), ("accept", "*/*"), ("accept", "text/plain")]
+    assert first.get("accept") == "text/plain" and first.get_all("accept") == ["*/*", "text/plain"]
+    assert len(first) == 3 and repr(first).startswith("Headers([('user-agent'")
+
+
+def test_a_client_inventing_header_names_cannot_grow_the_shared_names() -> None:
+    from pyvia import http
+
+    for i in range(3 * http._NAMES_KEPT):
+        headers = Headers.from_raw([(f"X-Made-Up-{i}".encode(), b"v")])
+        assert headers.get(f"x-made-up-{i}") == "v"
+    assert len(http._NAMES) <= http._NAMES_KEPT
+    assert Headers.from_raw([(b"Host", b"h")]).get("host") == "h"  # and known names still work
+
+
 def test_equal_header_sets_give_equal_heads_and_different_ones_do_not_mix() -> None:
     headers = [("content-type", "text/html")]
     assert encode_response(200, headers, b"a") == encode_response(200, list(headers), b"a")
