@@ -51,8 +51,10 @@ class Headers:
         #: Every (name, value) in order, only when some name repeats (None: ``_map`` has them all).
         self._items: list[tuple[str, str]] | None = None
         self._map: dict[str, str] = {}
-        for name, value in items or ():
-            self.add(name, value)
+        if items:
+            fields = self._map = {name.lower(): value for name, value in items}
+            if len(fields) != len(items):
+                self._items = [(name.lower(), value) for name, value in items]
 
     @classmethod
     def from_raw(cls, raw: list[tuple[bytes, bytes]]) -> Headers:
