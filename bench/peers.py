@@ -406,11 +406,49 @@ async def _gate(server: Server, timeout: float) -> None:
 # --- clients --------------------------------------------------------------------------------------
 
 
-class Visitor:
-    """One keep-alive connection and the cookies its answers set (pyvia's session), as a browser."""
+#: What Chromium sends besides Host and Cookie with a page view and with an ``EventSource``-like
+#: fetch (``--browser-headers``): a tab's server keeps its latest request, and these are most of it.
+BROWSER_PAGE_HEADERS = [
+    ("Connection", "keep-alive"),
+    ("sec-ch-ua", '"Chromium";v="131", "Not_A Brand";v="24"'),
+    ("sec-ch-ua-mobile", "?0"),
+    ("sec-ch-ua-platform", '"Linux"'),
+    ("Upgrade-Insecure-Requests", "1"),
+    (
+        "User-Agent",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+    ),
+    ("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"),
+    ("Sec-Fetch-Site", "none"),
+    ("Sec-Fetch-Mode", "navigate"),
+    ("Sec-Fetch-User", "?1"),
+    ("Sec-Fetch-Dest", "document"),
+    ("Accept-Language", "en-US,en;q=0.9"),
+]  # and no Accept-Encoding: this client reads pages uncompressed
+BROWSER_STREAM_HEADERS = [
+    ("Connection", "keep-alive"),
+    ("sec-ch-ua", '"Chromium";v="131", "Not_A Brand";v="24"'),
+    ("sec-ch-ua-mobile", "?0"),
+    ("sec-ch-ua-platform", '"Linux"'),
+    (
+        "User-Agent",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+    ),
+    ("Sec-Fetch-Site", "same-origin"),
+    ("Sec-Fetch-Mode", "cors"),
+    ("Sec-Fetch-Dest", "empty"),
+    ("Accept-Language", "en-US,en;q=0.9"),
+]
 
-    def __init__(self, server: Server) -> None:
+
+class Visitor:
+    """One keep-alive connection and the cookies its answers set (pyvia's session), as a browser.
+
+    ``browser``: send a browser's headers too (``BROWSER_PAGE_HEADERS``), not only Host and Cookie."""
+
+    def __init__(self, server: Server, browser: bool = False) -> None:
         self.server = server
+        self.browser = browser
         self.conn: Connection | None = None
         self.cookies: dict[str, str] = {}
         self._requests: dict[str, bytes] = {}
@@ -432,7 +470,8 @@ class Visitor:
     async def get(self, path: str, timeout: float = 10.0) -> Response:
         raw = self._requests.get(path)
         if raw is None:
-            raw = self._requests[path] = build_request("GET", path, self.server.host, self.cookie_headers())
+            headers = [*(BROWSER_PAGE_HEADERS if self.browser else ()), *self.cookie_headers()]
+            raw = self._requests[path] = build_request("GET", path, self.server.host, headers)
         return await self.send(raw, timeout)
 
     def close(self) -> None:
@@ -490,6 +529,8 @@ async def open_tab(
         raise ProtocolError(f"GET {page} answered {response.status}")
     signals = dialect.tab_signals(response.body)
     headers = [("Accept", "text/event-stream"), ("Datastar-Request", "true"), *visitor.cookie_headers()]
+    if visitor.browser:
+        headers += BROWSER_STREAM_HEADERS
     if coding != "identity":
         headers.append(("Accept-Encoding", coding))
     request = build_request("GET", dialect.stream_target(page, signals), visitor.server.host, headers)
@@ -518,10 +559,11 @@ async def open_tabs(
     coding: str = "identity",
     visitors: int = 16,
     failures: Tally | None = None,
+    browser: bool = False,
 ) -> tuple[list[Visitor], list[LiveTab]]:
     """``n`` tabs spread over ``visitors`` browsers (each its own session), 16 opening at a time."""
     failures = failures if failures is not None else Tally()
-    browsers = [Visitor(server) for _ in range(max(1, min(visitors, n)))]
+    browsers = [Visitor(server, browser) for _ in range(max(1, min(visitors, n)))]
     tabs: list[LiveTab] = []
     shares = [n // len(browsers) + (1 if i < n % len(browsers) else 0) for i in range(len(browsers))]
 
@@ -707,10 +749,11 @@ async def idle(server: Server, dialect: Dialect, n: int, args: argparse.Namespac
     hub = LiveHub(dialect)
     tally = Tally()
     warm = n // 10  # opened first: the baseline then has the code paths and pools of a tab in use
-    visitors, tabs = await open_tabs(server, dialect, hub, "/", warm, failures=tally)
+    browser = args.browser_headers
+    visitors, tabs = await open_tabs(server, dialect, hub, "/", warm, failures=tally, browser=browser)
     await asyncio.sleep(min(args.settle, 0.5))
     rss0 = server.rss_kb()
-    more_visitors, more = await open_tabs(server, dialect, hub, "/", n - warm, failures=tally)
+    more_visitors, more = await open_tabs(server, dialect, hub, "/", n - warm, failures=tally, browser=browser)
     visitors += more_visitors
     tabs += more
     try:
@@ -827,6 +870,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up before a window (default 1)")
     parser.add_argument("--idle-tabs", default="1000,10000", help="connected tabs for idle CPU and RSS (1000,10000)")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="seconds of idle CPU measured (default 10)")
+    parser.add_argument(
+        "--browser-headers",
+        action="store_true",
+        help="idle tabs open with Chromium's request headers, not only Host and Cookie (what a tab keeps)",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after opening tabs before measuring (2)")
     parser.add_argument("--broadcast-tabs", type=int, default=1000, help="receiving tabs (default 1000)")
     parser.add_argument("--codings", default="identity,zstd,br", help="broadcast stream codings (identity,zstd,br)")
