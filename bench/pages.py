@@ -37,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up (default 1)")
     parser.add_argument("--no-expiry", action="store_true", help="skip waiting for the page contexts to expire")
     parser.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="each view on a connection of its own, closed once answered (a crawler without keep-alive)",
+    )
+    parser.add_argument(
         "--after",
         type=float,
         default=0.0,
@@ -79,13 +84,15 @@ class Load:
         self.last_page_at = 0.0
 
 
-async def _worker(load: Load, server: Server) -> None:
+async def _worker(load: Load, server: Server, new_connections: bool = False) -> None:
     browser = await Browser.open(server.host, server.port)
     perf = time.perf_counter
     while load.running:
         t0 = perf()
         try:
             response = await browser.page()
+            if new_connections:
+                await browser.reconnect(server.port)
         except (OSError, TimeoutError, ProtocolError) as exc:
             load.phase.errors[type(exc).__name__] += 1
             if load.running:
@@ -138,7 +145,7 @@ async def measure(args: argparse.Namespace, server: Server, recorder: Recorder) 
     load = Load()
     started = time.monotonic()
     rss_idle = server.rss_kb()
-    workers = [asyncio.ensure_future(_worker(load, server)) for _ in range(args.concurrency)]
+    workers = [asyncio.ensure_future(_worker(load, server, args.new_connections)) for _ in range(args.concurrency)]
     await asyncio.sleep(args.warmup)
     warm = load.phase
     rss_before = server.rss_kb()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import html
 import json
 import re
@@ -15,6 +16,7 @@ from examples.counter import app as counter_app
 
 from pyvia import App, Context
 from pyvia.asgi import asgi
+from pyvia.server.connection import HttpProtocol
 from tests.asgi.servers import serving
 from tests.helpers import OPENING, RawClient, RawResponse, frame_body, running_server
 from tests.processes import ServerProcess, free_port
@@ -129,6 +131,32 @@ def test_page_stream_and_action_round_trip(counter_server: tuple[str, int]) -> N
         assert (response.status, response.body) == (200, b"")
         patch = patch_of(stream.read_chunk())
         assert patch["_count"] == 1 and set(patch) == {"_count", "_via_snap"}
+
+
+def test_a_tab_keeps_its_page_view_but_not_the_connection_it_came_on() -> None:
+    """A tab keeps its page view's request (``c.request``) while it waits for its stream and after:
+    the connection that request came on, closed since, must not stay in memory with it."""
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.view(lambda: f"<p id='who'>{c.request.headers.get('user-agent')}</p>")
+
+    with running_server(app) as (host, port):
+        for i in range(20):
+            with RawClient(host, port) as client:
+                client.send(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: tab-{i}\r\n\r\n".encode())
+                assert client.read_response().status == 200
+        waiting = list(app.contexts.values())
+        assert sorted(ctx.request.headers.get("user-agent") for ctx in waiting) == sorted(f"tab-{i}" for i in range(20))
+        deadline = time.monotonic() + 5
+        while True:
+            gc.collect()
+            alive = sum(isinstance(o, HttpProtocol) for o in gc.get_objects())
+            if not alive or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert alive == 0, f"{alive} closed connections kept by the 20 waiting tabs"
 
 
 def test_bundle_is_immutable_and_revalidates(counter_server: tuple[str, int]) -> None:

@@ -396,6 +396,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def answered(self, keep_alive: bool, linger: bool = False) -> None:
         """The exchange's last byte is written: close (as its head said), or go on to the next."""
+        exchange = self._exchange
+        if exchange is not None and exchange.request is not None:
+            # Its tab may keep the request (``c.request``) for as long as it is open, and the bound
+            # ``transfer`` would keep this connection with it, long after it closed.
+            exchange.request.transfer = None
         self._exchange = None
         if not keep_alive:
             closing.close(self, linger)
