@@ -371,8 +371,12 @@ class HttpProtocol(asyncio.Protocol):
             writer.write_500(self, exchange)
             return
         if isinstance(result, Response):
+            # Its tab may keep the request (``c.request``) for as long as it is open: the bound
+            # ``transfer`` would keep this connection with it, long after it closed.
+            request.transfer = None
             writer.write_response(self, result, exchange)
         elif isinstance(result, StreamResponse):
+            request.transfer = None
             writer.start_stream(self, result, exchange)
         else:  # an awaitable: its task answers (a request costs no task unless the app needs one)
             try:
@@ -392,15 +396,12 @@ class HttpProtocol(asyncio.Protocol):
         if exchange is None or exchange.task is not task:
             return  # the connection was aborted and moved on (a bug elsewhere, or a transfer)
         exchange.task = None
+        if exchange.request is not None:
+            exchange.request.transfer = None  # as in _dispatch
         writer.finish(self, exchange, task)
 
     def answered(self, keep_alive: bool, linger: bool = False) -> None:
         """The exchange's last byte is written: close (as its head said), or go on to the next."""
-        exchange = self._exchange
-        if exchange is not None and exchange.request is not None:
-            # Its tab may keep the request (``c.request``) for as long as it is open, and the bound
-            # ``transfer`` would keep this connection with it, long after it closed.
-            exchange.request.transfer = None
         self._exchange = None
         if not keep_alive:
             closing.close(self, linger)
