@@ -444,11 +444,13 @@ BROWSER_STREAM_HEADERS = [
 class Visitor:
     """One keep-alive connection and the cookies its answers set (pyvia's session), as a browser.
 
-    ``browser``: send a browser's headers too (``BROWSER_PAGE_HEADERS``), not only Host and Cookie."""
+    ``browser``: send a browser's headers too (``BROWSER_PAGE_HEADERS``), not only Host and Cookie;
+    ``fresh``: each page view on a connection of its own, closed once answered."""
 
-    def __init__(self, server: Server, browser: bool = False) -> None:
+    def __init__(self, server: Server, browser: bool = False, fresh: bool = False) -> None:
         self.server = server
         self.browser = browser
+        self.fresh = fresh
         self.conn: Connection | None = None
         self.cookies: dict[str, str] = {}
         self._requests: dict[str, bytes] = {}
@@ -472,7 +474,10 @@ class Visitor:
         if raw is None:
             headers = [*(BROWSER_PAGE_HEADERS if self.browser else ()), *self.cookie_headers()]
             raw = self._requests[path] = build_request("GET", path, self.server.host, headers)
-        return await self.send(raw, timeout)
+        response = await self.send(raw, timeout)
+        if self.fresh:
+            self.close()
+        return response
 
     def close(self) -> None:
         if self.conn is not None:
@@ -560,10 +565,11 @@ async def open_tabs(
     visitors: int = 16,
     failures: Tally | None = None,
     browser: bool = False,
+    fresh: bool = False,
 ) -> tuple[list[Visitor], list[LiveTab]]:
     """``n`` tabs spread over ``visitors`` browsers (each its own session), 16 opening at a time."""
     failures = failures if failures is not None else Tally()
-    browsers = [Visitor(server, browser) for _ in range(max(1, min(visitors, n)))]
+    browsers = [Visitor(server, browser, fresh) for _ in range(max(1, min(visitors, n)))]
     tabs: list[LiveTab] = []
     shares = [n // len(browsers) + (1 if i < n % len(browsers) else 0) for i in range(len(browsers))]
 
@@ -749,11 +755,11 @@ async def idle(server: Server, dialect: Dialect, n: int, args: argparse.Namespac
     hub = LiveHub(dialect)
     tally = Tally()
     warm = n // 10  # opened first: the baseline then has the code paths and pools of a tab in use
-    browser = args.browser_headers
-    visitors, tabs = await open_tabs(server, dialect, hub, "/", warm, failures=tally, browser=browser)
+    how = {"browser": args.browser_headers, "fresh": args.new_connections}
+    visitors, tabs = await open_tabs(server, dialect, hub, "/", warm, failures=tally, **how)
     await asyncio.sleep(min(args.settle, 0.5))
     rss0 = server.rss_kb()
-    more_visitors, more = await open_tabs(server, dialect, hub, "/", n - warm, failures=tally, browser=browser)
+    more_visitors, more = await open_tabs(server, dialect, hub, "/", n - warm, failures=tally, **how)
     visitors += more_visitors
     tabs += more
     try:
@@ -874,6 +880,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--browser-headers",
         action="store_true",
         help="idle tabs open with Chromium's request headers, not only Host and Cookie (what a tab keeps)",
+    )
+    parser.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="idle tabs: each page view on a connection of its own, closed once answered (default: 16 kept alive)",
     )
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after opening tabs before measuring (2)")
     parser.add_argument("--broadcast-tabs", type=int, default=1000, help="receiving tabs (default 1000)")
