@@ -24,7 +24,8 @@ import fnmatch
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyvia import protocol
@@ -233,6 +234,9 @@ class SharedSignal(Signal[T]):
         return f"SharedSignal({self.scope.name!r}, {self.name!r}, {self._value!r})"
 
 
+_NO_SIGNALS: Mapping[str, Any] = MappingProxyType({})
+
+
 class ScopeState:
     """The members and shared signals of one scope."""
 
@@ -242,7 +246,9 @@ class ScopeState:
         self.registry = registry
         self.name = name
         self.members: dict[str, Context] = {}
-        self.signals: dict[str, SharedSignal[Any]] = {}
+        #: Its shared signals by name: one shared empty mapping until the first is declared (a
+        #: session's scope, one per visitor, mostly has none).
+        self.signals: dict[str, SharedSignal[Any]] | Mapping[str, SharedSignal[Any]] = _NO_SIGNALS
         self.dirty = False
         self.kept = False  # asked for outside a context: survives having no members
         self.last_flush = 0.0
@@ -266,7 +272,10 @@ class ScopeState:
             initial = restored  # saved at the last graceful stop
         sig: SharedSignal[T] = SharedSignal(self, name, initial, writable=writable, max_length=max_length)
         sig.changed = False  # the first declaration is already in every page that declares it
-        self.signals[name] = sig
+        signals = self.signals
+        if not isinstance(signals, dict):
+            signals = self.signals = {}
+        signals[name] = sig
         self.registry.store.track(sig, new=new)  # other workers may hold a value already
         return sig
 
