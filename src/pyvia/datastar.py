@@ -82,13 +82,13 @@ def read_signals(request: Request) -> dict[str, Any]:
 
 def is_datastar_request(request: Request) -> bool:
     """Whether Datastar's ``@get``/``@post`` made the request (it sends ``Datastar-Request: true``)."""
-    return (request.headers.get("datastar-request") or "").strip().lower() == "true"
+    return (request.headers.get_lower("datastar-request") or "").strip().lower() == "true"
 
 
 def last_event_id(request: Request) -> str | None:
     """The id of the last event the client got on an earlier response to this request (Datastar's
     retries send it), so a stream can resume where it was; None on a first request."""
-    return request.headers.get("last-event-id") or None
+    return request.headers.get_lower("last-event-id") or None
 
 
 class EventSink:

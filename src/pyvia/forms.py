@@ -155,7 +155,7 @@ def _shown(exc: _Refusal) -> _Refusal:
 
 
 def _boundary(request: Request) -> bytes:
-    raw_type = request.headers.get("content-type") or ""
+    raw_type = request.headers.get_lower("content-type") or ""
     found = _BOUNDARY.search(raw_type)
     if found is None:
         raise _malformed("malformed multipart body: no boundary")

@@ -14,6 +14,8 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -98,10 +100,26 @@ class Headers:
         return self._items is not None
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        return self._map.get(name, default)
+        """The last value of header ``name`` (any case: ``"User-Agent"`` or ``"user-agent"``)."""
+        value = self._map.get(name)
+        if value is None:
+            if name in _LOWER_NAMES:  # the names pyvia asks for: lower-case already, no lower() call
+                return default
+            value = self._map.get(name.lower())
+            if value is None:
+                return default
+        return value
+
+    def get_lower(self, name: str) -> str | None:
+        """:meth:`get` for a name in lower case already, in one dict lookup: pyvia's own lookups on
+        every request."""
+        return self._map.get(name)
 
     def get_all(self, name: str) -> list[str]:
         value = self._map.get(name)
+        if value is None and name not in _LOWER_NAMES:
+            name = name.lower()
+            value = self._map.get(name)
         if value is None:
             return []
         if self._items is None:  # no name repeats (the usual request): no scan
@@ -150,6 +168,8 @@ _BROWSERS_NAMES = (
     *("X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP"),
 )
 _learn_browsers_names()
+#: Lower-case names a lookup that misses need not lower again (the ones pyvia itself asks for).
+_LOWER_NAMES = frozenset([*(name.lower() for name in _BROWSERS_NAMES), "forwarded", "expect", "upgrade", "via-click"])
 
 
 @dataclass(slots=True)
@@ -209,7 +229,7 @@ class Request:
         """The media type, lower-cased, without parameters (read once: an action asks three times)."""
         content_type = self._content_type
         if content_type is None:
-            raw = self.headers.get("content-type") or ""
+            raw = self.headers.get_lower("content-type") or ""
             content_type = _MEDIA_TYPES.get(raw)
             if content_type is None:
                 content_type = raw.split(";", 1)[0].strip().lower()
@@ -248,14 +268,42 @@ def parse_cookies(values: list[str]) -> dict[str, str]:
 def _parse_cookies(values: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for header in values:
-        for part in header.split(";"):
-            name, sep, value = part.strip().partition("=")
-            if sep and name:
-                value = value.strip()
-                if len(value) >= 2 and value[0] == value[-1] == '"':
-                    value = value[1:-1]
+        at, end = 0, len(header)
+        while at < end:
+            semi = header.find(";", at)
+            if semi < 0:
+                semi = end
+            eq = header.find("=", at, semi)
+            if eq < 0:  # a pair without '=': skipped
+                at = semi + 1
+                continue
+            name = header[at:eq].strip()
+            value = header[eq + 1 : semi].strip()
+            if value[:1] == '"':  # quoted: it may hold ';' (a browser sends back what it was given)
+                quoted = _QUOTED.match(header, header.index('"', eq))
+                if quoted is not None:
+                    value = _ESCAPE.sub(_unescape, quoted.group(1))
+                    semi = header.find(";", quoted.end())
+                    if semi < 0:
+                        semi = end
+            if not value.isascii():  # the UTF-8 bytes of text, read as latin-1 (RFC 9110 §5.5)
+                with contextlib.suppress(UnicodeError):
+                    value = value.encode("latin-1").decode("utf-8")
+            if name:
                 out.setdefault(name, value)
+            at = semi + 1
     return out
+
+
+#: A quoted cookie value (no backtracking: each character is matched once).
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+#: The escapes ``SimpleCookie`` writes in a quoted value: ``\ooo`` for a byte, ``\x`` for a character.
+_ESCAPE = re.compile(r"\\(?:([0-3][0-7][0-7])|(.))", re.DOTALL)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    octal, char = match.groups()
+    return chr(int(octal, 8)) if octal is not None else char
 
 
 @dataclass(slots=True)
@@ -312,7 +360,10 @@ def format_cookie(
     samesite: str | None = "Lax",
 ) -> str:
     cookie: SimpleCookie = SimpleCookie()
-    cookie[name] = value
+    # Any text: its UTF-8 bytes, which SimpleCookie quotes with octal escapes where a byte is not a
+    # cookie octet (a quote, ';', '\\', space, non-ASCII), so the header is ASCII whatever the value
+    # (U+2028 or '李' would not even fit in latin-1). ``parse_cookies`` undoes both.
+    cookie[name] = value.encode("utf-8", "surrogatepass").decode("latin-1")
     morsel = cookie[name]
     morsel["path"] = path
     if max_age is not None:

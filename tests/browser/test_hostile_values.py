@@ -143,3 +143,59 @@ def test_generated_values_round_trip_and_run_nothing(
 ) -> None:
     port, current = served
     _round_trip(browser, port, current, value)
+
+
+def cookie_app(current: dict[str, str]) -> App:
+    app = App(title="Cookies")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        typed = c.signal(current["value"], "typed", writable=True)
+        saved = c.signal("", "saved")
+
+        @c.action
+        def remember() -> None:
+            c.set_cookie("name", typed.value)
+            saved.value = "saved"
+
+        c.view(
+            lambda: (
+                f'<pre id="cookie">{html.escape(c.cookies.get("name", "(none)"))}</pre>'
+                f'<p id="saved" data-text="{saved.ref()}"></p>'
+                f'<button id="remember" data-on:click="{remember}">remember</button>'
+            )
+        )
+
+    return app
+
+
+COOKIE_VALUES = [v for v in HOSTILE if "\x00" not in v] + ['Ann "the; boss" ö', "李 \u2028", "=;=", ""]
+
+
+def test_any_text_set_as_a_cookie_comes_back_as_it_was_after_a_reload(browser: Browser) -> None:
+    """A cookie value is any text: its action is answered (no "something went wrong" for a name
+    with U+2028 or '李'), Chromium stores what the server sent, and the next page view reads the
+    same text back from ``c.cookies``; nothing in it runs."""
+    current = {"value": ""}
+    with running_server(cookie_app(current)) as (_, port):
+        for value in COOKIE_VALUES:
+            current["value"] = value
+            context = browser.new_context()
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+            try:
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_function("document.getElementById('cookie') !== null", timeout=10_000)
+                assert _text(page, "cookie") == "(none)"
+                with page.expect_response(lambda r: "/_action/remember" in r.url) as answer:
+                    page.click("#remember")
+                assert answer.value.status == 200, f"the action that set {value!r} was answered {answer.value.status}"
+                page.wait_for_function("document.getElementById('saved').textContent === 'saved'", timeout=10_000)
+                page.reload()
+                page.wait_for_function("document.getElementById('cookie') !== null", timeout=10_000)
+                assert _text(page, "cookie") == as_html_text(value), f"{value!r} came back changed"
+                assert page.evaluate("window.__pwned") is None
+                assert errors == []
+            finally:
+                context.close()

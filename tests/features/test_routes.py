@@ -276,3 +276,29 @@ def test_a_big_form_is_parsed_on_the_apps_own_threads_which_end_when_it_stops() 
     while form_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not form_threads()
+
+
+def test_the_test_client_fails_a_response_no_server_could_write() -> None:
+    """A header a server cannot write (outside latin-1, or with a line break) is a 500 in a browser:
+    the test client must not answer it as if it were fine."""
+    app = App()
+
+    @app.route("GET", "/bad")
+    def bad(request: Request) -> Response:
+        return Response.text("x", headers=[("x-name", "李")])
+
+    @app.route("GET", "/split")
+    def split(request: Request) -> Response:
+        return Response.text("x", headers=[("x-name", "a\r\nset-cookie: evil=1")])
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.set_cookie("name", '李 \u2028 "q"; ;')  # any text is a cookie value
+        c.view(lambda: "<p id='x'>x</p>")
+
+    with TestClient(app) as client:
+        for path in ("/bad", "/split"):
+            with pytest.raises(AssertionError, match="no server can write"):
+                client.get(path)
+        assert client.get("/").status == 200
+        assert client.get("/").status == 200 and "name" in client.cookies

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pyvia import protocol
 from pyvia.errors import MalformedRequest, PayloadTooLarge
 from pyvia.forms import parse_form
-from pyvia.http import Headers, Request, parse_cookies
+from pyvia.http import Headers, Request, format_cookie, parse_cookies
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -113,6 +113,20 @@ def test_parse_signals_of_text_returns_a_dict_or_a_client_error(raw: str) -> Non
 def test_parse_cookies_never_raises(headers: list[str]) -> None:
     cookies = parse_cookies(headers)
     assert all(isinstance(k, str) and k and isinstance(v, str) for k, v in cookies.items())
+
+
+@FUZZ
+@given(st.text(), st.text(min_size=1, max_size=20).filter(lambda t: t.isascii()))
+def test_any_cookie_value_is_an_ascii_header_and_comes_back_as_it_was(value: str, other: str) -> None:
+    """``c.set_cookie`` takes any text (a name with U+2028, '李', quotes, ';'): the header fits any
+    HTTP/1.1 head, and what the browser sends back reads as the same text."""
+    header = format_cookie("name", value)
+    header.encode("ascii")  # no UnicodeEncodeError when the response is written
+    assert "\r" not in header and "\n" not in header
+    sent_back = header.split("; ")[0]  # what a browser keeps and sends: the name=value pair as given
+    next_one = format_cookie("other", other).split("; ")[0]
+    cookies = parse_cookies([f"{sent_back}; {next_one}"])
+    assert cookies["name"] == value and cookies["other"] == other
 
 
 _BOUNDARY = "fuzzBoundary"

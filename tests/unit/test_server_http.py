@@ -221,3 +221,10 @@ def test_equal_header_sets_give_equal_heads_and_different_ones_do_not_mix() -> N
 def test_header_values_must_be_text(value: object) -> None:
     with pytest.raises(ValueError, match="x-n"):
         encode_response(200, [("x-n", value)], b"")  # type: ignore[list-item]  # the point of the test
+
+
+def test_a_header_is_found_whatever_the_case_of_the_name_asked() -> None:
+    headers = Headers.from_raw([(b"User-Agent", b"ua"), (b"X-Custom", b"1")])
+    assert headers.get("User-Agent") == headers.get("user-agent") == headers.get("USER-AGENT") == "ua"
+    assert headers.get("X-CUSTOM") == "1" and headers.get_all("x-Custom") == ["1"]
+    assert headers.get("Missing") is None and headers.get("missing", "d") == "d" and headers.get_all("Missing") == []

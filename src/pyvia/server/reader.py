@@ -285,7 +285,7 @@ class RequestReader:
             raise Reject(505, f"HTTP version {version} (this server speaks 1.0 and 1.1)")
         raw = self._raw_headers
         self._headers = headers = Headers.from_raw(raw)
-        coding = headers.get("transfer-encoding")
+        coding = headers.get_lower("transfer-encoding")
         if headers.repeats_a_name():  # rare: one dict size, not a scan
             if len(headers.get_all("host")) > 1:
                 raise Reject(400, "more than one Host field")  # RFC 9112 §3.2: MUST answer 400
@@ -293,7 +293,7 @@ class RequestReader:
             if len(codings) > 1:
                 coding = ",".join(codings)  # gzip + chunked on two lines is "gzip, chunked"
         self._headers = headers = self._check_host(headers)
-        length = headers.get("content-length")
+        length = headers.get_lower("content-length")
         if coding is not None:
             if length is not None or self._http10:
                 # Request smuggling (RFC 9112 §6.1, which also makes HTTP/1.0 framing by
@@ -316,7 +316,7 @@ class RequestReader:
             declared = 0
         if declared > self._limits.max_body:
             raise Reject(413, f"body of {declared} bytes over {self._limits.max_body}")  # before it is sent
-        expect = headers.get("expect")
+        expect = headers.get_lower("expect")
         if expect is not None:
             if expect.strip().lower() != "100-continue":
                 raise Reject(417, f"Expect {expect[:40]!r}")
@@ -335,7 +335,7 @@ class RequestReader:
         9112 §3.2.2): it is checked instead of ``Host`` and replaces it in the request. HTTP/1.1
         must send ``Host`` all the same (RFC 9112 §3.2; h11 refuses it missing too).
         """
-        host = headers.get("host")
+        host = headers.get_lower("host")
         if host is None and not self._http10:
             raise Reject(400, "no Host field", "host")  # RFC 9112 §3.2: MUST answer 400
         try:

@@ -41,6 +41,17 @@ def _forget_tabs(app: App) -> None:
         app.destroy(ctx)
 
 
+_LINE_BREAKS = frozenset("\r\n\0")
+
+
+def _fits_latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class TestClient:
     """An in-process browser for one App, with a manual clock."""
 
@@ -170,6 +181,12 @@ class TestClient:
             result = self.loop.run_until_complete(result)
         self.clock.run_due()
         self._settle_renders()
+        for name, value in result.headers:  # what a server cannot write fails here too, not only there
+            if not _fits_latin1(name + value) or _LINE_BREAKS.intersection(value):
+                raise AssertionError(
+                    f"{method} {path} answered header {name}: {value!r}, which no server can write "
+                    "(HTTP/1.1 heads are latin-1, one line each): a browser would get a 500"
+                )
         for name, value in result.headers:
             if name.lower() == "set-cookie":
                 cname, _, rest = value.partition("=")

@@ -220,7 +220,7 @@ class Actions:
         if action is None:
             raise NotFound(f"unknown action {name!r}")
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
-        click = request.headers.get("via-click")
+        click = request.headers.get_lower("via-click")
         if click is not None and not first_time(ctx, click):
             return self.response(ctx)  # posted again after its answer was lost: it ran already
 

@@ -178,7 +178,7 @@ class Streams:
 
         def endpoint(req: Request) -> StreamResponse:
             coding = self.app.compression.coding_for(req)
-            tab = TabStream(self, ctx, coding, req.headers.get("last-event-id"))
+            tab = TabStream(self, ctx, coding, req.headers.get_lower("last-event-id"))
             headers = [*protocol.SSE_HEADERS, *self.app.compression.stream_headers(coding)]
             return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
 
