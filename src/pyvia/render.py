@@ -178,12 +178,18 @@ class Templates:
         template = self.env.get_template(name)
         context = new_context(self.env, template.name, template.blocks, {**self._globals, **data}, True)
         if block is None:
-            return "".join(template.root_render_func(context))
+            render = template.root_render_func
+        else:
+            try:
+                render = template.blocks[block]
+            except KeyError:
+                raise KeyError(f"template {name!r} has no block {block!r}") from None
         try:
-            render_block = template.blocks[block]
-        except KeyError:
-            raise KeyError(f"template {name!r} has no block {block!r}") from None
-        return "".join(render_block(context))
+            return "".join(render(context))
+        except Exception:
+            # what Template.render does: the traceback then names the template's own line, not
+            # the line of the Python that Jinja compiled it to
+            self.env.handle_exception()
 
 
 def signals_attr(values: Mapping[str, Any]) -> str:

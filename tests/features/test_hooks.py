@@ -249,3 +249,27 @@ def test_app_clients_is_renamed_local_clients_and_says_so() -> None:
         with pytest.warns(PyviaDeprecationWarning, match=r"app\.local_clients\(\)"):
             listed = app.clients()
         assert [ctx.id for ctx in listed] == [ctx.id for ctx in app.local_clients()] == [tab.id]
+
+
+def test_a_failing_page_view_is_logged_with_its_path_and_its_template_line(caplog, tmp_path) -> None:
+    """What a newcomer reads first when a page is broken: which page, and which line of which
+    template (Jinja's own line, not the line of the Python it compiled the template to)."""
+    import traceback
+
+    (tmp_path / "t.html").write_text('<p id="a">fine</p>\n<p>{{ 1 }}</p>\n<p>{{ cuont.ref() }}</p>\n<p>end</p>\n')
+    app = App(template_dir=tmp_path)
+
+    @app.page("/tpl")
+    def tpl(c: Context) -> None:
+        c.signal(0, "count")
+        c.view("t.html")
+
+    with TestClient(app, raise_server_exceptions=False) as client, caplog.at_level("ERROR", logger="pyvia"):
+        assert client.get("/tpl").status == 500
+    (record,) = [r for r in caplog.records if "error in page" in r.getMessage()]
+    assert "GET /tpl" in record.getMessage()
+    assert record.exc_info is not None
+    frames = traceback.extract_tb(record.exc_info[2])
+    assert [(frame.lineno, frame.line) for frame in frames if frame.filename.endswith("t.html")] == [
+        (3, "<p>{{ cuont.ref() }}</p>")
+    ]

@@ -155,7 +155,9 @@ class Dispatch:
             raise exc
         phase = request.kind or "request"
         # logs, counts, tells on_error; may re-raise
-        self.rt.reporting.report(exc, context_of(request, self.app), phase)
+        ctx = context_of(request, self.app)
+        where = None if ctx is not None else f"{request.method} {request.path}"
+        self.rt.reporting.report(exc, ctx, phase, where=where)
         if self.app.config.dev and request.kind in (RequestKind.PAGE, RequestKind.ROUTE):
             return dev_error_page(exc, request.kind)
         if self.app.config.dev and request.kind in (RequestKind.ACTION, RequestKind.STREAM):

@@ -40,11 +40,15 @@ class Reporting:
         #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
         self.errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
 
-    def report(self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True) -> None:
+    def report(
+        self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True, where: str | None = None
+    ) -> None:
         """Log an error from user code once, tell the on_error observers, never let it escape
-        (except to a test that asked for it with ``raise_server_exceptions``)."""
+        (except to a test that asked for it with ``raise_server_exceptions``). ``where``: what
+        failed, when it is not a tab (a page view's ``GET /path``); else the tab's route."""
         self.errors += 1
-        where = ctx.route.pattern if ctx is not None else "app"
+        if where is None:
+            where = ctx.route.pattern if ctx is not None else "app"
         if self.app.config.dev:
             self.app.dev_log.add(phase, where, f"{type(exc).__name__}: {exc}")
         self.log_error(exc, phase, where)
