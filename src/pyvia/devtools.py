@@ -7,10 +7,12 @@ Nothing here runs unless ``App(dev=True)`` or ``pyvia run --dev``."""
 from __future__ import annotations
 
 import html
+import logging
+import re
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pyvia import protocol
@@ -36,13 +38,51 @@ PANEL = """<div id="via-devtools" data-signals="{_devtools: false}"
 class DevLog:
     """The last actions and errors, with their timings (dev mode only)."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "warned")
 
     def __init__(self, size: int = 200) -> None:
         self.entries: deque[tuple[float, str, str, str, float]] = deque(maxlen=size)
+        #: (route, written reference) already warned about by :func:`warn_misnamed_signals`.
+        self.warned: set[tuple[str, str]] = set()
 
     def add(self, phase: str, where: str, detail: str, seconds: float = 0.0) -> None:
         self.entries.append((time.time(), phase, where, detail, seconds))
+
+
+#: A signal reference in a Datastar expression: ``$name``.
+_REFERENCE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+logger = logging.getLogger("pyvia")
+
+
+def misnamed_signals(markup: str, ids: Iterable[str]) -> dict[str, str]:
+    """``$name`` references in ``markup`` that name no signal of the tab though ``name`` is one of
+    its signals' names, each with the id meant (``$count`` for the tab's ``$_count``): written by
+    hand, they read a signal that does not exist, and Datastar shows nothing, silently."""
+    known = set(ids)
+    by_name: dict[str, str] = {}
+    for signal_id in known:
+        by_name.setdefault(signal_id.rsplit("__", 1)[-1].lstrip("_"), signal_id)
+    found: dict[str, str] = {}
+    for written in _REFERENCE.findall(markup):
+        meant = by_name.get(written.lstrip("_"))
+        if written not in known and meant is not None and meant != written:
+            found[written] = meant
+    return found
+
+
+def warn_misnamed_signals(app: App, route: str, markup: str, ids: Iterable[str]) -> None:
+    """Dev mode: say once per route and reference what :func:`misnamed_signals` finds."""
+    for written, meant in misnamed_signals(markup, ids).items():
+        if (route, written) in app.dev_log.warned:
+            continue
+        app.dev_log.warned.add((route, written))
+        name = meant.rsplit("__", 1)[-1].lstrip("_")
+        message = (
+            f"the view of {route} reads ${written}, which is no signal of the tab: its signal {name!r} is "
+            f"${meant} in the browser (write {{{name}.ref()}} rather than the id by hand)"
+        )
+        logger.warning("%s", message)
+        app.dev_log.add("view", route, message)
 
 
 def panel(app: App) -> str:

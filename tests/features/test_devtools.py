@@ -46,3 +46,27 @@ def test_without_dev_mode_nothing_shows() -> None:
         assert client.get("/_via").status == 404
         broken = client.get("/broken")
         assert broken.status == 500 and b"database" not in broken.body
+
+
+def test_dev_mode_says_when_a_view_names_a_signal_by_a_wrong_id(caplog) -> None:
+    """``$count`` for the tab's ``$_count`` shows nothing in the browser and says nothing: in dev
+    mode the page view says which reference is wrong and what to write, once per route."""
+    app = App(dev=True)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        count = c.signal(0, "count")
+        draft = c.signal("", "draft", writable=True)
+        c.view(
+            lambda: (
+                f'<p data-text="$count"></p><p data-text="{count.ref()}"></p>'
+                f'<input data-bind="{draft.ref().lstrip("$")}"><p data-show="$draft && $nothing"></p>'
+            )
+        )
+
+    with TestClient(app) as client, caplog.at_level("WARNING", logger="pyvia"):
+        client.open("/")
+        client.open("/")
+    warnings = [r.getMessage() for r in caplog.records if "no signal of the tab" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # $count once; $_count, $draft and an unknown $nothing not
+    assert "$count" in warnings[0] and "$_count" in warnings[0] and "count.ref()" in warnings[0]

@@ -11,6 +11,7 @@ from typing import Any
 from pyvia import protocol
 from pyvia.context import Context
 from pyvia.devtools import panel as devtools_panel
+from pyvia.devtools import warn_misnamed_signals
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
 from pyvia.render import bootstrap_head, build_document, is_document, page_shell, signals_attr
@@ -90,7 +91,10 @@ class Pages:
             typing.cast("str | None", ctx.request.state.get("csp_nonce")) if config.content_security_policy else None
         )
         title = ctx.route.title or config.title
-        panel = devtools_panel(self.app) if config.dev else ""
+        panel = ""
+        if config.dev:
+            panel = devtools_panel(self.app)
+            warn_misnamed_signals(self.app, ctx.route.pattern, content, seed)
         if is_document(content):  # a whole document: the tags go into its own head and body
             head = bootstrap_head(
                 seed, assets.bundle_url, assets.bundle.integrity, self.app.sse_url, self.app.close_url, nonce=nonce
