@@ -184,7 +184,7 @@ class Context(TabRequest):
         "stream",
         # user data
         "state_from_middleware",
-        "tab_state",
+        "_tab_state",
         "__weakref__",
     )
 
@@ -243,8 +243,24 @@ class Context(TabRequest):
         #: Data middleware put in ``request.state`` on the page view (or the revival): that dict
         #: itself, not a copy (no middleware touches it once the view began).
         self.state_from_middleware: dict[str, Any] = request.state
-        #: Server-side per-tab values; kept when the tab is revived in this process.
-        self.tab_state: dict[str, Any] = {}
+        self._tab_state: dict[str, Any] | None = None  # made on first use: most tabs keep none
+
+    @property
+    def tab_state(self) -> dict[str, Any]:
+        """Server-side per-tab values; kept when the tab is revived in this process."""
+        state = self._tab_state
+        if state is None:
+            state = self._tab_state = {}
+        return state
+
+    @tab_state.setter
+    def tab_state(self, value: dict[str, Any]) -> None:
+        self._tab_state = value
+
+    @property
+    def held_tab_state(self) -> dict[str, Any] | None:
+        """The tab state if the tab ever used it (reading ``tab_state`` would make one)."""
+        return self._tab_state
 
     def __repr__(self) -> str:
         return f"<Context {self.route.pattern} {self.state.name}>"

@@ -211,6 +211,12 @@ class Request:
     #: a page view that began its session (the session-scoped signals are new too).
     new_session: bool = False
 
+    def forget_parsed(self) -> None:
+        """Let go of what was parsed from the headers and the query (parsed again if asked)."""
+        self._cookies = None
+        self._query = None
+        self.session_cache = None
+
     @property
     def cookies(self) -> dict[str, str]:
         if self._cookies is None:

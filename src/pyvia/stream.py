@@ -209,7 +209,8 @@ class Stream:
         self.view_size = 0
         self.sink: StreamSink | None = None
         self.encoder: StreamEncoder | None = None
-        self.pending: list[bytes] = []
+        #: Events waiting for a stream (None while there are none: most tabs, most of the time).
+        self.pending: list[bytes] | None = None
         self.pending_size = 0
         #: The outbox overflowed while no stream was open: the next connect needs a full render.
         self.lost = False
@@ -271,7 +272,7 @@ class Stream:
             return None
         return missed
 
-    def _frame(self, data: bytes, with_view: bool = False) -> bytes:
+    def _frame(self, data: bytes, with_view: bool = False, opening: bool = False) -> bytes:
         """End ``data`` with the next frame id and keep it for a reconnect (a stream made without
         :class:`Replays`, outside an app, numbers nothing).
 
@@ -280,6 +281,10 @@ class Stream:
         is dropped and the next frame starts a new one. A tab whose every frame is a view (a
         broadcast board, a game) then keeps nothing, and a broadcast allocates nothing per tab
         that outlives its write.
+
+        ``opening``: the frame a stream opens with starts no buffer (it extends one that is
+        there). A page that lost it reconnects to a full render; every idle tab would otherwise
+        keep its connect event for the replay's idle period.
         """
         replays = self.replays
         if replays is None:
@@ -292,7 +297,7 @@ class Stream:
         if with_view:
             if self.replay is not None:
                 replays.forget(self)
-        else:
+        elif not opening or self.replay is not None:
             replays.keep(self, seq, data)
         return data
 
@@ -346,12 +351,15 @@ class Stream:
             if view is not None:
                 self.held_view = view
             if data:
-                self.pending.append(data)
+                if self.pending is None:
+                    self.pending = [data]
+                else:
+                    self.pending.append(data)
                 self.pending_size += len(data)
                 if self.pending_size > _BEHIND * self.max_buffer:
                     # A tab this long without a stream gets a full render when it connects: what
                     # waited is superseded, and keeping it only grows memory.
-                    self.pending = []
+                    self.pending = None
                     self.pending_size = 0
                     self.lost = True
             return
@@ -370,7 +378,7 @@ class Stream:
         if view is not None:
             data = view + data if data else view
         if data:
-            self._emit(sink, self._frame(data, with_view), opening)
+            self._emit(sink, self._frame(data, with_view, opening), opening)
             self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:
@@ -391,11 +399,11 @@ class Stream:
         return now - self.over_since > patience
 
     def _take_backlog(self) -> bytes:
-        parts = self.pending
+        parts: list[bytes] | tuple[()] = self.pending or ()
         if self.held_view is not None:
             parts = [self.held_view, *parts]
             self.held_view = None
-        self.pending = []
+        self.pending = None
         self.pending_size = 0
         return b"".join(parts)
 

@@ -4,6 +4,7 @@ of what its route or session share (counted, not timed: bench/RESULTS.md has the
 from __future__ import annotations
 
 from pyvia import App, Context
+from pyvia.protocol import PATCH_ELEMENTS
 from pyvia.testing import TestClient
 
 
@@ -48,8 +49,28 @@ def test_an_idle_tab_shares_its_empty_declarations_and_its_route_and_session_str
         assert ca._components is cb._components and ca._shared is cb._shared and not ca._components
         assert all(x is y for x, y in zip(ca.scope_names, cb.scope_names, strict=True))  # route, session, global
         assert ca.actions["inc"].url is cb.actions["inc"].url
-        replay = ca.stream.replay  # the connect event, kept for a reconnect: a list, not a deque
-        assert replay is not None and type(replay.frames) is list and len(replay.frames) == 1
+        # nothing made for later: no replay buffer for the connect event (a page that lost it
+        # reconnects to a full render), no list of events waiting for a stream, no tab state, no
+        # deadline entry (the connect deadline is the waiting order's), no parse of the page's cookies
+        assert ca.stream.replay is None and ca.stream.pending is None and ca.held_tab_state is None
+        assert client.app.runtime.registry.deadlines == []
+        assert cb.request._cookies is None and cb.request.session_cache is None
+        assert set(cb.request.cookies) == {client.app.session_cookie}  # parsed again when asked
+
+
+def test_a_tab_that_lost_its_connect_event_reconnects_to_a_full_render_and_later_frames_resume() -> None:
+    with TestClient(make_app()) as client:
+        tab = client.open("/")
+        connect_event = tab.last_event_id
+        assert connect_event is not None
+        tab.disconnect()
+        tab.last_event_id = None  # as a page that never got the connect event
+        tab.connect()
+        assert [e for e in tab.new_events() if e.type == PATCH_ELEMENTS]  # brought back by a full render
+        tab.action("inc")
+        tab.disconnect()
+        tab.connect()  # it had every frame: nothing is rendered again
+        assert not [e for e in tab.new_events() if e.type == PATCH_ELEMENTS]
 
 
 def test_what_a_page_declares_is_its_own() -> None:

@@ -261,7 +261,9 @@ def test_a_quiet_tab_holds_no_buffer_and_a_destroyed_one_none_either() -> None:
     with TestClient(app) as client:
         tab = client.open("/")
         stream = tab.context.stream
-        assert stream.replay is not None and app.replays.total > 0  # the connect event
+        assert stream.replay is None and app.replays.total == 0  # the connect event starts no buffer
+        tab.action("step")
+        assert stream.replay is not None and app.replays.total > 0
         client.clock.advance(11.0)
         assert stream.replay is None and app.replays.total == 0 and len(app.replays) == 0
         tab.action("step")

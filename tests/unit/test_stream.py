@@ -64,7 +64,7 @@ def test_events_wait_while_disconnected_and_flush_on_attach_in_one_write(stream:
     sink = FakeSink()
     stream.attach(sink, now=4.0)
     assert sink.writes == [b"abc"]
-    assert stream.pending == []
+    assert stream.pending is None
     assert stream.last_write == 4.0
 
 

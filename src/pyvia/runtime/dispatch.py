@@ -293,14 +293,15 @@ class Dispatch:
 
 #: The kinds of request a tab keeps as ``c.request`` once answered, until its next one (a tuple:
 #: looked up by identity, where a set would hash the enum member in Python code).
-_SETTLED = (RequestKind.ACTION, RequestKind.REVIVAL)
+_SETTLED = (RequestKind.PAGE, RequestKind.ACTION, RequestKind.REVIVAL)
 
 
 def settle(request: Request) -> None:
-    """The request is answered: its uploaded files are closed (spooled ones deleted), and an
-    action lets go of its body, signals and form. Its tab keeps the request (``c.request``,
-    ``c.cookies``) until its next one: a long message would otherwise stay in memory twice (the
-    body and its parse) for every tab that sent one."""
+    """The request is answered: its uploaded files are closed (spooled ones deleted), and one its
+    tab keeps (``c.request``, until its next one) lets go of its body, signals and form, and of
+    what was worked out from its headers (cookies, query, session: worked out again if asked). A
+    long message would otherwise stay in memory twice (the body and its parse) for every tab
+    that sent one, and every idle tab would keep its page view's parsed cookies."""
     form = request.form
     if form is not None and form.all_files:
         form.close()
@@ -308,6 +309,7 @@ def settle(request: Request) -> None:
         request.body = b""
         request.signals = None
         request.form = None
+        request.forget_parsed()
 
 
 def wrap_middleware(mw: Middleware, call_next: Callable[[Request], Any]) -> Callable[[Request], Any]:

@@ -84,7 +84,10 @@ class Persistence:
             except TypeError:
                 snapshot = None
             records.append(
-                (ctx.id, {"tab_state": json_or_empty(ctx.tab_state), "seq": ctx.snapshot_seq, "snapshot": snapshot})
+                (
+                    ctx.id,
+                    {"tab_state": json_or_empty(ctx.held_tab_state), "seq": ctx.snapshot_seq, "snapshot": snapshot},
+                )
             )
         for ctx_id, grave in self.rt.revival.graveyard.items():
             if ctx_id not in self.rt.registry.contexts:

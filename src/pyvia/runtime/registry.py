@@ -83,8 +83,11 @@ class Registry:
         #: Page contexts waiting for their first stream, oldest first (``max_waiting_contexts``).
         #: Ordered, not a dict: a dict that drops its oldest keys leaves holes at its front that
         #: each ``next(iter())`` walks again, so evicting got slower the longer a crawl went on.
+        #: Each one's deadline is its registration's time plus the connect timeout, so the
+        #: oldest is also the first due: the sweep expires them from the front, and a page view
+        #: leaves no entry in ``deadlines`` (that the tab would keep for the connect timeout).
         self.waiting: OrderedDict[str, Context] = OrderedDict()
-        # (deadline, seq, context id) for tabs without a stream; stale entries are skipped, and
+        # (deadline, seq, context id) for tabs whose stream went; stale entries are skipped, and
         # hold an id, not the context: a destroyed tab's memory goes when it does, not at its
         # old deadline (a crawler's evicted views were kept alive for the connect timeout)
         self.deadlines: list[tuple[float, int, str]] = []
@@ -138,7 +141,7 @@ class Registry:
         for i, name in enumerate(scopes):
             scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
         move(ctx, Event.REGISTER)
-        self.set_deadline(ctx, self.app.now() + self.app.config.connect_timeout)
+        ctx.deadline = self.app.now() + self.app.config.connect_timeout
         waiting = self.waiting
         waiting[ctx.id] = ctx
         if len(waiting) > self.app.config.max_waiting_contexts:
@@ -213,6 +216,13 @@ class Registry:
             ctx = contexts.get(ctx_id)
             if ctx is not None and ctx.deadline == deadline and ctx.state in EXPIRES:
                 self.destroy_queue.append(ctx)
+        waiting = self.waiting
+        while waiting:
+            ctx = waiting[next(iter(waiting))]
+            if ctx.deadline > now:
+                break  # the oldest is not due: none after it is
+            waiting.popitem(last=False)
+            self.destroy_queue.append(ctx)
         if self.destroy_queue and not self.destroying:
             self.destroying = True
             clock.call_soon(self.destroy_slice)

@@ -38,7 +38,7 @@ class Grave:
     def __init__(
         self,
         deadline: float,
-        tab_state: dict[str, Any],
+        tab_state: dict[str, Any] | None,
         seq: int = 0,
         snapshot: str | None = None,
         *,
@@ -64,8 +64,10 @@ class Revived:
         self.ctx = ctx
 
 
-def json_or_empty(state: dict[str, Any]) -> dict[str, Any]:
+def json_or_empty(state: dict[str, Any] | None) -> dict[str, Any]:
     """Tab state that can travel to another worker (JSON), or nothing."""
+    if not state:
+        return {}
     try:
         import orjson
 
@@ -99,7 +101,7 @@ class Revival:
         self.unbury(ctx.id)
         grave = Grave(
             self.app.now() + self.app.config.revival_window,
-            ctx.tab_state,
+            ctx.held_tab_state,
             ctx.snapshot_seq,
             snapshot,
             ask_page=ctx.has_writable_signals,
@@ -199,7 +201,7 @@ class Revival:
             }
         if Scope.session(ctx.session_id) != session_hash:
             return None
-        state = json_or_empty(ctx.tab_state)
+        state = json_or_empty(ctx.held_tab_state)
         writable = ctx.has_writable_signals
         try:  # taken here, not from its grave: a pristine view leaves none
             snapshot = ctx.final_snapshot()
@@ -287,7 +289,7 @@ class Revival:
 
         def endpoint(req: Request) -> Any:
             ctx = Context(self.app, ctx_id, route, params, session_id, req)
-            if grave is not None:
+            if grave is not None and grave.tab_state is not None:
                 ctx.tab_state = grave.tab_state
             kwargs = bind(route, params, ctx, req)
             return then(route.handler(**kwargs), lambda result: Revived(ctx))
