@@ -55,6 +55,7 @@ def test_an_idle_tab_shares_its_empty_declarations_and_its_route_and_session_str
         assert ca.stream.replay is None and ca.stream.pending is None and ca.held_tab_state is None
         assert client.app.runtime.registry.deadlines == []
         assert cb.request._cookies is None and cb.request.session_cache is None
+        assert cb.request.headers._packed is not None  # its headers as one string until read
         assert set(cb.request.cookies) == {client.app.session_cookie}  # parsed again when asked
 
 

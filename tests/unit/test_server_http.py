@@ -199,6 +199,39 @@ def test_headers_without_a_repeat_are_one_dict_whose_names_every_request_shares(
     assert len(first) == 3 and repr(first).startswith("Headers([('user-agent'")
 
 
+def test_packed_headers_answer_every_question_as_before_and_unpack_once_asked() -> None:
+    """A tab's kept request holds its headers as one string (Headers.pack) until they are read."""
+    raw = [(b"Host", b"x"), (b"User-Agent", b"Mozilla \xe9"), (b"X-Empty", b""), (b"Cookie", b"a=1; b=2")]
+    before = Headers.from_raw(raw)
+    fields = list(before)
+    for ask in (
+        lambda h: h.get("USER-AGENT"),
+        lambda h: h.get("x-empty", "default"),  # an empty value is a value, not a miss
+        lambda h: h.get("missing", "default"),
+        lambda h: h.get_lower("cookie"),
+        lambda h: h.get_lower("missing"),
+        lambda h: h.get_all("Cookie"),
+        lambda h: "HOST" in h,
+        lambda h: len(h),
+        lambda h: list(h),
+    ):
+        packed = Headers.from_raw(raw)
+        packed.pack()
+        assert packed._packed is not None and packed._map == {}
+        assert ask(packed) == ask(before)
+        assert packed._packed is None and list(packed) == fields  # unpacked once asked, as it was
+    names = Headers.from_raw(raw)
+    names.pack()
+    assert next(iter(names))[0] is next(iter(before))[0]  # the shared name, not a copy
+    names.pack()
+    names.add("Cookie", "c=3")  # a repeat after packing keeps every field
+    assert names.get_all("cookie") == ["a=1; b=2", "c=3"]
+    for unpackable in (Headers([("A", "1"), ("a", "2")]), Headers([("a", "line\nbreak"), ("b", "2")]), Headers()):
+        kept = list(unpackable)
+        unpackable.pack()
+        assert unpackable._packed is None and list(unpackable) == kept
+
+
 def test_a_client_inventing_header_names_cannot_grow_the_shared_names() -> None:
     from pyvia import http
 
