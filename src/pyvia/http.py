@@ -20,6 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
@@ -45,7 +46,7 @@ class Headers:
     request for as long as it is open, so the usual request, where no name repeats, is held as
     one dict whose names are shared with every other request's (a browser's ~15 headers: ~1.9 KB
     less than a list of pairs beside the dict, each with its own copy of the names), and once
-    answered as one string (:meth:`pack`), made a dict again when next asked.
+    its stream is open as one string (:meth:`pack`), made a dict again when next asked.
     """
 
     __slots__ = ("_items", "_map", "_packed")
@@ -98,7 +99,7 @@ class Headers:
         fields = self._map
         if self._items is not None or not fields:
             return
-        text = "\n".join([f"{name}\n{value}" for name, value in fields.items()])
+        text = "\n".join(chain.from_iterable(fields.items()))
         if text.count("\n") == 2 * len(fields) - 1:
             self._packed = text
             self._map = {}
@@ -152,7 +153,7 @@ class Headers:
         return value
 
     def get_all(self, name: str) -> list[str]:
-        fields = self._unpack()
+        fields = self._map if self._packed is None else self._unpack()
         value = fields.get(name)
         if value is None and name not in _LOWER_NAMES:
             name = name.lower()
@@ -249,12 +250,10 @@ class Request:
     new_session: bool = False
 
     def forget_parsed(self) -> None:
-        """Let go of what was parsed from the headers and the query (parsed again if asked), and
-        pack the headers (:meth:`Headers.pack`)."""
+        """Let go of what was parsed from the headers and the query (parsed again if asked)."""
         self._cookies = None
         self._query = None
         self.session_cache = None
-        self.headers.pack()
 
     @property
     def cookies(self) -> dict[str, str]:

@@ -82,6 +82,7 @@ class Streams:
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
+        ctx.request.headers.pack()  # the tab keeps its latest request, mostly unread, while it is open
         self.rt.registry.waiting.pop(ctx.id, None)
         move(ctx, Event.CONNECT)
         ctx.deadline = 0.0
