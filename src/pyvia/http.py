@@ -102,7 +102,7 @@ class Headers:
         text = "\n".join(chain.from_iterable(fields.items()))
         if text.count("\n") == 2 * len(fields) - 1:
             self._packed = text
-            self._map = {}
+            self._map = _PACKED  # shared and never written: every write unpacks first
 
     def _unpack(self) -> dict[str, str]:
         packed = self._packed
@@ -176,6 +176,9 @@ class Headers:
     def __repr__(self) -> str:
         return f"Headers({list(self)!r})"
 
+
+#: The empty ``_map`` of every packed :class:`Headers` (one object: a dict is 64 bytes).
+_PACKED: dict[str, str] = {}
 
 #: Raw header names as parsers hand them, to their lower-cased ``str``: decoded once and shared
 #: by every request that sends them. Browsers' names to begin with; others are learned, up to

@@ -226,6 +226,9 @@ def test_packed_headers_answer_every_question_as_before_and_unpack_once_asked() 
     names.pack()
     names.add("Cookie", "c=3")  # a repeat after packing keeps every field
     assert names.get_all("cookie") == ["a=1; b=2", "c=3"]
+    from pyvia import http
+
+    assert http._PACKED == {}  # the empty dict every packed Headers shares was never written
     for unpackable in (Headers([("A", "1"), ("a", "2")]), Headers([("a", "line\nbreak"), ("b", "2")]), Headers()):
         kept = list(unpackable)
         unpackable.pack()
