@@ -14,6 +14,7 @@ allocator and when to make them; the tab registry's sweep says what was freed.
 from __future__ import annotations
 
 import ctypes
+import gc
 import platform
 from pathlib import Path
 from typing import Any
@@ -113,15 +114,17 @@ class FreedMemory:
       with the heap; never per tab, never on the hot path).
     """
 
-    __slots__ = ("_libc", "_ready_at", "_seen", "min_interval", "trims")
+    __slots__ = ("_libc", "_ready_at", "_seen", "_seen_contexts", "collections", "min_interval", "trims")
 
     def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
         self._libc = _glibc() if enabled else None
         self.min_interval = min_interval
         self._seen = 0
+        self._seen_contexts = 0
         self._ready_at = 0.0
-        #: Trims made so far.
+        #: Trims made so far, and full collections made before them.
         self.trims = 0
+        self.collections = 0
 
     @property
     def is_active(self) -> bool:
@@ -132,14 +135,24 @@ class FreedMemory:
         """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
         return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
 
-    def trim(self, freed: int, now: float) -> bool:
+    def trim(self, freed: int, now: float, contexts: int = 0) -> bool:
         """Call ``malloc_trim(0)`` if ``freed`` (a running count of big frees: dropped encoders,
         thousands of destroyed contexts) moved since the last trim and ``min_interval`` seconds
-        (of the caller's clock, ``now``) have passed; returns whether it ran."""
+        (of the caller's clock, ``now``) have passed; returns whether it ran.
+
+        ``contexts`` (a running count of thousands of destroyed contexts): when it moved, a full
+        garbage collection comes first. It empties the interpreter's free lists (tuples, lists,
+        dicts and floats kept for reuse, by the thousand after a burst), whose blocks otherwise
+        keep whole arenas of the small-object allocator mapped; encoders dropped one by one are
+        not worth its walk over every live object."""
         if self._libc is None or freed == self._seen or now < self._ready_at:
             return False
         self._seen = freed
         self._ready_at = now + self.min_interval
+        if contexts != self._seen_contexts:
+            self._seen_contexts = contexts
+            gc.collect()
+            self.collections += 1
         self._libc.malloc_trim(0)
         self.trims += 1
         return True

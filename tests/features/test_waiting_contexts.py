@@ -80,6 +80,7 @@ def test_a_burst_of_views_that_never_connect_gives_its_memory_back() -> None:
             client.get("/")
         client.clock.advance(app.config.connect_timeout + 10)
         assert not app.contexts and freed.trims == 1
+        assert freed.collections == 1  # after a burst of contexts, a full collection came first
         client.clock.advance(60)
         assert freed.trims == 1  # nothing freed since
 
@@ -96,6 +97,24 @@ def test_freed_memory_is_trimmed_only_after_frees_and_not_too_often() -> None:
     assert freed.trims == 2
     off = FreedMemory(enabled=False)
     assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
+
+
+def test_a_trim_after_destroyed_contexts_first_empties_the_free_lists_and_one_after_encoders_does_not() -> None:
+    """A full collection empties the interpreter's free lists, whose blocks keep arenas mapped."""
+    full: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(1)
+
+    freed = FreedMemory(min_interval=0.0)
+    gc.callbacks.append(watch)
+    try:
+        assert freed.trim(1, now=1.0) and not full  # encoders dropped: no collection
+        assert freed.trim(3, now=2.0, contexts=1) and len(full) == 1 and freed.collections == 1
+        assert freed.trim(4, now=3.0, contexts=1) and len(full) == 1  # no new burst of contexts
+    finally:
+        gc.callbacks.remove(watch)
 
 
 def test_a_burst_of_views_leaves_no_graves_and_each_of_its_tabs_still_revives() -> None:

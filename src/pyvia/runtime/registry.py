@@ -242,7 +242,8 @@ class Registry:
         if self.app.compression.budget.is_over:
             self.reclaim_encoders()
         # after encoders were dropped, or thousands of contexts (a crawler's burst) went
-        self.freed_memory.trim(self.app.compression.budget.dropped + self.destroyed // CONTEXTS_PER_TRIM, now)
+        bursts = self.destroyed // CONTEXTS_PER_TRIM
+        self.freed_memory.trim(self.app.compression.budget.dropped + bursts, now, bursts)
         self.app.replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
