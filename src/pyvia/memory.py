@@ -112,17 +112,35 @@ class FreedMemory:
     * :meth:`trim`, from the periodic sweep: ``malloc_trim(0)`` when the running count of what was
       freed moved since the last call, at most once per ``min_interval`` seconds (its cost grows
       with the heap; never per tab, never on the hot path).
+    * :meth:`after_burst`, from the sweep too: once a burst of destroyed contexts is over, one full
+      garbage collection, which empties the interpreter's free lists (tuples, lists, dicts and
+      floats kept for reuse, by the thousand after a burst; their blocks keep whole arenas of the
+      small-object allocator mapped), then a trim. Not during the burst: the collection walks
+      every live object (160 ms with 10,000 open tabs, ``bench/RESULTS.md``).
     """
 
-    __slots__ = ("_libc", "_ready_at", "_seen", "_seen_contexts", "collections", "min_interval", "trims")
+    __slots__ = (
+        "_burst_seen",
+        "_libc",
+        "_quiet_since",
+        "_ready_at",
+        "_seen",
+        "collections",
+        "min_interval",
+        "quiet",
+        "trims",
+    )
 
-    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0) -> None:
+    def __init__(self, *, enabled: bool = True, min_interval: float = 5.0, quiet: float = 10.0) -> None:
         self._libc = _glibc() if enabled else None
         self.min_interval = min_interval
+        #: Seconds without another thousand destroyed contexts after which a burst is over.
+        self.quiet = quiet
         self._seen = 0
-        self._seen_contexts = 0
         self._ready_at = 0.0
-        #: Trims made so far, and full collections made before them.
+        self._burst_seen = 0
+        self._quiet_since: float | None = None  # None: no burst to clean up after
+        #: Trims made so far, and full collections after bursts.
         self.trims = 0
         self.collections = 0
 
@@ -135,24 +153,32 @@ class FreedMemory:
         """Set glibc's mmap threshold to ``size`` for the whole process; returns whether it was set."""
         return self._libc is not None and self._libc.mallopt(_M_MMAP_THRESHOLD, size) == 1
 
-    def trim(self, freed: int, now: float, contexts: int = 0) -> bool:
+    def trim(self, freed: int, now: float) -> bool:
         """Call ``malloc_trim(0)`` if ``freed`` (a running count of big frees: dropped encoders,
         thousands of destroyed contexts) moved since the last trim and ``min_interval`` seconds
-        (of the caller's clock, ``now``) have passed; returns whether it ran.
-
-        ``contexts`` (a running count of thousands of destroyed contexts): when it moved, a full
-        garbage collection comes first. It empties the interpreter's free lists (tuples, lists,
-        dicts and floats kept for reuse, by the thousand after a burst), whose blocks otherwise
-        keep whole arenas of the small-object allocator mapped; encoders dropped one by one are
-        not worth its walk over every live object."""
+        (of the caller's clock, ``now``) have passed; returns whether it ran."""
         if self._libc is None or freed == self._seen or now < self._ready_at:
             return False
         self._seen = freed
         self._ready_at = now + self.min_interval
-        if contexts != self._seen_contexts:
-            self._seen_contexts = contexts
-            gc.collect()
-            self.collections += 1
+        self._libc.malloc_trim(0)
+        self.trims += 1
+        return True
+
+    def after_burst(self, contexts: int, now: float) -> bool:
+        """``contexts``: a running count of thousands of destroyed contexts. Once it has not moved
+        for ``quiet`` seconds after moving, collect and trim, once; returns whether that ran."""
+        if self._libc is None:
+            return False
+        if contexts != self._burst_seen:
+            self._burst_seen = contexts
+            self._quiet_since = now
+            return False
+        if self._quiet_since is None or now - self._quiet_since < self.quiet:
+            return False
+        self._quiet_since = None
+        gc.collect()
+        self.collections += 1
         self._libc.malloc_trim(0)
         self.trims += 1
         return True

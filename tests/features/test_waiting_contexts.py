@@ -79,10 +79,11 @@ def test_a_burst_of_views_that_never_connect_gives_its_memory_back() -> None:
         for _ in range(CONTEXTS_PER_TRIM):
             client.get("/")
         client.clock.advance(app.config.connect_timeout + 10)
-        assert not app.contexts and freed.trims == 1
-        assert freed.collections == 1  # after a burst of contexts, a full collection came first
+        assert not app.contexts and freed.trims == 1 and freed.collections == 0
         client.clock.advance(60)
-        assert freed.trims == 1  # nothing freed since
+        assert freed.trims == 2 and freed.collections == 1  # the burst is over: collected and trimmed, once
+        client.clock.advance(60)
+        assert freed.trims == 2  # nothing freed since
 
 
 def test_freed_memory_is_trimmed_only_after_frees_and_not_too_often() -> None:
@@ -99,20 +100,23 @@ def test_freed_memory_is_trimmed_only_after_frees_and_not_too_often() -> None:
     assert not off.is_active and not off.fix_mmap_threshold() and not off.trim(1, now=0.0)
 
 
-def test_a_trim_after_destroyed_contexts_first_empties_the_free_lists_and_one_after_encoders_does_not() -> None:
-    """A full collection empties the interpreter's free lists, whose blocks keep arenas mapped."""
+def test_once_a_burst_of_destroyed_contexts_is_over_one_full_collection_empties_the_free_lists() -> None:
+    """Not during the burst (its walk over every live object stalls the loop), once after it."""
     full: list[int] = []
 
     def watch(phase: str, info: dict[str, int]) -> None:
         if phase == "stop" and info["generation"] == 2:
             full.append(1)
 
-    freed = FreedMemory(min_interval=0.0)
+    freed = FreedMemory(quiet=10.0)
     gc.callbacks.append(watch)
     try:
-        assert freed.trim(1, now=1.0) and not full  # encoders dropped: no collection
-        assert freed.trim(3, now=2.0, contexts=1) and len(full) == 1 and freed.collections == 1
-        assert freed.trim(4, now=3.0, contexts=1) and len(full) == 1  # no new burst of contexts
+        assert not freed.after_burst(0, now=0.0) and not full  # no burst yet
+        for second, thousands in enumerate([1, 2, 3, 4]):  # a thousand more destroyed each second
+            assert not freed.after_burst(thousands, now=float(second))
+        assert not freed.after_burst(4, now=12.0) and not full  # quiet for 9 s only
+        assert freed.after_burst(4, now=13.5) and len(full) == 1 and freed.collections == 1
+        assert not freed.after_burst(4, now=60.0) and len(full) == 1  # once per burst
     finally:
         gc.callbacks.remove(watch)
 

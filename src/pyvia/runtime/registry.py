@@ -243,7 +243,8 @@ class Registry:
             self.reclaim_encoders()
         # after encoders were dropped, or thousands of contexts (a crawler's burst) went
         bursts = self.destroyed // CONTEXTS_PER_TRIM
-        self.freed_memory.trim(self.app.compression.budget.dropped + bursts, now, bursts)
+        self.freed_memory.trim(self.app.compression.budget.dropped + bursts, now)
+        self.freed_memory.after_burst(bursts, now)
         self.app.replays.sweep(now)
         self.measure_unsent()
         self.rt.revival.prune(now)
