@@ -116,7 +116,7 @@ class FreedMemory:
       garbage collection, which empties the interpreter's free lists (tuples, lists, dicts and
       floats kept for reuse, by the thousand after a burst; their blocks keep whole arenas of the
       small-object allocator mapped), then a trim. Not during the burst: the collection walks
-      every live object (160 ms with 10,000 open tabs, ``bench/RESULTS.md``).
+      every live object, a pause that grows with the open tabs (``bench/RESULTS.md``).
     """
 
     __slots__ = (
