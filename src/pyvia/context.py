@@ -183,7 +183,7 @@ class Context(TabRequest):
         "revived",
         "stream",
         # user data
-        "state_from_middleware",
+        "_middleware_state",
         "_tab_state",
         "__weakref__",
     )
@@ -193,7 +193,7 @@ class Context(TabRequest):
         app: App,
         context_id: str,
         route: Route,
-        params: dict[str, str],
+        params: Mapping[str, str],
         session_id: str,
         request: Request,
     ) -> None:
@@ -240,10 +240,18 @@ class Context(TabRequest):
         self.recent_clicks: tuple[str, ...] = ()
         self.revived = False
         self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
-        #: Data middleware put in ``request.state`` on the page view (or the revival): that dict
-        #: itself, not a copy (no middleware touches it once the view began).
-        self.state_from_middleware: dict[str, Any] = request.state
+        self._middleware_state: dict[str, Any] | None = request.state_if_made  # None: middleware put nothing
         self._tab_state: dict[str, Any] | None = None  # made on first use: most tabs keep none
+
+    @property
+    def state_from_middleware(self) -> dict[str, Any]:
+        """Data middleware put in ``request.state`` on the page view (or the revival): that dict
+        itself, not a copy (no middleware touches it once the view began)."""
+        state = self._middleware_state
+        if state is None:  # none was put: the page's own while it is the tab's request, else a new one
+            request = self.request
+            state = self._middleware_state = request.state if request.kind in ("page", "revival", "") else {}
+        return state
 
     @property
     def tab_state(self) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from itertools import chain
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
@@ -33,6 +33,7 @@ __all__ = [
     "Headers",
     "Request",
     "Response",
+    "SharedFields",
     "StreamResponse",
     "StreamSink",
 ]
@@ -46,17 +47,20 @@ class Headers:
     request for as long as it is open, so the usual request, where no name repeats, is held as
     one dict whose names are shared with every other request's (a browser's ~15 headers: ~1.9 KB
     less than a list of pairs beside the dict, each with its own copy of the names), and once
-    its stream is open as one string (:meth:`pack`), made a dict again when next asked.
+    its stream is open as two tuples of shared strings (:meth:`pack`), made a dict again when
+    next asked.
     """
 
-    __slots__ = ("_items", "_map", "_packed")
+    __slots__ = ("_items", "_map", "_packed", "_packed_names")
 
     def __init__(self, items: list[tuple[str, str]] | None = None) -> None:
         #: Every (name, value) in order, only when some name repeats (None: ``_map`` has them all).
         self._items: list[tuple[str, str]] | None = None
         self._map: dict[str, str] = {}
-        #: Not None: the fields are this one string (``_map`` is empty until they are asked for).
-        self._packed: str | None = None
+        #: Not None: the fields' values, in the order of ``_packed_names`` (``_map`` is empty
+        #: until they are asked for).
+        self._packed: tuple[str, ...] | None = None
+        self._packed_names: tuple[str, ...] = ()
         if items:
             fields = self._map = {name.lower(): value for name, value in items}
             if len(fields) != len(items):
@@ -76,6 +80,7 @@ class Headers:
         headers._map = fields
         headers._items = None
         headers._packed = None
+        headers._packed_names = ()
         if len(fields) != len(raw):  # a name repeats (rare): keep every field, in order
             headers._items = [(names.get(name) or _name_of(name), value.decode("latin-1")) for name, value in raw]
         return headers
@@ -89,31 +94,31 @@ class Headers:
         headers._map = dict(items)
         headers._items = items if len(headers._map) != len(items) else None
         headers._packed = None
+        headers._packed_names = ()
         return headers
 
-    def pack(self) -> None:
-        """Hold the fields as one string until they are next asked for: a browser's values and
-        their dict take about twice the text they came as (``bench/RESULTS.md``), and a tab keeps
-        its latest request, mostly unread, for as long as it is open. Not done when a name repeats
-        or a value holds a line break (neither comes from an HTTP/1.1 parser)."""
+    def pack(self, shared: SharedFields) -> None:
+        """Hold the fields as shared strings until they are next asked for.
+
+        A tab keeps its latest request, mostly unread, for as long as it is open, and tabs of one
+        browser send most of their headers alike: the names and most values become the ones
+        ``shared`` holds, and what is the tab's own is two tuples and its own values (its
+        ``Cookie``). Not done when a name repeats.
+        """
         fields = self._map
         if self._items is not None or not fields:
             return
-        text = "\n".join(chain.from_iterable(fields.items()))
-        if text.count("\n") == 2 * len(fields) - 1:
-            self._packed = text
-            self._map = _PACKED  # shared and never written: every write unpacks first
+        self._packed_names = shared.names(tuple(fields))
+        share = shared.value
+        self._packed = tuple([value if name in _OWN_VALUES else share(value) for name, value in fields.items()])
+        self._map = _PACKED  # shared and never written: every write unpacks first
 
     def _unpack(self) -> dict[str, str]:
-        packed = self._packed
-        if packed is not None:
+        values = self._packed
+        if values is not None:
             self._packed = None
-            parts = packed.split("\n")
-            names = _NAMES
-            self._map = {
-                names.get(name.encode("latin-1")) or name: value
-                for name, value in zip(parts[::2], parts[1::2], strict=True)
-            }
+            self._map = dict(zip(self._packed_names, values, strict=True))
+            self._packed_names = ()
         return self._map
 
     def add(self, name: str, value: str) -> None:
@@ -180,6 +185,51 @@ class Headers:
 #: The empty ``_map`` of every packed :class:`Headers`: one object, not a dict per tab.
 _PACKED: dict[str, str] = {}
 
+#: Fields whose values are a visitor's own (sharing them would only fill :class:`SharedFields`).
+_OWN_VALUES = frozenset({"cookie", "authorization", "proxy-authorization", "x-forwarded-for", "x-real-ip", "forwarded"})
+
+
+class SharedFields:
+    """The header names and values that open tabs' packed requests share, one object each.
+
+    An app's browsers send the same ``User-Agent``, ``Accept``, ``sec-ch-ua``... with every tab:
+    kept once here, each tab's :class:`Headers` points at them. Bounded: values over
+    ``longest`` characters are not kept, and the table starts again when it holds ``kept``
+    (what tabs packed before keep their strings; only the sharing with later tabs is lost).
+    """
+
+    __slots__ = ("_names", "_values", "kept", "longest")
+
+    def __init__(self, kept: int = 4096, longest: int = 512) -> None:
+        self._values: dict[str, str] = {}
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.kept = kept
+        self.longest = longest
+
+    def value(self, value: str) -> str:
+        values = self._values
+        shared = values.get(value)
+        if shared is None:
+            if len(value) > self.longest:
+                return value
+            if len(values) >= self.kept:
+                values.clear()
+            shared = values[value] = value
+        return shared
+
+    def names(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        kept = self._names
+        shared = kept.get(names)
+        if shared is None:
+            if len(kept) >= self.kept:
+                kept.clear()
+            shared = kept[names] = names
+        return shared
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 #: Raw header names as parsers hand them, to their lower-cased ``str``: decoded once and shared
 #: by every request that sends them. Browsers' names to begin with; others are learned, up to
 #: ``_NAMES_KEPT`` in all (a client inventing names cannot grow it: past that, each is decoded).
@@ -213,6 +263,10 @@ _learn_browsers_names()
 _LOWER_NAMES = frozenset([*(name.lower() for name in _BROWSERS_NAMES), "forwarded", "expect", "upgrade", "via-click"])
 
 
+#: The path parameters of a route that has none: one object, never written.
+NO_PATH_PARAMS: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(slots=True)
 class Request:
     """One HTTP request as the core sees it. ``path`` is percent-decoded, without the query."""
@@ -224,10 +278,11 @@ class Request:
     body: bytes = b""
     client: str = ""
     scheme: str = "http"
-    #: Set by the dispatcher: path parameters of the matched route.
-    path_params: dict[str, str] = field(default_factory=dict)
-    #: Free-form data middleware attaches for the handler (e.g. the logged-in user).
-    state: dict[str, object] = field(default_factory=dict)
+    #: Set by the dispatcher: path parameters of the matched route (one shared empty mapping for
+    #: a route without any: a tab keeps its page's request).
+    path_params: Mapping[str, str] = field(default_factory=lambda: NO_PATH_PARAMS)
+    #: :attr:`state`, made when first asked for (most requests never are).
+    _state: dict[str, object] | None = None
     #: What the request is to the core: "page", "action", "stream", "revival", "route", "asset".
     kind: str = ""
     #: Set by the native server on a plain HTTP/1.1 connection: ``await transfer(send)`` offers
@@ -251,6 +306,23 @@ class Request:
     relayed: bool = False
     #: a page view that began its session (the session-scoped signals are new too).
     new_session: bool = False
+
+    @property
+    def state(self) -> dict[str, object]:
+        """Free-form data middleware attaches for the handler (e.g. the logged-in user)."""
+        state = self._state
+        if state is None:
+            state = self._state = {}
+        return state
+
+    @state.setter
+    def state(self, value: dict[str, object]) -> None:
+        self._state = value
+
+    @property
+    def state_if_made(self) -> dict[str, object] | None:
+        """:attr:`state` if anything asked for it, else None (and none is made)."""
+        return self._state
 
     def forget_parsed(self) -> None:
         """Let go of what was parsed from the headers and the query (parsed again if asked)."""

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyvia.errors import RouteError
+from pyvia.http import NO_PATH_PARAMS
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _RESERVED_PREFIXES = (
@@ -117,13 +118,13 @@ class Router:
         route = self._by_pattern.get(pattern)
         return route if route is not None and route.kind == "page" else None
 
-    def match(self, path: str) -> tuple[list[Route], dict[str, str]]:
+    def match(self, path: str) -> tuple[list[Route], Mapping[str, str]]:
         """Routes registered for ``path`` (all methods) and the path params."""
         routes = self._literal.get(path)
         if routes:
-            return routes, {}
+            return routes, NO_PATH_PARAMS
         found: list[Route] = []
-        params: dict[str, str] = {}
+        params: Mapping[str, str] = NO_PATH_PARAMS
         for route in self._patterned:
             assert route.regex is not None
             m = route.regex.match(path)

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
@@ -120,10 +121,10 @@ class ContextIds:
         chunk, self._random = self._random[:6], self._random[6:]
         return chunk.hex()
 
-    def make(self, route: str, params: dict[str, str], session_id: str, issued: int = 0) -> str:
+    def make(self, route: str, params: Mapping[str, str], session_id: str, issued: int = 0) -> str:
         """A new id for a tab of ``route``; ``issued`` (wall-clock seconds) dates it, so a tab
         that left no record behind can still be told recent (:meth:`issued`)."""
-        payload = orjson.dumps([route, params, self._nonce(), issued])
+        payload = orjson.dumps([route, params if isinstance(params, dict) else dict(params), self._nonce(), issued])
         return _b64(payload) + "." + _b64(self._sign(payload, session_id))
 
     @staticmethod

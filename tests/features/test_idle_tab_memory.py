@@ -55,7 +55,9 @@ def test_an_idle_tab_shares_its_empty_declarations_and_its_route_and_session_str
         assert ca.stream.replay is None and ca.stream.pending is None and ca.held_tab_state is None
         assert client.app.runtime.registry.deadlines == []
         assert cb.request._cookies is None and cb.request.session_cache is None
-        assert cb.request.headers._packed is not None  # its headers as one string until read
+        assert cb.request.headers._packed is not None  # its headers as shared strings until read
+        host = ca.request.headers._packed[ca.request.headers._packed_names.index("host")]
+        assert host is cb.request.headers._packed[cb.request.headers._packed_names.index("host")]  # one string
         assert set(cb.request.cookies) == {client.app.session_cookie}  # parsed again when asked
 
 

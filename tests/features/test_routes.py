@@ -240,6 +240,38 @@ def test_request_state_holds_only_what_middleware_put_there() -> None:
     assert seen and all(state == {"user": "ann"} for state in seen), seen
 
 
+def test_state_from_middleware_is_the_page_views_even_when_middleware_put_nothing_there() -> None:
+    # A request's state is made only when asked for (a tab keeps its page's request); the tab's
+    # state_from_middleware is still the page request's own dict during the view, and an action's
+    # state never becomes the page's.
+    app = App()
+
+    @app.middleware
+    def tag_actions(request: Request, call_next):
+        if request.kind == "action":
+            request.state["user"] = "from the action"
+        return call_next(request)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.state_from_middleware["seen"] = "by the page"
+        shown = c.signal("", "shown")
+
+        @c.action
+        def look() -> None:
+            shown.value = f"{sorted(c.state_from_middleware)} {sorted(c.request.state)}"
+
+        c.view(lambda: f"<p id='s'>{c.request.state.get('seen')} {shown.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        assert "by the page" in tab.page  # the handler's write is the request's state
+        tab.action("look")
+        assert tab.signals["_shown"] == "['seen'] ['user']"
+        blank = client.open("/")
+        assert blank.page.count("by the page") == 1
+
+
 def test_a_big_form_is_parsed_on_the_apps_own_threads_which_end_when_it_stops() -> None:
     # A form over 64 KB is parsed off the loop, on threads the app makes when it first needs
     # them and ends at its stop: no process-wide pool outlives the app (or is shared by two).

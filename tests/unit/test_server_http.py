@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyvia.http import Headers
+from pyvia.http import Headers, SharedFields
 from pyvia.server.http import (
     CONNECTION_CLOSE,
     CONNECTION_KEEP_ALIVE,
@@ -200,7 +200,7 @@ def test_headers_without_a_repeat_are_one_dict_whose_names_every_request_shares(
 
 
 def test_packed_headers_answer_every_question_as_before_and_unpack_once_asked() -> None:
-    """A tab's kept request holds its headers as one string (Headers.pack) until they are read."""
+    """A tab's kept request holds its headers as shared strings (Headers.pack) until they are read."""
     raw = [(b"Host", b"x"), (b"User-Agent", b"Mozilla \xe9"), (b"X-Empty", b""), (b"Cookie", b"a=1; b=2")]
     before = Headers.from_raw(raw)
     fields = list(before)
@@ -216,23 +216,47 @@ def test_packed_headers_answer_every_question_as_before_and_unpack_once_asked() 
         lambda h: list(h),
     ):
         packed = Headers.from_raw(raw)
-        packed.pack()
+        packed.pack(SharedFields())
         assert packed._packed is not None and packed._map == {}
         assert ask(packed) == ask(before)
         assert packed._packed is None and list(packed) == fields  # unpacked once asked, as it was
     names = Headers.from_raw(raw)
-    names.pack()
+    names.pack(SharedFields())
     assert next(iter(names))[0] is next(iter(before))[0]  # the shared name, not a copy
-    names.pack()
+    names.pack(SharedFields())
     names.add("Cookie", "c=3")  # a repeat after packing keeps every field
     assert names.get_all("cookie") == ["a=1; b=2", "c=3"]
     from pyvia import http
 
     assert http._PACKED == {}  # the empty dict every packed Headers shares was never written
-    for unpackable in (Headers([("A", "1"), ("a", "2")]), Headers([("a", "line\nbreak"), ("b", "2")]), Headers()):
+    for unpackable in (Headers([("A", "1"), ("a", "2")]), Headers()):
         kept = list(unpackable)
-        unpackable.pack()
+        unpackable.pack(SharedFields())
         assert unpackable._packed is None and list(unpackable) == kept
+    line_break = Headers([("a", "line\nbreak"), ("b", "2")])  # no parser makes one; packing keeps it as is
+    line_break.pack(SharedFields())
+    assert line_break._packed is not None and list(line_break) == [("a", "line\nbreak"), ("b", "2")]
+
+
+def test_tabs_of_one_browser_share_their_header_strings_but_not_their_own_values() -> None:
+    shared = SharedFields(kept=8, longest=40)
+
+    def tab(cookie: str, agent: str = "Mozilla/5.0 (X11; Linux x86_64)") -> Headers:
+        headers = Headers.from_raw([(b"Host", b"x"), (b"User-Agent", agent.encode()), (b"Cookie", cookie.encode())])
+        headers.pack(shared)
+        return headers
+
+    first, second = tab("via_session_id=a"), tab("via_session_id=b")
+    assert first._packed is not None and second._packed is not None
+    assert first._packed_names is second._packed_names  # one tuple of names for every such tab
+    assert first._packed[1] is second._packed[1]  # the User-Agent: one string for both
+    assert len(shared) == 2  # Host and User-Agent; the cookies are each tab's own and not kept
+    assert second.get("cookie") == "via_session_id=b" and first.get("cookie") == "via_session_id=a"
+    long_agent = tab("c=1", "x" * 41)  # longer than kept: the tab keeps its own copy
+    assert len(shared) == 2 and long_agent.get("user-agent") == "x" * 41
+    for n in range(20):  # a client sending a new value each time cannot grow the table past its bound
+        assert tab("c=1", f"agent {n}").get("user-agent") == f"agent {n}"
+        assert len(shared) <= 8
 
 
 def test_a_client_inventing_header_names_cannot_grow_the_shared_names() -> None:

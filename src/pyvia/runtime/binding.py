@@ -6,7 +6,7 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyvia.context import Context
@@ -70,7 +70,7 @@ def binders(handler: Callable[..., Any], param_names: tuple[str, ...], path: str
     return tuple(out)
 
 
-def bind(route: Route, params: dict[str, str], ctx: Context | None, request: Request) -> dict[str, Any]:
+def bind(route: Route, params: Mapping[str, str], ctx: Context | None, request: Request) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for source, name, cast in route.call_args:
         if source == "context":

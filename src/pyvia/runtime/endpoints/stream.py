@@ -11,7 +11,7 @@ from pyvia.alerts import LOST_SIGNAL
 from pyvia.context import Context
 from pyvia.errors import ContextNotFound, Forbidden, MethodNotAllowed
 from pyvia.forms import request_signals
-from pyvia.http import Request, StreamResponse, StreamSink
+from pyvia.http import Request, SharedFields, StreamResponse, StreamSink
 from pyvia.lifecycle import Event, State, move
 from pyvia.runtime.common import PASSED, RequestKind, newest, settled, then
 from pyvia.scopes import Scope
@@ -52,6 +52,8 @@ class Streams:
     def __init__(self, app: App, rt: Runtime) -> None:
         self.app = app
         self.rt = rt
+        #: What open tabs' kept requests share of their headers (``Headers.pack``).
+        self.shared_fields = SharedFields()
 
     def on_open(
         self, ctx: Context, sink: StreamSink, coding: str = "identity", last_event_id: str | None = None
@@ -82,7 +84,7 @@ class Streams:
         if full:
             ctx.stream.held_view = None  # superseded by the full render below
         ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
-        ctx.request.headers.pack()  # the tab keeps its latest request, mostly unread, while it is open
+        ctx.request.headers.pack(self.shared_fields)  # the tab keeps its latest request, mostly unread
         self.rt.registry.waiting.pop(ctx.id, None)
         move(ctx, Event.CONNECT)
         ctx.deadline = 0.0
