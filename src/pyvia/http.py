@@ -109,8 +109,10 @@ class Headers:
         if self._items is not None or not fields:
             return
         self._packed_names = shared.names(tuple(fields))
+        known = shared.known.get  # the usual value is known: one C call, not a method's
         share = shared.value
-        self._packed = tuple([value if name in _OWN_VALUES else share(value) for name, value in fields.items()])
+        own = _OWN_VALUES
+        self._packed = tuple([value if name in own else known(value) or share(value) for name, value in fields.items()])
         self._map = _PACKED  # shared and never written: every write unpacks first
 
     def _unpack(self) -> dict[str, str]:
@@ -198,16 +200,17 @@ class SharedFields:
     (what tabs packed before keep their strings; only the sharing with later tabs is lost).
     """
 
-    __slots__ = ("_names", "_values", "kept", "longest")
+    __slots__ = ("_names", "kept", "known", "longest")
 
     def __init__(self, kept: int = 4096, longest: int = 512) -> None:
-        self._values: dict[str, str] = {}
+        #: Every value kept, to itself.
+        self.known: dict[str, str] = {}
         self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.kept = kept
         self.longest = longest
 
     def value(self, value: str) -> str:
-        values = self._values
+        values = self.known
         shared = values.get(value)
         if shared is None:
             if len(value) > self.longest:
@@ -227,7 +230,7 @@ class SharedFields:
         return shared
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self.known)
 
 
 #: Raw header names as parsers hand them, to their lower-cased ``str``: decoded once and shared
@@ -280,7 +283,7 @@ class Request:
     scheme: str = "http"
     #: Set by the dispatcher: path parameters of the matched route (one shared empty mapping for
     #: a route without any: a tab keeps its page's request).
-    path_params: Mapping[str, str] = field(default_factory=lambda: NO_PATH_PARAMS)
+    path_params: Mapping[str, str] = field(default_factory=dict)
     #: :attr:`state`, made when first asked for (most requests never are).
     _state: dict[str, object] | None = None
     #: What the request is to the core: "page", "action", "stream", "revival", "route", "asset".

@@ -100,6 +100,10 @@ def _unb64(text: str) -> bytes:
     return data
 
 
+#: What the id of a route without path parameters encodes (orjson writes a dict, not a mapping).
+_NO_PARAMS: dict[str, str] = {}
+
+
 class ContextIds:
     """Makes and checks signed context ids."""
 
@@ -124,7 +128,8 @@ class ContextIds:
     def make(self, route: str, params: Mapping[str, str], session_id: str, issued: int = 0) -> str:
         """A new id for a tab of ``route``; ``issued`` (wall-clock seconds) dates it, so a tab
         that left no record behind can still be told recent (:meth:`issued`)."""
-        payload = orjson.dumps([route, params if isinstance(params, dict) else dict(params), self._nonce(), issued])
+        params = params if isinstance(params, dict) else dict(params) if params else _NO_PARAMS
+        payload = orjson.dumps([route, params, self._nonce(), issued])
         return _b64(payload) + "." + _b64(self._sign(payload, session_id))
 
     @staticmethod
