@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyvia import App, Context, Response
-from pyvia.testing import TestClient
+from pyvia.testing import Tab, TestClient
 
 
 def make_app(runs: list[str] | None = None, **options: object) -> App:
@@ -219,3 +219,52 @@ def test_a_stream_and_an_action_reviving_a_tab_at_once_run_its_handler_once() ->
         assert runs == ["handler"]  # one revival served both
         assert stream_answer.status == action_answer.status == 200  # type: ignore[attr-defined]
         assert tab.context is not None and tab.context.signals["count"].value == 2
+
+
+def test_a_revived_tab_does_not_send_back_what_the_user_typed_after_the_action_that_revived_it() -> None:
+    # The server restarted (or the tab expired) while the page was open: the user sends a chat
+    # line, which revives the tab, clears the box in the browser and goes on typing in another
+    # input. The revived tab's first frames carry the server's values, not the posted ones back.
+    said: list[str] = []
+
+    def chat_app() -> App:
+        app = App()
+
+        @app.page("/")
+        def page(c: Context) -> None:
+            title = c.signal("", "title", writable=True)
+            chat = c.signal("", "chat", writable=True)
+            sent = c.signal(0, "sent")
+
+            @c.action
+            def say() -> None:
+                said.append(chat.as_str())
+                sent.value += 1
+
+            c.view(lambda: f'<input id="title" data-bind="{title.id}"><input id="chat" data-bind="{chat.id}">')
+
+        return app
+
+    def type_and_reconnect(tab: Tab) -> None:
+        tab.type("#chat", "queued line")
+        assert tab.action("say").status == 200
+        tab.type("#chat", "")  # the page clears the box with the click
+        tab.type("#title", "typed after the click")
+        tab.reconnect()
+        assert said == ["queued line"]
+        assert tab.signals["title"] == "typed after the click" and tab.signals["chat"] == ""
+        assert tab.signals["_sent"] == 1  # the server-owned value the action changed did come
+
+    with TestClient(chat_app()) as client:  # the tab expired in this process
+        tab = client.open("/")
+        tab.expire()
+        type_and_reconnect(tab)
+    said.clear()
+    with TestClient(chat_app()) as client:  # the server restarted
+        tab = client.open("/")
+        tab.disconnect()
+        cookies = dict(client.cookies)
+    with TestClient(chat_app()) as restarted:
+        restarted.cookies.update(cookies)
+        tab.client = restarted
+        type_and_reconnect(tab)

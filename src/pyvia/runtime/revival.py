@@ -30,6 +30,10 @@ log = logging.getLogger("pyvia")
 RELOAD_MEMORY = 300.0  # a tab told to reload is told to stop retrying for this long (php-via)
 
 
+#: A signal the browser's revival request did not carry.
+_NOT_POSTED = object()
+
+
 class Grave:
     """What is kept of a destroyed tab for its revival window: its tab state and its last snapshot."""
 
@@ -304,8 +308,9 @@ class Revival:
             if restore is not None:
                 ctx.restore_snapshot(*restore)
             ctx.apply_client_signals(signals)
-            for sig in ctx.signals.values():
-                sig.changed = True
+            for sig in ctx.signals.values():  # the first frame sends what the browser may lack, not
+                # the values it posted itself: the user may have typed on since
+                sig.changed = not sig.writable or signals.get(sig.id, _NOT_POSTED) != sig.value
             ctx.revived = True
             self.unbury(ctx_id)
             self.rt.registry.register(ctx)
