@@ -258,6 +258,8 @@ async def chat(c: Context, name: str) -> None:
         text, who = draft.as_str().strip(), username.as_str()
         hint.value = "" if who or not text else "Set your name first."
         if not text or not who:
+            if text:  # the click cleared the box in the browser: give the line back with the hint
+                draft.value = draft.as_str()
             return
         async with room.lock:
             new_id = await app.db.fetchval(
@@ -266,7 +268,6 @@ async def chat(c: Context, name: str) -> None:
             room.add(Message(new_id, who, text))
             for other in room.connected():
                 catch_up(room, other)
-        draft.value = ""
         if room.typing.pop(who, None) is not None:
             show_typing(room)
 
@@ -322,7 +323,7 @@ async def chat(c: Context, name: str) -> None:
   {older}
   <ul id="messages">{messages}</ul>
   {typing}
-  <form id="send-form" data-on:submit__prevent="{send}">
+  <form id="send-form" data-on:submit__prevent="{send}; {draft_ref} = ''">
     <input id="draft" autocomplete="off" maxlength="{max_text}" {draft}
            data-on:input__debounce.300ms="{is_typing}">
     <button>Send</button>
@@ -342,6 +343,7 @@ async def chat(c: Context, name: str) -> None:
             send=send,
             max_text=MAX_TEXT,
             draft=draft.bind(),
+            draft_ref=draft.ref(),
             is_typing=is_typing,
             hint_ref=hint.ref(),
             hint=hint.as_str(),

@@ -79,8 +79,7 @@ def todo(c: Context) -> None:
     @c.action
     def add() -> None:
         title = draft.as_str().strip()[:MAX_TITLE]
-        if title:
-            draft.value = ""
+        if title:  # the click cleared the box in the browser: the next title can be typed at once
             write("INSERT INTO todos (title) VALUES (?)", title)
 
     # ``item_id: int``: the view binds it (``toggle(item_id=3)``); anything else the browser posts
@@ -135,7 +134,7 @@ def todo(c: Context) -> None:
             """
 <main>
   <h1>Todo</h1>
-  <form id="add-form" data-on:submit__prevent="{add}">
+  <form id="add-form" data-on:submit__prevent="{add}; {draft_ref} = ''">
     <input id="draft" placeholder="What needs doing?" autocomplete="off" maxlength="{max_title}" {bind}>
     <button>Add</button>
   </form>
@@ -149,6 +148,7 @@ def todo(c: Context) -> None:
             add=add,
             max_title=MAX_TITLE,
             bind=draft.bind(),
+            draft_ref=draft.ref(),
             items=(item(*row) for row in rows),
             left=left,
             buttons=buttons,

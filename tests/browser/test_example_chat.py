@@ -4,6 +4,7 @@ text, and pages that keep working across a restart."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
 
+from tests.browser.latency import latency_proxy
 from tests.processes import ServerProcess, free_port
 
 HOSTILE_TEXTS = [
@@ -62,7 +64,12 @@ def send(page: Page, text: str) -> None:
     page.bring_to_front()
     page.fill("#draft", text)
     page.press("#draft", "Enter")
-    expect(page.locator("#draft")).to_have_value("")  # the server cleared it: the message was taken
+    expect(page.locator("#draft")).to_have_value("")  # the click cleared it, in the browser
+    newest = "() => Array.from(document.querySelectorAll('#messages li')).map(li => li.textContent).pop() || ''"
+    deadline = time.monotonic() + 5
+    while not str(page.evaluate(newest)).endswith(f": {text}"):  # the server took it: the newest line
+        assert time.monotonic() < deadline, f"{text!r} never showed; newest: {page.evaluate(newest)!r}"
+        time.sleep(0.02)
 
 
 def last_message(page: Page) -> str:
@@ -173,6 +180,35 @@ def test_an_open_page_keeps_working_across_a_restart(browser: Browser, tmp_path:
             expect(ann.locator("#me")).to_have_text("Ann")
             send(ann, "after it")
             expect(ann.locator("#messages li")).to_have_text(["Ann: before the restart", "Ann: after it"])
+            assert errors == []
+        finally:
+            context.close()
+
+
+def test_lines_typed_one_after_another_at_a_100_ms_round_trip_all_arrive_whole(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Type a line, Enter, type the next at once: each line takes longer to type than the round
+    trip, so an answer arrives while the next one is being typed, and none of it may be undone."""
+    lines = [f"line {i}: </script> $x @post('/x') \u2028 end" for i in range(6)]
+    with chat_server(tmp_path) as server, latency_proxy(server.port) as proxy:
+        context = browser.new_context()
+        errors: list[str] = []
+        try:
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"http://127.0.0.1:{proxy.port}/chat/lobby")
+            page.fill("#name", "Ann")
+            page.press("#name", "Enter")
+            expect(page.locator("#me")).to_have_text("Ann")
+            page.locator("#draft").click()
+            for line in lines:
+                page.keyboard.type(line, delay=8)
+                page.keyboard.press("Enter")
+            expect(page.locator("#messages li")).to_have_count(len(lines), timeout=10_000)
+            texts = page.locator("#messages li").evaluate_all("els => els.map(el => el.textContent)")
+            assert texts == [f"Ann: {line}" for line in lines]
+            expect(page.locator("#draft")).to_have_value("")
             assert errors == []
         finally:
             context.close()

@@ -120,7 +120,9 @@ def test_a_message_is_stored_and_appended_to_every_tab_of_the_room(database: Pat
             assert [text for _, text in _items(patch.elements)] == ["<b>Ann</b>: hello &lt;all&gt;"]  # alone
             assert listed(tab) == ["<b>Ann</b>: hello &lt;all&gt;"]
         assert listed(elsewhere) == [] and not [e for e in elsewhere.new_events() if e.selector == "#messages"]
-        assert ann.signals["draft"] == ""  # the server cleared the input
+        (form,) = ann.find("#send-form")  # the click clears the input in the browser, at once: the
+        assert form.attrs["data-on:submit__prevent"].endswith("; $draft = ''")  # next line is typed meanwhile
+        assert ann.signals["draft"] == "  hello <all>  "  # and the server does not write it (no keystroke undone)
         assert say(bob, "hi Ann") == 200
         assert listed(ann) == ["<b>Ann</b>: hello &lt;all&gt;", "<b>Bob</b>: hi Ann"] == listed(bob)
 
@@ -129,7 +131,10 @@ def test_nothing_is_sent_without_a_name_or_a_text(database: Path) -> None:
     chat = load_chat()
     with TestClient(chat.app) as client:
         anonymous = client.open("/chat/lobby")
+        anonymous.new_events()
         assert say(anonymous, "who am I?") == 200
+        given_back = [e.signals.get("draft") for e in anonymous.new_events() if e.signals]
+        assert given_back == ["who am I?"]  # the click cleared the box: the server gives the line back
         named = join(client, "lobby", "Ann")  # the same browser: the name is the session's
         assert anonymous.signals["_hint"] == "Set your name first."
         assert anonymous.signals["draft"] == "who am I?"  # kept, to send once named
