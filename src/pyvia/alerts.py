@@ -13,9 +13,10 @@ Every page carries one alert (``role="alert"``, dismissable) driven by three sig
 * ``_via_lost``: the stream is down and Datastar is reconnecting; cleared by the next stream's
   first frame.
 
-The message shown is ``_via_error`` if set, else the words for ``_via_failed``'s status, else
-the words for a lost connection. The words and the look are the app's to replace
-(``App(error_messages=..., error_view=...)``, per page ``@app.page(..., error_messages=...)``).
+The message shown is the words for a lost connection while it is lost (what is true now, before
+what failed earlier), else ``_via_error`` if set, else the words for ``_via_failed``'s status.
+The words and the look are the app's to replace (``App(error_messages=..., error_view=...)``,
+per page ``@app.page(..., error_messages=...)``).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def channel(messages: Mapping[str, str]) -> ErrorChannel:
     # ``$_via_failed`` is a status; 0 (or missing) means no failed request. The words are written
     # once, as the argument of an arrow function: every page carries them.
     text = (
-        f"(m => ${ERROR_SIGNAL} || ($_via_failed ? m[$_via_failed] || m.default : '') "
-        f"|| ($_via_lost ? m.lost : ''))({words})"
+        f"(m => ($_via_lost ? m.lost : '') || ${ERROR_SIGNAL} "
+        f"|| ($_via_failed ? m[$_via_failed] || m.default : ''))({words})"
     )
     return ErrorChannel(
         show=f"!!(${ERROR_SIGNAL} || $_via_failed || $_via_lost)",

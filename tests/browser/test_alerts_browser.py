@@ -155,6 +155,28 @@ def test_a_lost_stream_says_it_is_reconnecting_and_goes_once_it_is_back(browser:
         page.close()
 
 
+def test_a_lost_connection_is_said_before_an_earlier_failure_which_shows_again_once_back(
+    browser: Browser, served: LatencyProxy
+) -> None:
+    page = _open(browser, served)
+    try:
+        page.locator("#name").fill("taken")
+        page.locator("#save").click()
+        alert = page.get_by_role("alert")
+        expect(alert).to_contain_text("That name is taken")
+        served.go_down()  # the server went away: that is what the user must read now
+        expect(alert).to_contain_text(DEFAULT_MESSAGES["lost"], timeout=5000)
+        expect(alert).not_to_contain_text("That name is taken")
+        served.come_back()
+        expect(alert).to_contain_text("That name is taken", timeout=15000)  # still true: not saved
+        page.locator("#name").fill("free")
+        page.locator("#save").click()
+        expect(page.locator("#saved")).to_have_text("1")
+        expect(alert).to_be_hidden()
+    finally:
+        page.close()
+
+
 def test_the_alert_can_be_dismissed(browser: Browser, served: LatencyProxy) -> None:
     page = _open(browser, served)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from pyvia import protocol
-from pyvia.alerts import ERROR_SIGNAL
+from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL
 from pyvia.context import Context
 from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.runtime.binding import bind
@@ -220,7 +220,9 @@ class Revival:
         """A stream for a tab that cannot be revived: reload once; then say so in the page's alert
         (a JSON answer, which also ends the page's retries)."""
         if ctx_id in self.reload_sent:
-            body = orjson.dumps({ERROR_SIGNAL: self.app.messages["gone"], protocol.DISCONNECTED_SIGNAL: True})
+            body = orjson.dumps(  # no longer reconnecting: the alert says why
+                {ERROR_SIGNAL: self.app.messages["gone"], protocol.DISCONNECTED_SIGNAL: True, LOST_SIGNAL: False}
+            )
             return Response(200, [("content-type", "application/json"), ("cache-control", "no-store")], body)
         self.reload_sent[ctx_id] = self.app.now() + RELOAD_MEMORY
 
