@@ -106,6 +106,7 @@ def test_revival_refused_outside_the_window_reloads_once_then_stops_retrying() -
         assert tab.scripts == ["window.location.reload()"]
         tab.reconnect()  # a JSON answer: Datastar stops retrying, the page's alert says why
         assert tab.signals["_via_error"] == "This page is out of date. Reload it to go on."
+        assert tab.signals["_via_lost"] is False  # not reconnecting any more: the alert shows why
         assert app.contexts == {}
 
 
