@@ -233,6 +233,35 @@ def test_an_error_that_keeps_coming_is_logged_once_a_minute(caplog) -> None:
             assert "and 299 more like it" in logged[1].getMessage()
 
 
+def test_refusals_of_two_inputs_too_large_are_both_logged_and_a_flood_of_one_once(caplog) -> None:
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        title = c.signal("", "title", writable=True, max_length=10)
+        chat = c.signal("", "chat", writable=True, max_length=10)
+
+        @c.action
+        def add() -> None:
+            pass
+
+        c.view(lambda: f"<p>{title.value}{chat.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        with caplog.at_level("INFO", logger="pyvia"):
+            for _ in range(5):
+                assert tab.action("add", title="x" * 11).status == 413
+            assert tab.action("add", title="", chat="y" * 11).status == 413
+            logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "-> 413" in r.getMessage()]
+            assert len(logged) == 2, logged  # one for the flood on title, one for chat
+            assert "'title'" in logged[0] and "'chat'" in logged[1]
+            client.clock.advance(61)
+            assert tab.action("add", title="x" * 11, chat="").status == 413
+            logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "-> 413" in r.getMessage()]
+            assert len(logged) == 3 and "and 4 more like it" in logged[2]
+
+
 def test_app_clients_is_renamed_local_clients_and_says_so() -> None:
     import pytest
 

@@ -85,9 +85,11 @@ class Reporting:
     def log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
         user's page is affected), at INFO for pages and routes. Refusals come in floods (a
-        rate-limited client, a crawler): the same kind is logged once a minute, with its count."""
+        rate-limited client, a crawler): the same kind is logged once a minute, with its count.
+        A value over its ``max_length`` is of a kind per signal (declared names: a bounded set),
+        so the second input that is too large is logged too."""
         level = logging.WARNING if request.kind in TAB_KINDS else logging.INFO
-        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status))
+        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status), getattr(exc, "signal", ""))
         now = self.app.clock.now() if self.app.clock is not None else time.monotonic()
         seen = self.errors_seen.get(key)
         if seen is not None and now - seen[0] < ERROR_LOG_INTERVAL:
