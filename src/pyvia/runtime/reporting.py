@@ -38,7 +38,7 @@ class Reporting:
         self.rt = rt
         self.errors = 0
         #: (phase, where, error type, message) -> [when its traceback was last logged, repeats since]
-        self.errors_seen: dict[tuple[str, str, str, str], list[Any]] = {}
+        self.errors_seen: dict[tuple[str, ...], list[Any]] = {}
 
     def report(
         self, exc: BaseException, ctx: Context | None, phase: str, *, reraise: bool = True, where: str | None = None
@@ -89,7 +89,13 @@ class Reporting:
         A value over its ``max_length`` is of a kind per signal (declared names: a bounded set),
         so the second input that is too large is logged too."""
         level = logging.WARNING if request.kind in TAB_KINDS else logging.INFO
-        key = ("refusal", request.kind or "request", type(exc).__name__, str(exc.status), getattr(exc, "signal", ""))
+        key = (
+            "refusal",
+            request.kind or "request",
+            type(exc).__name__,
+            str(exc.status),
+            str(getattr(exc, "signal", "")),
+        )
         now = self.app.clock.now() if self.app.clock is not None else time.monotonic()
         seen = self.errors_seen.get(key)
         if seen is not None and now - seen[0] < ERROR_LOG_INTERVAL:
