@@ -334,3 +334,33 @@ def test_the_test_client_fails_a_response_no_server_could_write() -> None:
                 client.get(path)
         assert client.get("/").status == 200
         assert client.get("/").status == 200 and "name" in client.cookies
+
+
+def test_a_page_of_an_item_that_is_not_there_is_the_apps_404_page() -> None:
+    from pyvia import NotFound, UserError
+
+    app = App()
+    tasks = {1: "write docs"}
+
+    @app.page("/task/{task_id}")
+    def task(c: Context, task_id: int) -> None:
+        if task_id not in tasks:
+            raise NotFound()
+        c.view(lambda: f"<h1 id='t'>{tasks[task_id]}</h1>")
+
+    @app.page("/note/{note_id}")
+    def note(c: Context, note_id: int) -> None:
+        raise UserError(f"No note #{note_id}", status=404)
+
+    @app.not_found
+    def missing(request: Request) -> str:
+        return f"<h1 id='missing'>Nothing at {request.path}</h1>"
+
+    with TestClient(app) as client:
+        assert "write docs" in client.open("/task/1").html
+        for path in ("/task/7", "/note/3", "/task/abc"):
+            response = client.get(path)
+            assert response.status == 404, path
+            assert f"Nothing at {path}" in response.body.decode()
+            assert dict(response.headers)["content-type"].startswith("text/html")
+        assert len(app.contexts) == 1  # the views of no item left no tab behind

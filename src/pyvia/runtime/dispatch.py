@@ -142,7 +142,7 @@ class Dispatch:
         if isinstance(exc, ClientError):
             self.rt.reporting.log_refusal(request, exc)
             if (
-                isinstance(exc, NotFound)
+                (isinstance(exc, NotFound) or exc.status == 404)  # a page of no such item: the 404 page
                 and self.app.not_found_handler is not None
                 and request.kind in (RequestKind.PAGE, RequestKind.ROUTE)
             ):
