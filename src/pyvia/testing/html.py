@@ -42,7 +42,10 @@ def select(markup: str, selector: str) -> list[Element]:
     """Elements of ``markup`` matching a simple selector: ``tag``, ``#id``, ``.cls``, ``[a=b]`` combined."""
     m = _SIMPLE.match(selector.strip())
     if not m:
-        raise ValueError(f"unsupported selector {selector!r}; use tag, #id, .class and [attr=value] together")
+        raise ValueError(
+            f"unsupported selector {selector!r}: use a tag, #id, .class and [attr=value] together, without"
+            " spaces (there are no descendant selectors: give the element an id or an attribute of its own)"
+        )
     tag, rest = m.group(1), m.group(2)
     collector = _Collector()
     collector.feed(markup)
