@@ -304,10 +304,22 @@ class TabOutput:
         """
         self.send_frame(protocol.check_events(events), None)
 
-    def show_error(self, message: str) -> None:
-        """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds."""
+    def show_error(self, message: str, given_back: Mapping[str, Any] | None = None) -> None:
+        """Show ``message`` in the tab's alert (pyvia.alerts) until its next action succeeds, with
+        ``given_back`` (:meth:`posted_back`) in the same patch."""
         self.error_shown = True
-        self.send_frame(protocol.patch_signals({ERROR_SIGNAL: message}), None)
+        self.send_frame(protocol.patch_signals({**(given_back or {}), ERROR_SIGNAL: message}), None)
+
+    def posted_back(self, posted: Mapping[str, Any]) -> dict[str, Any]:
+        """The writable values a failed action was posted that the tab still holds as posted: sent
+        back with the error, so that a click which cleared its input in the browser loses nothing."""
+        back: dict[str, Any] = {}
+        signals = self._signals
+        for key, value in posted.items():
+            sig = signals.get(key)
+            if sig is not None and sig.writable and sig.value == value:
+                back[key] = value
+        return back
 
     def clear_error(self) -> None:
         """Hide the message the server put in the tab's alert, if any."""

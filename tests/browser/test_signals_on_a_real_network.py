@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from pyvia import App, Context
+from pyvia import App, Context, UserError
 from tests.browser.latency import LatencyProxy, latency_proxy
 from tests.helpers import running_server
 from tests.processes import ServerProcess, free_port
@@ -151,9 +151,10 @@ def notes_app(notes: list[str]) -> App:
 
         @c.action
         def add() -> None:
-            if note.value:
-                notes.append(note.value)
-                count.value = len(notes)
+            if len(note.value) < 3:
+                raise UserError("A note needs three letters.")
+            notes.append(note.value)
+            count.value = len(notes)
 
         c.view(
             lambda: (
@@ -183,6 +184,25 @@ def test_notes_typed_one_after_another_at_a_100_ms_round_trip_are_all_kept(brows
             assert proxy.requests_to(b"/_action/add") == 10
             expect(page.locator("#note")).to_have_value("")
             assert errors == []
+        finally:
+            page.close()
+
+
+def test_a_note_the_server_refuses_comes_back_into_the_input_the_click_cleared(browser: Browser) -> None:
+    notes: list[str] = []
+    with running_server(notes_app(notes)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            page.locator("#note").fill("ab")
+            page.locator("#add").click()
+            expect(page.get_by_role("alert")).to_contain_text("A note needs three letters.")
+            expect(page.locator("#note")).to_have_value("ab")  # given back with the refusal
+            page.locator("#note").fill("abc")
+            page.locator("#add").click()
+            expect(page.locator("#count")).to_have_text("1")
+            expect(page.locator("#note")).to_have_value("")
+            expect(page.get_by_role("alert")).to_be_hidden()
+            assert notes == ["abc"] and errors == []
         finally:
             page.close()
 

@@ -80,7 +80,7 @@ class Reporting:
             text = messages.get(str(exc.status), messages["default"])
         else:
             text = messages["500"]
-        ctx.show_error(text)
+        ctx.show_error(text, ctx.posted_back(request.signals) if request.signals else None)
 
     def log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
