@@ -81,9 +81,8 @@ def notes(comp: Component) -> None:
     @comp.action
     def add() -> None:
         text = draft.as_str().strip()[:MAX_NOTE_LENGTH]
-        if text:
+        if text:  # the click cleared the input in the browser: the next note can be typed at once
             items.value = [*items.value, text][-MAX_NOTES:]
-            draft.value = ""
         comp.sync()
 
     @comp.action
@@ -106,7 +105,7 @@ def notes(comp: Component) -> None:
             """
 <section class="card notes">
   <h2>Notes</h2>
-  <form id="notes-form" data-on:submit__prevent="{add}">
+  <form id="notes-form" data-on:submit__prevent="{add}; {draft_ref} = ''">
     <input id="notes-draft" placeholder="Add a note" autocomplete="off" maxlength="{max_length}" {draft}>
     <button>Add</button>
   </form>
@@ -116,6 +115,7 @@ def notes(comp: Component) -> None:
             add=add,
             max_length=MAX_NOTE_LENGTH,
             draft=draft.bind(),
+            draft_ref=draft.ref(),
             lines=lines,
             renders=next(renders),
         )

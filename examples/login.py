@@ -151,9 +151,8 @@ with app.group("/area", middleware=[require_user]) as area:
         @c.action
         def add_note() -> None:
             text = draft.as_str().strip()
-            if text:
+            if text:  # the click cleared the input in the browser
                 notes.append(text)
-                draft.value = ""
                 c.sync()
 
         c.view(
@@ -164,7 +163,7 @@ with app.group("/area", middleware=[require_user]) as area:
   <h1>Dashboard</h1>
   <p>Only logged-in users see this page. Your notes, kept in your session:</p>
   <ul id="notes">{notes}</ul>
-  <form id="note-form" data-on:submit__prevent="{add_note}">
+  <form id="note-form" data-on:submit__prevent="{add_note}; {draft_ref} = ''">
     <input id="draft" {draft} maxlength="{max_note}" placeholder="A note" autocomplete="off">
     <button>Add</button>
   </form>
@@ -173,6 +172,7 @@ with app.group("/area", middleware=[require_user]) as area:
                 notes=(html("<li>{}</li>", n) for n in notes),
                 add_note=add_note,
                 draft=draft.bind(),
+                draft_ref=draft.ref(),
                 max_note=MAX_NOTE,
             )
         )
