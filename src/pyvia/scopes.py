@@ -325,6 +325,27 @@ class ScopeRegistry:
     def get(self, name: str) -> ScopeState | None:
         return self._scopes.get(name)
 
+    def restore(self, values: Mapping[tuple[str, str], Any]) -> None:
+        """Values saved at the last graceful stop, by (scope, name): a signal declared already
+        (``app.signal`` at import, before the start read them) takes its value now, the others
+        at their first declaration."""
+        for key, value in values.items():
+            state = self._scopes.get(key[0])
+            sig = state.signals.get(key[1]) if state is not None else None
+            if sig is None:
+                self.restored[key] = value
+            else:
+                sig.restore(value)
+
+    def saved_values(self) -> list[tuple[str, str, Any]]:
+        """(scope, name, value) of every shared signal, declared or still waiting in ``restored``,
+        once each: what a graceful stop keeps."""
+        values = dict(self.restored)
+        for state in self._scopes.values():
+            for name, sig in state.signals.items():
+                values[(state.name, name)] = sig.value
+        return [(scope, name, value) for (scope, name), value in values.items()]
+
     def state(self, name: str) -> ScopeState:
         state = self._scopes.get(name)
         if state is None:

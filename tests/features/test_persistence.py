@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pyvia import App, Context, Scope
 from pyvia.testing import TestClient
@@ -46,6 +47,39 @@ def test_shared_state_survives_a_graceful_restart(tmp_path: Path) -> None:
         assert second.session_data(cookie)["voted"] is True
         tab.action("vote")
         assert tab.signals["_global__votes"] == 3
+
+
+def test_a_signal_declared_at_import_takes_its_saved_value_and_is_saved_again(tmp_path: Path) -> None:
+    # ``app.signal`` runs when the module is imported, before the start reads the file: it must
+    # still get the saved value (it kept its initial one, and the next stop failed on the
+    # duplicate, keeping nothing: found by a newcomer's poll).
+    db = tmp_path / "state.sqlite"
+
+    def poll() -> tuple[App, Any]:
+        app = App(persist_path=str(db))
+        total = app.signal(0, "total", scope=Scope.GLOBAL)
+
+        @app.page("/")
+        def page(c: Context) -> None:
+            shared = c.signal(0, "total", scope=Scope.GLOBAL)
+
+            @c.action
+            def hit() -> None:
+                shared.increment()
+
+            c.view(lambda: f"<p id='t'>{shared.value}</p>")
+
+        return app, total
+
+    for run in range(3):
+        app, total = poll()
+        with TestClient(app) as client:
+            assert total.value == 2 * run
+            tab = client.open("/")
+            assert f"<p id='t'>{2 * run}</p>" in tab.html
+            tab.action("hit")
+            tab.action("hit")
+        assert total.value == 2 * run + 2
 
 
 def test_values_that_cannot_be_saved_are_skipped_not_fatal(tmp_path: Path) -> None:

@@ -26,8 +26,7 @@ class Persistence:
         self.rt = rt
 
     def save_file(self) -> None:
-        signals = [(state.name, name, sig.value) for state in self.app.scopes for name, sig in state.signals.items()]
-        signals += [(scope, name, value) for (scope, name), value in self.app.scopes.restored.items()]
+        signals = self.app.scopes.saved_values()
         sessions = [(sid, dict(data)) for sid, data in self.app.sessions.items()]
         rows = save_state(
             self.app.config.persist_path,  # type: ignore[arg-type]  # checked by the caller
@@ -45,8 +44,7 @@ class Persistence:
         return self.app.config.persist_in_db and not self.app.store.shared
 
     async def save_to_db(self) -> None:
-        signals = [(state.name, name, sig.value) for state in self.app.scopes for name, sig in state.signals.items()]
-        signals += [(scope, name, value) for (scope, name), value in self.app.scopes.restored.items()]
+        signals = self.app.scopes.saved_values()
         sessions = [(sid, dict(data)) for sid, data in self.app.sessions.items()]
         rows = await save_state_to_db(
             self.app.db,
@@ -62,7 +60,7 @@ class Persistence:
         global_state, signals, sessions, tabs = await load_state_from_db(self.app.db)
         for key, value in global_state.items():
             self.app.global_state.receive(key, value)
-        self.app.scopes.restored.update(signals)
+        self.app.scopes.restore(signals)
         for sid, data in sessions.items():
             self.app.sessions.get(sid).receive(data)
         self.restore_tabs(tabs)
@@ -70,7 +68,7 @@ class Persistence:
     def restore_file(self) -> None:
         global_state, signals, sessions, tabs = load_state(self.app.config.persist_path)  # type: ignore[arg-type]  # checked by the caller
         self.app.global_state.update(global_state)
-        self.app.scopes.restored.update(signals)
+        self.app.scopes.restore(signals)
         for sid, data in sessions.items():
             self.app.sessions.get(sid).update(data)
         self.restore_tabs(tabs)
