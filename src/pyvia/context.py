@@ -229,6 +229,7 @@ class Context(TabRequest):
         self.foot_tags: list[str] | tuple[()] = ()
         self.request = request
         self.cookies_out: list[str] | tuple[()] = ()
+        self.answer_events = b""
         self._batch: list[bytes] | None = None
         self._snapshot_seq = 0
         self.error_shown = False

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
+
 from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.errors import DeclarationError
@@ -37,6 +39,11 @@ if TYPE_CHECKING:
     from pyvia.stream import Stream
 
 __all__ = ["TabOutput"]
+
+
+def redirect_script(url: str) -> str:
+    """The JavaScript that sends a page to ``url``."""
+    return f"window.location.href = {orjson.dumps(url).decode()}"
 
 
 class TabOutput:
@@ -352,9 +359,7 @@ class TabOutput:
 
     def redirect(self, url: str) -> None:
         """Send the tab to another URL."""
-        import orjson
-
-        self.exec_script(f"window.location.href = {orjson.dumps(url).decode()}")
+        self.exec_script(redirect_script(url))
 
     def download(self, source: str | Any | Iterable[bytes], filename: str, *, media_type: str | None = None) -> str:
         """Register a one-shot download for this tab's session and return its URL."""

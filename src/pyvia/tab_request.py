@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyvia.http import format_cookie
-from pyvia.tab_output import TabOutput
+from pyvia.protocol import execute_script
+from pyvia.tab_output import TabOutput, redirect_script
 
 if TYPE_CHECKING:
     from pyvia.http import Request
@@ -22,11 +23,25 @@ __all__ = ["TabRequest"]
 class TabRequest(TabOutput):
     """The request side of a tab (see the module docstring)."""
 
-    __slots__ = ("cookies_out", "request")
+    __slots__ = ("answer_events", "cookies_out", "request")
     #: The request whose code runs now: the page view's, then each action's or stream's.
     request: Request
     #: ``Set-Cookie`` values for the next page or action response.
     cookies_out: list[str] | tuple[()]
+    #: Events for the running action's own answer, after its ``Set-Cookie`` (``redirect``).
+    answer_events: bytes
+
+    def redirect(self, url: str) -> None:
+        """Send the tab to another URL.
+
+        From an action that set cookies (a login's ``regenerate_session``), the navigation goes in
+        the action's own answer, after its ``Set-Cookie``: on the stream it could arrive first (with
+        several workers the answer waits for the session's write), and leaving the page would cancel
+        the answer, cookie and all."""
+        if self._batch is not None and self.cookies_out:  # in an action of this tab that set cookies
+            self.answer_events += execute_script(redirect_script(url))
+            return
+        super().redirect(url)
 
     @property
     def cookies(self) -> dict[str, str]:

@@ -261,14 +261,21 @@ class Tab:
 
     def action(self, name: str, /, **signals: Any) -> Response:
         """POST an action by name with the tab's signals (overridden by ``signals``)."""
-        payload = {**self._outgoing(), **signals}
-        self.signals.update(signals)
-        return self.client.post(f"{self.base}_action/{name}", json=payload)
+        return self.post(f"{self.base}_action/{name}", **signals)
 
     def post(self, url: str, /, **signals: Any) -> Response:
         payload = {**self._outgoing(), **signals}
         self.signals.update(signals)
-        return self.client.post(url, json=payload)
+        return self.apply(self.client.post(url, json=payload))
+
+    def apply(self, response: Response) -> Response:
+        """Apply the events an action's answer carries, as Datastar does with a ``text/event-stream``
+        answer (a navigation that follows the answer's cookies); returns ``response``."""
+        if 200 <= response.status < 300 and dict(response.headers).get("content-type") == "text/event-stream":
+            events, _ = parse_events(response.body)
+            for ev in events:
+                self._receive(ev)
+        return response
 
     def find(self, selector: str) -> list[Element]:
         return select(self.html, selector)

@@ -288,6 +288,9 @@ class Actions:
         response = Response(200, [])
         if ctx.cookies_out:
             self.rt.pages.take_cookies(ctx, response)
+            if ctx.answer_events:  # a navigation that must follow the cookies (TabOutput.redirect)
+                response = Response(200, [*protocol.SSE_HEADERS, *response.headers], ctx.answer_events)
+                ctx.answer_events = b""
         return response
 
     def form_of(self, request: Request) -> dict[str, str]:
