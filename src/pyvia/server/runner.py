@@ -229,10 +229,11 @@ async def serve(
         bound_host, bound_port = _format_address(sock)
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         logger.info("pyvia listening on %s://%s:%d", scheme, shown, bound_port)
+        raised = f"raised from {fd_before}, hard {fd_hard}" if fd_soft > fd_before else f"hard {fd_hard}"
         logger.info(
             "capacity: %d connections (%d per address), %d streams (%d per address), %d requests in "
-            "flight, shed after %s s of waiting; per-address caps skip %s; open files %d (raised from %d, "
-            "hard %d), listen backlog %d (somaxconn %s)",
+            "flight, shed after %s s of waiting; per-address caps skip %s; open files %d (%s), listen "
+            "backlog %d (somaxconn %s)",
             max_connections,
             per_ip,
             max_streams,
@@ -241,8 +242,7 @@ async def serve(
             limits.shed_after,
             ", ".join(limits.per_ip_exempt) or "nobody",
             fd_soft,
-            fd_before,
-            fd_hard,
+            raised,
             backlog,
             os_limits.somaxconn if os_limits.somaxconn is not None else "unknown",
         )
