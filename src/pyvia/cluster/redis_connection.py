@@ -32,6 +32,13 @@ log = logging.getLogger("pyvia.cluster")
 _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError)
 
 
+async def _close_quietly(pubsub: PubSub) -> None:
+    """Close a pub/sub connection that may already be broken: its errors say nothing new."""
+    with contextlib.suppress(Exception):
+        # redis-py before 8.2 leaves aclose unannotated, 8.2 annotates it: either passes
+        await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
+
+
 class RedisConnection:
     """The client and the pub/sub connection, with its health check and its reconnects.
 
@@ -135,8 +142,7 @@ class RedisConnection:
                 if msg is not None and msg["type"] in (b"subscribe", b"psubscribe", "subscribe", "psubscribe"):
                     expected -= 1
         except BaseException:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            await _close_quietly(pubsub)
             raise
         self.pubsub = pubsub
         self._last_rx = time.monotonic()
@@ -156,8 +162,7 @@ class RedisConnection:
         """Close the pub/sub connection and the client (after :meth:`halt`)."""
         pubsub, self.pubsub = self.pubsub, None
         if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            await _close_quietly(pubsub)
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -192,8 +197,7 @@ class RedisConnection:
         self._on_lost(exc)
         pubsub, self.pubsub = self.pubsub, None
         if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            await _close_quietly(pubsub)
 
     async def _reconnect(self) -> None:
         while not self.closed:
