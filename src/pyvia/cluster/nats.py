@@ -139,6 +139,10 @@ class _NatsWatch:
             deliver_policy=api.DeliverPolicy.NEW,
             inactive_threshold=300.0,
         )
+        # nats-py creates the consumer before it sends the SUB for its deliver subject: until the
+        # server has that SUB, a change written from another connection can go undelivered, and the
+        # ordered consumer only finds the gap at its next idle heartbeat, 5 s on
+        await engine._settle(engine._client())
 
     async def restart(self) -> None:
         old, self._sub = self._sub, None
