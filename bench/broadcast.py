@@ -627,6 +627,7 @@ def encoder_micro() -> list[dict[str, Any]]:
     from pyvia import protocol
     from pyvia.compress import Compression
     from pyvia.ops.metrics import PyviaMetrics
+    from pyvia.render import view_patch
     from pyvia.stream import Outflow, Stream
 
     class Sink:
@@ -637,7 +638,7 @@ def encoder_micro() -> list[dict[str, Any]]:
             pass
 
     compression, meter = Compression(), PyviaMetrics()
-    views = [protocol.patch_elements(_view_markup(v), "#via-view", "inner") for v in range(1000, 1300)]
+    views = [view_patch(_view_markup(v)) for v in range(1000, 1300)]
     first = protocol.patch_signals({protocol.DISCONNECTED_SIGNAL: False, protocol.FILTER_SIGNAL: protocol.FILTER_OPEN})
     rows = []
     for coding in ("identity", "zstd", "br"):

@@ -121,6 +121,7 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
     """The events a tab receives: the view (or the changed cells) plus the generation signal."""
     from bench.apps_broadcast import SIZE, new_board, step
     from pyvia import protocol
+    from pyvia.render import view_patch
 
     rng = random.Random(7)
     board = new_board(seed=1)
@@ -149,7 +150,7 @@ def gol_frames(mode: str, generations: int = 300, reseed: int = 20) -> list[byte
                 f'<strong id="gen" data-text="$_route__generation">'
                 f'{gen}</strong>, 100 watching.</p><div id="board" data-on:click="{click}">{cells}</div></main>'
             )
-            frames.append(protocol.patch_elements(view, "#via-view", "inner") + signals)
+            frames.append(view_patch(view) + signals)
         board = new
     return frames
 

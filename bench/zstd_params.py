@@ -183,8 +183,8 @@ def small_events(tabs: int = 1000, rounds: int = 40) -> list[dict[str, Any]]:
         times, wire = [], 0
         for r in range(rounds):
             event = (
-                f"event: datastar-patch-elements\ndata: selector #via-view\ndata: mode inner\n"
-                f"data: elements <p>{r}</p>{view}\n\nevent: datastar-patch-signals\n"
+                f'event: datastar-patch-elements\ndata: elements <div id="via-view"><p>{r}</p>{view}</div>\n\n'
+                f"event: datastar-patch-signals\n"
                 f'data: signals {{"route__n":{r}}}\n\n'
             ).encode()
             t0 = time.perf_counter()

@@ -280,7 +280,9 @@ class Stream:
         frame (with its id it is larger than the view alone), so none before it either: the buffer
         is dropped and the next frame starts a new one. A tab whose every frame is a view (a
         broadcast board, a game) then keeps nothing, and a broadcast allocates nothing per tab
-        that outlives its write.
+        that outlives its write. Nor does such a frame carry an id (its number is taken): a page
+        reconnecting after it names an earlier frame, and a full render is what it would get
+        anyway (a broadcast's frame is 20 bytes shorter for it).
 
         ``opening``: the frame a stream opens with starts no buffer (it extends one that is
         there). A page that lost it reconnects to a full render; every idle tab would otherwise
@@ -290,6 +292,10 @@ class Stream:
         if replays is None:
             return data
         seq = self.seq = self.seq + 1
+        if with_view and not opening:
+            if self.replay is not None:
+                replays.forget(self)
+            return data
         epoch = self.epoch
         if epoch is None:
             epoch = self.epoch = f"{process_epoch()}{next(_streams):x}"

@@ -28,7 +28,7 @@ from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.errors import DeclarationError
 from pyvia.lifecycle import State
-from pyvia.render import VIEW_ID, body_of, is_document
+from pyvia.render import body_of, is_document, view_patch
 from pyvia.scopes import SharedSignal
 from pyvia.signals import Signal, owned_values
 
@@ -116,7 +116,7 @@ class TabOutput:
         elif is_document(markup):
             frame = protocol.patch_elements(body_of(markup), "body", "inner")
         else:
-            frame = protocol.patch_elements(markup, "#" + VIEW_ID, "inner")
+            frame = view_patch(markup)
         self.stream.view_size = len(frame)  # what a full render costs: a resume weighs its frames against it
         return frame
 

@@ -61,7 +61,7 @@ def test_a_sync_of_an_async_view_arrives_before_the_frames_made_after_it() -> No
         tab.new_events()
         tab.action("add")  # the test client settles: the render's awaits are done when it returns
         events = tab.new_events()
-        views = [i for i, e in enumerate(events) if e.selector == "#via-view"]
+        views = [i for i, e in enumerate(events) if e.view is not None]
         after = [i for i, e in enumerate(events) if "after 1" in e.elements]
         assert views and after and views[0] < after[0]
         assert "<li>row 1</li>" in tab.html
@@ -103,6 +103,6 @@ def test_renders_that_finish_out_of_order_still_reach_the_tab_in_order() -> None
         tab = client.open("/")
         tab.new_events()
         tab.action("twice")
-        labels = [e.elements for e in tab.new_events() if e.selector == "#via-view"]
+        labels = [e.view for e in tab.new_events() if e.view is not None]
         assert labels == ["<p>slow first</p>", "<p>fast second</p>"]
         assert tab.html == "<p>fast second</p>"

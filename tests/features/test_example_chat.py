@@ -77,7 +77,7 @@ def listed(tab: Tab) -> list[str]:
     for event in tab.events:
         if event.type != protocol.PATCH_ELEMENTS:
             continue
-        if event.selector == "#via-view":
+        if event.view is not None:
             items = _items(event.elements.split('id="messages"', 1)[1].split("</ul>", 1)[0])
         elif event.selector == "#messages" and event.mode == "append":
             items += _items(event.elements)

@@ -84,7 +84,7 @@ def listed(tab: Tab) -> list[str]:
     for event in tab.events:
         if event.type != protocol.PATCH_ELEMENTS:
             continue
-        if event.selector == "#via-view":
+        if event.view is not None:
             listing = event.elements.split('id="messages"', 1)[1].split("</ul>")[0]
             items = re.findall(r'<li id="m-\d+">(.*?)</li>', listing)
         elif event.selector == "#messages" and event.mode == "append":

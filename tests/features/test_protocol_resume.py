@@ -96,7 +96,7 @@ def test_a_tab_cut_off_mid_burst_gets_exactly_the_missing_frames() -> None:
         replayed = tab.events[before:]
         epoch, last = parse_frame_id(got)  # type: ignore[misc]
         assert tab.event_ids[ids_before] == f"{epoch}.{last + 1}"  # right after the last one the page got
-        assert not any(e.selector == "#via-view" for e in replayed), "no full render"
+        assert not any(e.view is not None for e in replayed), "no full render"
         assert len([e for e in replayed if e.selector == "#list"]) == BURST // 2
         assert applied(tab) == applied(ref)  # the same patches, in the same order: the same page
         assert frame_seqs(tab) == sorted(set(frame_seqs(tab)))  # no frame twice
@@ -142,10 +142,10 @@ def test_a_buffer_that_overflowed_gives_one_full_render() -> None:
         tab.disconnect()
         before = len(tab.events)
         tab.reconnect()
-        views = [e for e in tab.events[before:] if e.selector == "#via-view"]
+        views = [e for e in tab.events[before:] if e.view is not None]
         assert len(views) == 1, "one full render"
         items = "".join(f'<li id="i{n}">{n}</li>' for n in range(BURST))
-        assert views[0].elements == '<ul id="list">' + items + "</ul>"
+        assert views[0].view == '<ul id="list">' + items + "</ul>"
         assert not any(e.selector == "#list" for e in tab.events[before:]), "nothing replayed besides"
         assert app.replays.full_renders == 1 and app.replays.resumes == 0
 
@@ -162,7 +162,7 @@ def test_missed_frames_larger_than_a_view_give_a_full_render_instead() -> None:
         tab.disconnect()
         before = len(tab.events)
         tab.reconnect()
-        assert sum(e.selector == "#via-view" for e in tab.events[before:]) == 1 and tab.html == ref.html
+        assert sum(e.view is not None for e in tab.events[before:]) == 1 and tab.html == ref.html
         assert app.replays.full_renders == 1
         tab.pause()
         tab.action("step"), ref.action("step")  # one small frame missed: cheaper than a view
@@ -197,39 +197,44 @@ def board_app() -> App:
 
 
 def test_a_tab_whose_frames_are_views_keeps_none_of_them_and_still_resumes_after_the_last() -> None:
-    """A frame with the whole view is never replayed (with its id it is larger than the view), nor
-    anything before it: no buffer holds such frames, and what comes after the last view is
-    resumed exactly."""
+    """A frame with the whole view is never replayed (it is larger than the view), nor anything
+    before it: no buffer holds such frames, they carry no id (the page keeps the id of the frame
+    before, and a full render is what it gets if it names it), and what comes after the last view
+    from the next frame with an id on is resumed exactly."""
     app = board_app()
     with TestClient(app) as client:
         tab, other = client.open("/"), client.open("/")
+        opened = tab.last_event_id
         for _ in range(20):
             client.clock.advance(0.2)
             other.action("inc")
             app.flush_broadcasts()
         assert "<p id='n'>20</p>" in tab.html
         assert tab.context.stream.replay is None, "twenty broadcast views, none kept"
+        assert tab.last_event_id == opened, "a view frame carries no id"
+        tab.action("note")  # a small frame after the last view: kept, with its id, and read
         after_view = tab.last_event_id
+        assert after_view != opened
         tab.pause()
-        tab.action("note")  # a small frame after the last view: kept, and missed
-        assert tab.context.stream.replay is not None and len(tab.context.stream.replay.frames) == 1
+        tab.action("note")  # and another one, missed
+        assert tab.context.stream.replay is not None and len(tab.context.stream.replay.frames) == 2
         tab.disconnect()
         before = len(tab.events)
         tab.reconnect()
         assert app.replays.resumes == 1 and app.replays.full_renders == 0
-        assert not any(e.selector == "#via-view" for e in tab.events[before:])
-        assert [e.elements for e in tab.events[before:] if e.selector == "#notes"] == ['<li id="k0">0</li>']
+        assert not any(e.view is not None for e in tab.events[before:])
+        assert [e.elements for e in tab.events[before:] if e.selector == "#notes"] == ['<li id="k1">1</li>']
         client.clock.advance(0.2)
         other.action("inc")
-        app.flush_broadcasts()  # a newer view: the note's frame before it is not kept either
+        app.flush_broadcasts()  # a newer view: the notes' frames before it are not kept either
         assert tab.context.stream.replay is None
         tab.disconnect()
-        tab.last_event_id = after_view
+        tab.last_event_id = after_view  # the id before the view: the page may have missed it
         before = len(tab.events)
         tab.reconnect()
         assert app.replays.full_renders == 1
-        views = [e for e in tab.events[before:] if e.selector == "#via-view"]
-        assert len(views) == 1 and views[0].elements.startswith("<p id='n'>21</p>")
+        views = [e.view for e in tab.events[before:] if e.view is not None]
+        assert len(views) == 1 and views[0].startswith("<p id='n'>21</p>")
 
 
 def test_an_id_from_another_stream_is_never_resumed_from() -> None:
@@ -241,7 +246,7 @@ def test_an_id_from_another_stream_is_never_resumed_from() -> None:
         tab.last_event_id = f"{'0' * 12}1.{seq}"  # the right number, another epoch (another process)
         before = len(tab.events)
         tab.reconnect()
-        assert sum(e.selector == "#via-view" for e in tab.events[before:]) == 1
+        assert sum(e.view is not None for e in tab.events[before:]) == 1
 
 
 def test_a_revived_tab_gets_a_full_render_whatever_id_it_sends() -> None:
@@ -253,7 +258,7 @@ def test_a_revived_tab_gets_a_full_render_whatever_id_it_sends() -> None:
         tab.last_event_id = got
         before = len(tab.events)
         tab.reconnect()
-        assert sum(e.selector == "#via-view" for e in tab.events[before:]) == 1
+        assert sum(e.view is not None for e in tab.events[before:]) == 1
 
 
 def test_a_quiet_tab_holds_no_buffer_and_a_destroyed_one_none_either() -> None:
@@ -366,7 +371,7 @@ def test_a_socket_cut_mid_burst_resumes_with_only_the_missing_frames(server: tup
     ids = [parse_frame_id(e.id) for e in resumed if e.id]
     assert ids[0] == (epoch, last + 1), "the resumed stream starts right after the page's last frame"
     assert [seq for _, seq in ids] == list(range(last + 1, last + 1 + len(ids)))  # none twice, none skipped
-    assert not any("selector #via-view" in e.data for e in resumed), "no full render"
+    assert not any('data: elements <div id="via-view">' in e.data for e in resumed), "no full render"
     assert (
         burst_items(tab.received)
         == burst_items(ref.received)
@@ -411,7 +416,7 @@ def test_after_a_restart_the_tab_is_revived_as_before() -> None:
             )
             assert client.read_head().status == 200
             text = client.read_chunk().decode()
-        assert 'data: elements <ul id="list"><li id="i0">0</li></ul>' in text  # a full render, revived
+        assert 'data: elements <div id="via-view"><ul id="list"><li id="i0">0</li></ul></div>' in text  # revived
         epoch, _ = parse_frame_id(got)  # type: ignore[misc]
         assert f"id: {epoch}." not in text  # the new process numbers its frames anew
     finally:

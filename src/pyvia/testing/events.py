@@ -12,6 +12,9 @@ from typing import Any
 
 import orjson
 
+from pyvia.protocol import PATCH_ELEMENTS
+from pyvia.render import VIEW_CLOSE, VIEW_OPEN
+
 __all__ = ["Event", "parse_events"]
 
 
@@ -26,6 +29,16 @@ class Event:
     signals: dict[str, Any] = field(default_factory=dict)
     #: The event's ``id:`` field, if it has one (a tab's frames end with an event that only has one).
     id: str | None = None
+
+    @property
+    def view(self) -> str | None:
+        """The inside of the page's view element, if this event patches the whole view, else None."""
+        if self.type != PATCH_ELEMENTS or self.selector is not None or self.mode != "outer":
+            return None
+        elements = self.elements
+        if elements.startswith(VIEW_OPEN) and elements.endswith(VIEW_CLOSE):
+            return elements[len(VIEW_OPEN) : -len(VIEW_CLOSE)]
+        return None
 
     @property
     def script(self) -> str | None:

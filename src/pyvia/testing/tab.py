@@ -221,8 +221,8 @@ class Tab:
             script = ev.script
             if script is not None:
                 self.scripts.append(script)
-            elif ev.selector == "#" + VIEW_ID and ev.mode == "inner":
-                self.html = ev.elements
+            elif (view := ev.view) is not None:
+                self.html = view
             elif ev.selector is None and ev.mode == "outer":
                 self.html = replace_by_id(self.html, ev.elements)
             elif ev.selector is not None and ev.selector.startswith("#") and SIMPLE_ID.match(ev.selector):
