@@ -126,9 +126,10 @@ class Signal(Generic[T]):
         self.changed = True
 
     def take_patch(self) -> Any:
-        """The value to send, now marked as sent. A dict that replaced a dict carries ``None`` for
+        """The value to send, now marked as sent. A dict that replaced a dict carries ``""`` for
         the keys it no longer has: Datastar merges a patch into what the browser holds (RFC 7396),
-        so a key left out would stay there. (A dict changed in place cannot show what it lost.)"""
+        so a key left out would stay there, and a key it deletes (``null``) stays on screen, as the
+        expressions that read it never run again. (A dict changed in place cannot show what it lost.)"""
         value, sent = self._value, self._sent
         self.changed = False
         self._sent = value
@@ -221,14 +222,15 @@ def owned_values(signals: Mapping[str, Signal[Any]]) -> dict[str, Any]:
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` as a JSON merge patch over ``old``: the keys it lost (at any depth) set to None."""
+    """``new`` as a merge patch over ``old``, the keys it lost (at any depth) set to ``""``: what
+    an expression reads for a key the browser lacks, and unlike ``null`` it re-runs them."""
     gone = [key for key in old if key not in new]
     nested = [key for key, value in new.items() if type(value) is dict and type(old.get(key)) is dict]
     if not gone and not nested:
         return new
     patch = dict(new)
     for key in gone:
-        patch[key] = None
+        patch[key] = ""
     for key in nested:
         patch[key] = merge_patch(old[key], new[key])
     return patch

@@ -207,6 +207,65 @@ def test_a_note_the_server_refuses_comes_back_into_the_input_the_click_cleared(b
             page.close()
 
 
+def signup_app() -> App:
+    """A form whose per-field errors live in one dict signal, as docs/signals-and-actions.md shows."""
+    app = App(title="Sign up")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        email = c.signal("", "email", writable=True, max_length=200)
+        name = c.signal("", "name", writable=True, max_length=200)
+        errors = c.signal({}, "errors")
+
+        @c.action
+        def save() -> None:
+            found = {}
+            if "@" not in email.value:
+                found["email"] = "An email has an @."
+            if len(name.value) < 2:
+                found["name"] = "A name has two letters."
+            errors.value = found
+
+        c.view(
+            lambda: (
+                f"""<input id="email" {email.bind()}><p id="email-error" data-text="{errors.ref()}.email"></p>
+<input id="name" {name.bind()}><p id="name-error" data-show="{errors.ref()}.name" data-text="{errors.ref()}.name"></p>
+<button id="save" data-on:click="{save}">Save</button>"""
+            )
+        )
+
+    return app
+
+
+def test_errors_that_a_dict_signal_no_longer_holds_leave_the_page_and_come_back(browser: Browser) -> None:
+    """Datastar deletes a key sent as null without re-running what reads it: the error stayed on
+    screen after the user fixed the field, and one deleted never showed again."""
+    with running_server(signup_app()) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        email_error, name_error = page.locator("#email-error"), page.locator("#name-error")
+        try:
+            page.locator("#save").click()
+            expect(email_error).to_have_text("An email has an @.")
+            expect(name_error).to_have_text("A name has two letters.")
+            page.locator("#email").fill("ann@example.org")
+            page.locator("#save").click()
+            expect(email_error).to_have_text("")
+            expect(name_error).to_have_text("A name has two letters.")
+            page.locator("#name").fill("Ann")
+            page.locator("#save").click()
+            expect(name_error).to_be_hidden()
+            expect(name_error).to_have_text("")
+            page.locator("#email").fill("ann")
+            page.locator("#name").fill("A")
+            page.locator("#save").click()
+            expect(email_error).to_have_text("An email has an @.")
+            expect(name_error).to_be_visible()
+            expect(name_error).to_have_text("A name has two letters.")
+            assert errors == []
+        finally:
+            page.close()
+
+
 def _wait(predicate: object, what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

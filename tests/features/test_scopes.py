@@ -345,7 +345,8 @@ def test_global_state_and_session_data() -> None:
 
 def test_keys_removed_from_dict_signals_leave_the_browser_too() -> None:
     """Datastar merges a signal patch into what the browser holds: a key that a tab or scoped
-    dict signal lost is sent as null, or the tab would keep showing it."""
+    dict signal lost is sent as "" (what the page reads for a missing key): left out, or sent as
+    null (which Datastar deletes without re-running what reads it), the tab would keep showing it."""
     app = App()
 
     @app.page("/")
@@ -364,5 +365,5 @@ def test_keys_removed_from_dict_signals_leave_the_browser_too() -> None:
         tab, other = client.open("/"), client.open("/")
         tab.action("fix")
         client.clock.advance(1)
-        assert tab.signals["_errors"] == {"name": "short"}
-        assert tab.signals["_route__board"] == other.signals["_route__board"] == {"ann": 4}
+        assert tab.signals["_errors"] == {"name": "short", "email": ""}
+        assert tab.signals["_route__board"] == other.signals["_route__board"] == {"ann": 4, "bob": ""}
