@@ -266,6 +266,46 @@ def test_errors_that_a_dict_signal_no_longer_holds_leave_the_page_and_come_back(
             page.close()
 
 
+def quantity_app(seen: list[tuple[object, object]]) -> App:
+    app = App(title="Quantity")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        as_number = c.signal(5, "as_number", writable=True)
+        as_text = c.signal("5", "as_text", writable=True, max_length=6)
+
+        @c.action
+        def save() -> None:
+            seen.append((as_number.value, as_text.value))
+
+        c.view(
+            lambda: (
+                f"""<input id="number" type="number" {as_number.bind()}>
+<input id="text" inputmode="numeric" pattern="[0-9]*" {as_text.bind()}>
+<button id="save" data-on:click="{save}">Save</button>"""
+            )
+        )
+
+    return app
+
+
+def test_a_cleared_number_input_posts_0_and_a_numeric_text_input_posts_nothing(browser: Browser) -> None:
+    """What docs/signals-and-actions.md ("Type checks") tells the user to bind when an empty field
+    means something: Datastar reads a cleared type=number field as 0."""
+    seen: list[tuple[object, object]] = []
+    with running_server(quantity_app(seen)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            page.locator("#number").fill("")
+            page.locator("#text").fill("")
+            page.locator("#save").click()
+            _wait(lambda: len(seen) == 1, "the save")
+            assert seen == [(0, "")]
+            assert errors == []
+        finally:
+            page.close()
+
+
 def _wait(predicate: object, what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
