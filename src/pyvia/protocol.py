@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import html as _html
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -311,7 +312,9 @@ def parse_signals(raw: bytes | str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise MalformedRequest(f"signals are not valid JSON: {exc}") from None
+        if "surrogate" not in str(exc):
+            raise MalformedRequest(f"signals are not valid JSON: {exc}") from None
+        value = _with_lone_surrogates(raw, exc)
     if type(value) is not dict:  # orjson makes plain dicts and lists: type() is cheaper than isinstance
         raise MalformedRequest("signals must be a JSON object")
     if len(value) > MAX_SIGNAL_ITEMS:
@@ -320,6 +323,36 @@ def parse_signals(raw: bytes | str) -> dict[str, Any]:
         kind = type(item)
         if kind is dict or kind is list:  # a scalar has no shape to check
             _check_shape(key, item, 1)
+    return value
+
+
+def _with_lone_surrogates(raw: bytes | str, error: orjson.JSONDecodeError) -> Any:
+    """Decode JSON that holds half of a UTF-16 pair (``"\\ud83d"``), which orjson refuses: a
+    browser's string can hold one (an emoji cut by a script, a paste), and refusing it would lose
+    what the user typed. Each half becomes U+FFFD, as the page shows it; a payload wrong in any other
+    way is refused as before."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise MalformedRequest(f"signals are not valid JSON: {error}") from None
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is dict or type(item) is list:
+                _check_shape(key, item, 1)
+    return _replace_surrogates(value)
+
+
+#: After ``json.loads`` a whole pair is one character: any surrogate left is half of one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_SURROGATE.sub("\ufffd", k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
     return value
 
 

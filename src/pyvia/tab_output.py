@@ -317,14 +317,16 @@ class TabOutput:
         self.error_shown = True
         self.send_frame(protocol.patch_signals({**(given_back or {}), ERROR_SIGNAL: message}), None)
 
-    def posted_back(self, posted: Mapping[str, Any]) -> dict[str, Any]:
+    def posted_back(self, posted: Mapping[str, Any], *, refused: bool = False) -> dict[str, Any]:
         """The writable values a failed action was posted that the tab still holds as posted: sent
-        back with the error, so that a click which cleared its input in the browser loses nothing."""
+        back with the error, so that a click which cleared its input in the browser loses nothing.
+        ``refused``: the post was refused before its action ran (a value over its ``max_length``),
+        so every writable value it carried goes back, the refused one too, for the user to shorten."""
         back: dict[str, Any] = {}
         signals = self._signals
         for key, value in posted.items():
-            sig = signals.get(key)
-            if sig is not None and sig.writable and sig.value == value:
+            sig = signals.get(key) or (self._shared.get(key) if refused else None)
+            if sig is not None and sig.writable and (refused or sig.value == value):
                 back[key] = value
         return back
 

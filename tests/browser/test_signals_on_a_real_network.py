@@ -207,6 +207,34 @@ def test_a_note_the_server_refuses_comes_back_into_the_input_the_click_cleared(b
             page.close()
 
 
+def test_a_note_refused_before_its_action_runs_comes_back_whole(browser: Browser) -> None:
+    """A note past the signal's ``max_length`` (413, before the action runs) and one holding half
+    of an emoji pair (JSON that orjson refuses): the click cleared the input, and neither the too
+    long text nor the next note is lost."""
+    notes: list[str] = []
+    with running_server(notes_app(notes)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            pasted = "too long \u2028 </script> " * 10  # 210 characters, the limit is 200
+            page.locator("#note").fill(pasted)
+            page.locator("#add").click()
+            expect(page.get_by_role("alert")).to_contain_text("signal 'note' got 210 characters")
+            expect(page.locator("#note")).to_have_value(pasted)  # given back to be shortened
+            assert notes == []
+
+            page.locator("#note").evaluate(  # a script cut an emoji in half: "ab" + "\ud83d"
+                "el => { el.value = 'ab' + '\\ud83d'.slice(0, 1) + ' \\ud83d\\ude00';"
+                " el.dispatchEvent(new Event('input', {bubbles: true})) }"
+            )
+            page.locator("#add").click()
+            expect(page.locator("#count")).to_have_text("1")
+            expect(page.get_by_role("alert")).to_be_hidden()
+            assert notes == ["ab\ufffd \U0001f600"]  # the half shown as the page shows it
+            assert errors == []
+        finally:
+            page.close()
+
+
 def signup_app() -> App:
     """A form whose per-field errors live in one dict signal, as docs/signals-and-actions.md shows."""
     app = App(title="Sign up")

@@ -202,6 +202,28 @@ def test_parse_signals_bad_json_is_malformed(raw: bytes) -> None:
         parse_signals(raw)
 
 
+def test_parse_signals_turns_half_of_an_emoji_pair_into_the_replacement_character() -> None:
+    """A browser's string may hold half of a UTF-16 pair; orjson refuses it, the user's text is kept."""
+    raw = b'{"note": "ab\\ud83d \\ud83d\\ude00", "\\udc00k": ["\\udfff", 1], "n": 2}'
+    assert parse_signals(raw) == {"note": "ab\ufffd \U0001f600", "\ufffdk": ["\ufffd", 1], "n": 2}
+    assert parse_signals(raw.decode()) == parse_signals(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"a": "\\ud800",', b'{"a": "\\ud800"} x', b'{"a": "\\ud800", "b": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+)
+def test_parse_signals_with_half_a_pair_is_still_refused_when_wrong_in_another_way(raw: bytes) -> None:
+    with pytest.raises(MalformedRequest, match="not valid JSON"):
+        parse_signals(raw)
+
+
+def test_parse_signals_with_half_a_pair_keeps_the_nesting_limit() -> None:
+    raw = b'{"a": "\\ud800", "b": ' + b"[" * 20 + b"]" * 20 + b"}"
+    with pytest.raises(MalformedRequest, match="nested deeper"):
+        parse_signals(raw)
+
+
 def test_parse_signals_too_large_is_payload_too_large() -> None:
     raw = b'{"a": "' + b"x" * protocol.MAX_SIGNAL_BYTES + b'"}'
     with pytest.raises(PayloadTooLarge) as exc:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pyvia import protocol
 from pyvia.context import Context
-from pyvia.errors import ClientError, RateLimited, ServiceError
+from pyvia.errors import ClientError, RateLimited, ServiceError, SignalTooLarge
 from pyvia.forms import request_signals
 from pyvia.http import Request
 from pyvia.lifecycle import State
@@ -80,7 +80,10 @@ class Reporting:
             text = messages.get(str(exc.status), messages["default"])
         else:
             text = messages["500"]
-        ctx.show_error(text, ctx.posted_back(request.signals) if request.signals else None)
+        given_back = (
+            ctx.posted_back(request.signals, refused=isinstance(exc, SignalTooLarge)) if request.signals else None
+        )
+        ctx.show_error(text, given_back)
 
     def log_refusal(self, request: Request, exc: ClientError) -> None:
         """One line per refusal with its reason: at WARNING when a tab's request was refused (the
