@@ -299,7 +299,12 @@ class Tab:
         m = _POST.search(expr)
         if not m:
             raise AssertionError(f"data-on:{event} of {selector!r} posts no action: {expr!r}")
-        return self.post(m.group(1))
+        after = _assignments(expr[m.end() :])
+        if not after:
+            return self.post(m.group(1))
+        payload = self._outgoing()  # the post takes the signals as they were when it was made,
+        self.signals.update(after)  # then the statements after it run, before any answer
+        return self.apply(self.client.post(m.group(1), json=payload))
 
     def submit(self, selector: str, **fields: Any) -> Response:
         """Fill bound inputs by name (``#id`` selectors of inputs), then submit the one form matching
@@ -318,6 +323,15 @@ class Tab:
         if not name:
             raise AssertionError(f"{selector!r} is not bound to a signal (no data-bind)")
         self.signals[name] = value
+
+
+#: ``; $name = literal`` after an ``@post``: what the docs' "clear the input with the click" writes.
+_ASSIGNMENT = re.compile(r";\s*\$(\w+)\s*=\s*(''|\"\"|-?\d+(?:\.\d+)?|true|false|null|\[\]|\{\})\s*(?=;|$)")
+
+
+def _assignments(statements: str) -> dict[str, Any]:
+    """The signals that plain assignments of literals in ``statements`` set, as the page runs them."""
+    return {name: "" if value == "''" else orjson.loads(value) for name, value in _ASSIGNMENT.findall(statements)}
 
 
 def _is_json(response: Response) -> bool:
