@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from pyvia import App, Context, Scope
@@ -39,3 +40,23 @@ def board(c: Context) -> None:
 def encoders() -> dict:
     """The encoder budget's counters, so a test can see a release happen."""
     return compressed.compression.budget.stats()
+
+
+#: An async view (docs/views.md "Views that await") on a count every tab shares: under
+#: ``--workers 2`` its page waited for the shared values and then answered the view's coroutine.
+async_board = App(title="Async board")
+
+
+@async_board.page("/")
+def async_board_page(c: Context) -> None:
+    count = c.signal(0, "count", scope=Scope.GLOBAL)
+
+    @c.action
+    def add() -> None:
+        count.increment()
+
+    async def view() -> str:
+        await asyncio.sleep(0.001)  # a query, say
+        return f'<p id="count">{count.value}</p><button id="add" data-on:click="{add}">+</button>'
+
+    c.view(view)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 import typing
@@ -68,7 +69,8 @@ class Pages:
 
         async def later() -> Any:
             await store.loaded()
-            return fn()
+            value = fn()  # an async view's render is awaitable too
+            return await value if inspect.isawaitable(value) else value
 
         return later()
 
