@@ -31,7 +31,8 @@ def free_ports(count: int) -> int:
             for port in range(base, base + count):
                 sock = socket.socket()
                 taken.append(sock)
-                sock.bind(("127.0.0.1", port))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: a
+                sock.bind(("127.0.0.1", port))  # port a finished test's connection left in TIME_WAIT is free
         except OSError:
             continue
         finally:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -201,3 +204,24 @@ def test_pyvia_run_refuses_a_bad_set_before_importing_the_app(
     assert run_cli(["run", "not_imported:app", "--set", "max_streams_per_ip=none"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pyvia run: error: --set max_streams_per_ip=none: ") and "Traceback" not in err
+
+
+def test_pyvia_run_on_a_port_another_server_holds_says_which_port_in_one_line() -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pyvia", "run", "examples.counter:app", "--host", "127.0.0.1", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).parents[2],
+        )
+    finally:
+        holder.close()
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pyvia run: error: ") and f"cannot listen on 127.0.0.1:{port}" in last
+    assert "give --port" in last and "Traceback" not in done.stderr

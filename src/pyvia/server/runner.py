@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import resource
 import signal
@@ -71,6 +72,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        hint = " (another server holds it: stop that one, or give --port)" if exc.errno == errno.EADDRINUSE else ""
+        raise OSError(exc.errno, f"cannot listen on {host or '*'}:{port}: {exc.strerror}{hint}") from None
     except BaseException:
         sock.close()
         raise
