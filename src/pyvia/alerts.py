@@ -36,8 +36,8 @@ ERROR_SIGNAL = "_via_error"
 FAILED_SIGNAL = "_via_failed"
 LOST_SIGNAL = "_via_lost"
 
-#: What the user reads, by HTTP status, plus ``lost`` (reconnecting), ``gone`` (the page cannot
-#: be revived: reload it) and ``default`` (any other failure).
+#: What the user reads, by HTTP status, plus ``lost`` (reconnecting), ``waiting`` (an action not
+#: answered yet), ``gone`` (the page cannot be revived: reload it) and ``default`` (any other failure).
 DEFAULT_MESSAGES: dict[str, str] = {
     "400": "The page sent something the server could not read.",
     "403": "That is not allowed.",
@@ -49,6 +49,7 @@ DEFAULT_MESSAGES: dict[str, str] = {
     "503": "The server is busy. Try again in a moment.",
     "504": "The server took too long to answer. Try again.",
     "lost": "Connection lost. Reconnecting…",
+    "waiting": "Waiting for the server… (too many tabs of this site open?)",
     "gone": "This page is out of date. Reload it to go on.",
     "default": "The request failed. Try again.",
 }
@@ -61,8 +62,10 @@ def messages_for(
     out = dict(base)
     for key, text in (overrides or {}).items():
         name = str(key)
-        if not (name.isdigit() and 400 <= int(name) <= 599) and name not in ("lost", "gone", "default"):
-            raise ConfigError(f"error_messages key {key!r}: a status from 400 to 599, 'lost', 'gone' or 'default'")
+        if not (name.isdigit() and 400 <= int(name) <= 599) and name not in ("lost", "waiting", "gone", "default"):
+            raise ConfigError(
+                f"error_messages key {key!r}: a status from 400 to 599, 'lost', 'waiting', 'gone' or 'default'"
+            )
         if not isinstance(text, str):
             raise ConfigError(f"error_messages[{key!r}] must be a str, not {type(text).__name__}")
         out[name] = text
@@ -119,12 +122,18 @@ def alert_markup(messages: Mapping[str, str], view: ErrorView | None = None) -> 
     return str(Markup(view(e)) if view is not None else default_view(e))
 
 
+#: Seconds an action goes unanswered before the page says it is waiting for the server.
+WAITING_AFTER = 5
 #: What the page does with Datastar's fetch events (on its boot element): a failed request of the
-#: page shows its status; the next request hides it; a stream that retries shows the tab as lost.
+#: page shows its status; the next request hides it; a request unanswered for ``WAITING_AFTER`` s
+#: shows ``waiting`` until its answer; a stream that retries shows the tab as lost.
 FETCH_EVENTS = (
-    "const d = evt.detail, own = (d.el.id || '').startsWith('via-'); "
-    "if (d.type === 'started' && !own) { $_via_failed = 0 } "
-    "else if (d.type === 'error' && !own) { $_via_failed = +d.argsRaw.status } "
-    "else if (own && (d.type === 'retrying' || d.type === 'error')) "
+    "const d = evt.detail, t = d.type; "
+    "if (!(d.el.id || '').startsWith('via-')) { clearTimeout(d.el.viaWaiting); "
+    "if (t === 'started') { $_via_failed = 0; "
+    f"d.el.viaWaiting = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
+    "else if (t === 'error') { $_via_failed = +d.argsRaw.status } "
+    "else if ($_via_failed === 'waiting') { $_via_failed = 0 } } "
+    "else if (t === 'retrying' || t === 'error') "
     "{ $_disconnected = true; $_via_lost = true; $_via_filter = %s }"
 )

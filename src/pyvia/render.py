@@ -209,7 +209,12 @@ def signals_attr(values: Mapping[str, Any]) -> str:
 
 #: How the stream is opened: Datastar's own retries keep it open for good (and send the id of
 #: the last event they got, so the server can resume), backing off to at most 8 s between tries.
-_STREAM_OPTIONS = "openWhenHidden: true, retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000"
+#: Over HTTP/1.1 a browser opens six connections to a host: six tabs' streams would take them all
+#: and every click would wait. There a hidden tab closes its stream and resumes it when shown.
+_STREAM_OPTIONS = (
+    "openWhenHidden: performance.getEntriesByType('navigation')[0]?.nextHopProtocol !== 'http/1.1', "
+    "retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000"
+)
 #: What the page does with Datastar's fetch events (pyvia.alerts): a failed request shows its
 #: status, a stream that retries shows the tab as lost and makes its actions carry the snapshot.
 _FETCH_EVENTS = FETCH_EVENTS % orjson.dumps(FILTER_DOWN).decode()
@@ -246,13 +251,19 @@ def _boot_tags(bundle_url: str, integrity: str, sse_url: str, close_url: str) ->
         ".catch(() => {})"
     )
     after = (
-        f'" data-init="{html.escape(get)}" '
-        f'data-on:datastar-fetch="{html.escape(_FETCH_EVENTS)}" '
-        f"data-on:pagehide__window=\"navigator.sendBeacon('{close_url}', $via_ctx)\">\n"
-        f'<meta id="via-revive" data-effect="{html.escape("$_via_revive && " + post)}">\n'
+        f'" data-init="{_attribute(get)}" '
+        f'data-on:datastar-fetch="{_attribute(_FETCH_EVENTS)}" '
+        f"data-on:pagehide__window=\"navigator.sendBeacon('{_attribute(close_url)}', $via_ctx)\">\n"
+        f'<meta id="via-revive" data-effect="{_attribute("$_via_revive && " + post)}">\n'
         f'<script type="module" src="{bundle_url}" integrity="{integrity}" crossorigin="anonymous"'
     )
     return '<meta id="via-boot" data-signals="', after
+
+
+def _attribute(text: str) -> str:
+    """``text`` as the value of a double-quoted attribute: only ``&`` and ``"`` can end or change
+    it there, and the boot tags' expressions are full of quotes and ``&&`` that every page carries."""
+    return text.replace("&", "&amp;").replace('"', "&quot;")
 
 
 _SHELL = """<!doctype html>

@@ -73,7 +73,7 @@ def test_the_mounted_counter_works_end_to_end(mounted: tuple[ServerThread, str])
     host, port = server.host, server.port
     page, seed, cookie = open_page(host, port, "/live/")
     text = page.body.decode()
-    assert "@get(&#x27;/live/_sse&#x27;" in text
+    assert "@get('/live/_sse'" in text
     assert "sendBeacon('/live/_session/close'" in text
     assert "@post(&#39;/live/_action/increment&#39;" in text
     bundle_url = re.search(r'src="(/live/datastar.js\?v=[0-9a-f]+)"', text).group(1)  # type: ignore[union-attr]
@@ -99,7 +99,7 @@ def test_without_base_path_the_app_routes_under_the_mount_but_its_urls_miss_it(
         host, port = server.host, server.port
         page, seed, cookie = open_page(host, port, "/live/")
         text = page.body.decode()
-        assert "@get(&#x27;/_sse&#x27;" in text and 'src="/datastar.js?v=' in text
+        assert "@get('/_sse'" in text and 'src="/datastar.js?v=' in text
         signals = {"via_ctx": seed["via_ctx"], "step": 1}
         stream, head = open_stream(host, port, signals, cookie)  # where the page points the browser
         stream.close()

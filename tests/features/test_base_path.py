@@ -32,7 +32,7 @@ def test_generated_urls_carry_the_base_path() -> None:
     app = make_app()
     with TestClient(app) as client:
         tab = client.open("/live/")
-        assert "@get(&#x27;/live/_sse&#x27;" in tab.page
+        assert "@get('/live/_sse'" in tab.page
         assert 'src="/live/datastar.js?v=' in tab.page
         assert "sendBeacon('/live/_session/close'" in tab.page
         assert "/live/_action/inc" in tab.html

@@ -316,9 +316,11 @@ def test_bootstrap_seeds_signals_and_loads_the_bundle() -> None:
         "integrity": "sha384-abc",
         "crossorigin": "anonymous",
     }
-    # the stream's request carries the context id only; Datastar's retries keep it open
+    # the stream's request carries the context id only; Datastar's retries keep it open, but for a
+    # hidden tab over HTTP/1.1 (six connections a host: tests/browser/test_many_tabs_on_http1.py)
     assert meta["data-init"] == (
-        "@get('/_sse', {filterSignals: {include: /^via_ctx$/}, openWhenHidden: true, "
+        "@get('/_sse', {filterSignals: {include: /^via_ctx$/}, "
+        "openWhenHidden: performance.getEntriesByType('navigation')[0]?.nextHopProtocol !== 'http/1.1', "
         "retry: 'always', retryMaxCount: Infinity, retryMaxWait: 8000}).catch(() => {})"
     )
     # asked to, the page opens it again with a POST carrying its writable signals and its snapshot
@@ -337,6 +339,17 @@ def test_signal_values_cannot_break_out_of_the_attribute(value: str) -> None:
     assert [t for t, _ in tags] == ["meta", "meta", "script"]
     assert json.loads(tags[0][1]["data-signals"] or "") == {"msg": value}
     assert "<script>" not in markup
+
+
+def test_the_boot_tags_hold_their_expressions_whole_in_their_attributes() -> None:
+    """They escape only ``&`` and ``"`` (what can end or change a double-quoted value): a URL with
+    both stays inside its attribute, and each expression reads back as it was written."""
+    markup = bootstrap_head({}, "/d.js", "sha384-x", '/a"b&c/_sse', '/a"><script>x</script>')
+    tags = _parse(markup)
+    assert [t for t, _ in tags] == ["meta", "meta", "script"]
+    assert "@get('/a\"b&c/_sse'" in (tags[0][1]["data-init"] or "")
+    assert "$_via_failed = $_via_failed || 'waiting'" in (tags[0][1]["data-on:datastar-fetch"] or "")
+    assert tags[0][1]["data-on:pagehide__window"] == "navigator.sendBeacon('/a\"><script>x</script>', $via_ctx)"
 
 
 def test_signals_attr_escapes_quotes_and_angle_brackets() -> None:
