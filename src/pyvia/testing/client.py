@@ -96,6 +96,7 @@ class TestClient:
         else:
             assert isinstance(app.clock, ManualClock)
             self.clock = app.clock
+            self._loop = app.loop  # the app's tasks (async renders) run on the first client's loop
 
     def __enter__(self) -> TestClient:
         return self
@@ -116,9 +117,9 @@ class TestClient:
             _forget_tabs(self.app)  # as a process exit would: the next client starts clean
             self.app.clock = None
             self._put_back()
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+            if self._loop is not None:
+                self._loop.close()
+        self._loop = None
 
     def _put_back(self) -> None:
         """The app's own options again, after a run with ``settings``."""
