@@ -42,8 +42,11 @@ class ServerProcess:
         tls: tuple[str, str] | None = None,
         env: dict[str, str] | None = None,
         extra: tuple[str, ...] = (),
+        log: Path | None = None,
     ) -> None:
+        """``log``: a file the server's output is appended to (else it goes to the test's)."""
         self.app = app
+        self.log = log
         self.port = port
         self.extra = extra
         self.env = {**os.environ, "PYVIA_SECRET": secret, **(env or {})}
@@ -55,7 +58,11 @@ class ServerProcess:
         if self.tls is not None:
             command += ["--cert", self.tls[0], "--key", self.tls[1]]
         command += self.extra
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env)
+        if self.log is None:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env)
+        else:
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=out)
         wait_for_port(self.port)
 
     def stop(self) -> None:

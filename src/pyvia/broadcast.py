@@ -128,6 +128,7 @@ class Broadcaster:
         "pending",
         "settle",
         "slice_seconds",
+        "stopped",
         "tick",
     )
 
@@ -151,6 +152,8 @@ class Broadcaster:
         self.flushes = 0
         self.frames_sent = 0
         self.cut_short = 0
+        #: The app is stopping: what changes now is not broadcast here (the tabs are leaving).
+        self.stopped = False
 
     # --- marking ---------------------------------------------------------------------------------
 
@@ -179,7 +182,7 @@ class Broadcaster:
 
     def _schedule(self, at: float | None = None) -> None:
         clock = self.app.clock
-        if clock is None or self._handle is not None or self._slices is not None:
+        if clock is None or self._handle is not None or self._slices is not None or self.stopped:
             return
         now = clock.now()
         if self._settling:
@@ -371,6 +374,7 @@ class Broadcaster:
     def reset(self) -> None:
         """Forget flush times (a new clock starts): marks and throttles stay."""
         self.cancel()
+        self.stopped = False
         self._last_start = -1e9
         self._last_duration = 0.0
         self._settling = False
@@ -384,6 +388,12 @@ class Broadcaster:
             "pending": len(self.pending),
             "flushes_cut_short": self.cut_short,
         }
+
+    def stop(self) -> None:
+        """At an app's stop, after its last flush: the stop and disconnect hooks' writes render no
+        views for tabs whose streams are ending (they are revived or resumed elsewhere)."""
+        self.cancel()
+        self.stopped = True
 
     def cancel(self) -> None:
         """Stop the timer; a flush being written in slices is finished first."""

@@ -402,7 +402,8 @@ class TabOutput:
                 try:
                     view = await view
                 except Exception as exc:  # the render failed: the frames behind it still go out
-                    self.app.report(exc, cast("Context", self), "render", reraise=False)
+                    if self.state is not State.DESTROYED:  # else it failed because its tab went away
+                        self.app.report(exc, cast("Context", self), "render", reraise=False)
                     view = None
             queue.popleft()
             if self.state is not State.DESTROYED:

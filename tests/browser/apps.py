@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 
 from pyvia import App, Context, Scope
+from pyvia.db import Database
 
 preference = tuple(os.environ.get("TEST_COMPRESSION", "zstd,br,gzip").split(","))
 idle_release = float(os.environ.get("TEST_IDLE_RELEASE", "60"))
@@ -58,5 +60,42 @@ def async_board_page(c: Context) -> None:
     async def view() -> str:
         await asyncio.sleep(0.001)  # a query, say
         return f'<p id="count">{count.value}</p><button id="add" data-on:click="{add}">+</button>'
+
+    c.view(view)
+
+
+#: Who is online, kept by the connect and disconnect hooks, beside cards an async view reads from
+#: SQLite: a stop ends every stream, and each disconnect hook's write used to render the other
+#: tabs' views after the database had closed (an error in the log per stop).
+_board_db = os.environ.get("TEST_BOARD_DB") or f"sqlite:///{tempfile.gettempdir()}/pyvia-online-board.db"
+online_board = App(title="Online board", db_url=_board_db)
+online_names = online_board.signal({}, "online", scope=Scope.GLOBAL)
+
+
+@online_board.db.on_open
+async def online_board_schema(db: Database) -> None:
+    await db.execute("CREATE TABLE IF NOT EXISTS cards (title TEXT NOT NULL)")
+
+
+@online_board.on_connect
+def online_board_came(c: Context) -> None:
+    name = str(c.params.get("name", "?"))
+    online_names.mutate(lambda who: {**who, name: who.get(name, 0) + 1})
+
+
+@online_board.on_disconnect
+def online_board_left(c: Context) -> None:
+    name = str(c.params.get("name", "?"))
+    online_names.mutate(lambda who: {**who, name: who.get(name, 0) - 1})
+
+
+@online_board.page("/{name}")
+def online_board_page(c: Context, name: str) -> None:
+    who = c.signal({}, "online", scope=Scope.GLOBAL)
+
+    async def view() -> str:
+        cards = await online_board.db.fetchval("SELECT count(*) FROM cards")
+        here = ", ".join(sorted(n for n, tabs in who.value.items() if tabs > 0))
+        return f'<p id="online">{here}</p><p id="cards">{cards}</p>'
 
     c.view(view)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from playwright.sync_api import Browser, expect
 
 from tests.browser.latency import latency_proxy
@@ -27,3 +29,28 @@ def test_an_async_view_is_served_and_shared_by_two_workers(browser: Browser) -> 
         for context in contexts:
             context.close()
         server.stop()
+
+
+def test_a_stop_with_tabs_open_logs_no_error(browser: Browser, tmp_path: Path) -> None:
+    """Three users on a board whose async view reads SQLite and whose disconnect hook keeps who is
+    online: a stop (SIGTERM) ends their streams, and no render runs on the closed database."""
+    log = tmp_path / "server.log"
+    server = ServerProcess(
+        "tests.browser.apps:online_board", free_port(), env={"TEST_BOARD_DB": f"sqlite:///{tmp_path / 'b.db'}"}, log=log
+    )
+    server.start()
+    contexts = [browser.new_context() for _ in range(3)]
+    try:
+        with latency_proxy(server.port) as proxy:
+            for context, name in zip(contexts, ("ann", "bob", "cy"), strict=True):
+                context.new_page().goto(f"http://127.0.0.1:{proxy.port}/{name}")
+            last = contexts[-1].pages[0]
+            expect(last.locator("#online")).to_have_text("ann, bob, cy")
+            expect(contexts[0].pages[0].locator("#online")).to_have_text("ann, bob, cy")
+            server.stop()
+    finally:
+        for context in contexts:
+            context.close()
+        server.stop()
+    text = log.read_text()
+    assert "stopping" in text and "ERROR" not in text and "Traceback" not in text, text

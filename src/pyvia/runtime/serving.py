@@ -3,9 +3,10 @@ its hooks run; and, on a stop, its tabs told, its state saved and its streams en
 
 ``App.startup``/``App.start``/``App.shutdown`` are the front ends' calls; they come here. The
 order of a stop is a rule: tabs are told their stream ends (actions then carry their snapshot)
-before anything stops, the shared state is saved and the stop hooks run before the database
-closes, and the streams end last, after ``saved``, so a replaced worker's tabs reconnect to a
-server that already has what this one kept.
+before anything stops, the shared state is saved and the stop hooks run, and the streams end after
+``saved``, so a replaced worker's tabs reconnect to a server that already has what this one kept.
+The database closes last: the disconnect hooks of the ended streams may write to it, and the async
+views they set rendering may read it (a stop waits ``RENDERS_WAIT`` s at most for those).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from pyvia.runtime import Runtime
 
 __all__ = ["Serving"]
+
+#: Seconds a stop waits for the async views the last broadcasts started (they may read the database).
+RENDERS_WAIT = 1.0
 
 
 class Serving:
@@ -97,6 +101,13 @@ class Serving:
             except Exception as exc:
                 rt.reporting.report(exc, None, "start")
 
+    async def renders_finished(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` s, for the async views still rendering (the last broadcasts')."""
+        deadline = time.monotonic() + timeout
+        contexts = self.rt.registry.contexts
+        while time.monotonic() < deadline and any(ctx.pending_frames is not None for ctx in contexts.values()):
+            await asyncio.sleep(0.005)
+
     async def shutdown(
         self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
     ) -> None:
@@ -118,7 +129,7 @@ class Serving:
             rt.registry.sweep_handle.cancel()
             rt.registry.sweep_handle = None
         app.broadcaster.flush(force=True)
-        app.broadcaster.cancel()
+        app.broadcaster.stop()
         if app.config.persist_path is not None:
             rt.persistence.save_file()
         for timer in self.timers:
@@ -136,10 +147,11 @@ class Serving:
                 await rt.persistence.save_to_db()
             except Exception as exc:  # the stop goes on: the previous saved state stays
                 rt.reporting.report(exc, None, "stop", reraise=False)
-        await app.db.close()  # after the stop hooks, which may still write
         if saved is not None:
             saved()
-        await rt.registry.end_streams(spread)
+        await rt.registry.end_streams(spread)  # its disconnect hooks may write, their renders read
+        await self.renders_finished(min(budget, RENDERS_WAIT))
+        await app.db.close()
         for closable in (rt.assets.static, rt.assets.bundle_asset):
             if closable is not None:
                 closable.close()
