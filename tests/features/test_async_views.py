@@ -7,12 +7,10 @@ import asyncio
 import gc
 import logging
 import time
-from pathlib import Path
 
 import pytest
 
 from pyvia import App, Context, Scope, html
-from pyvia.db import Database
 from pyvia.testing import TestClient
 
 
@@ -149,39 +147,3 @@ def test_a_second_browser_runs_the_async_renders_its_requests_start(caplog: pyte
             ann.clock.advance(0.05)  # renders set off, and the test ends before they run
         gc.collect()
     assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
-
-
-def test_a_stop_lets_the_async_views_of_its_last_broadcast_read_the_database(tmp_path: Path) -> None:
-    """A disconnect hook writes what every tab shows (who is online); at a stop it
-    runs as each stream ends, and the views it sets rendering query the database, still open."""
-    app = App(db_url=f"sqlite:///{tmp_path / 'board.db'}")
-    online = app.signal(0, "online", scope=Scope.GLOBAL)
-    errors: list[BaseException] = []
-    app.on_error(lambda exc, ctx, phase: errors.append(exc))
-
-    @app.db.on_open
-    async def schema(db: Database) -> None:
-        await db.execute("CREATE TABLE IF NOT EXISTS cards (title TEXT)")
-
-    @app.on_disconnect
-    def left(c: Context) -> None:  # at a stop too, as each stream ends
-        online.value -= 1
-
-    @app.page("/")
-    def page(c: Context) -> None:
-        seen = c.signal(0, "online", scope=Scope.GLOBAL)
-
-        async def view() -> str:
-            await asyncio.sleep(0.02)
-            cards = await app.db.fetchval("SELECT count(*) FROM cards")
-            return html('<p id="n">{} online, {} cards</p>', seen.value, cards)
-
-        c.view(view)
-
-    with TestClient(app) as client:
-        tabs = [client.open("/") for _ in range(3)]
-        assert all(tab.html == '<p id="n">0 online, 0 cards</p>' for tab in tabs)
-        online.value = 3
-        client.clock.advance(0.05)
-        client.settle()
-    assert errors == [] and online.value == 0
