@@ -162,15 +162,15 @@ def decode_arguments(action_name: str, shape: Parameters, query: Mapping[str, st
         converted = _convert(p.annotation, value)
         if converted is _MISSING:
             raise ArgumentError(
-                f"action {action_name!r} argument {p.name!r} must be {_describe(p.annotation)}, not {_shown(value)}"
+                f"action {action_name!r} argument {p.name!r} must be {_describe(p.annotation)}, not {_shown(raw)}"
             )
         out[p.name] = converted
     return out
 
 
-def _shown(value: Any) -> str:
-    text = orjson.dumps(value).decode()
-    return text if len(text) <= 80 else text[:77] + "..."
+def _shown(raw: str) -> str:
+    """The value as it was sent (``1e3``, not the ``1000.0`` it decodes to), cut to 80 characters."""
+    return raw if len(raw) <= 80 else raw[:77] + "..."
 
 
 def _describe(annotation: Any) -> str:

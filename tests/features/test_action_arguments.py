@@ -97,6 +97,7 @@ def test_dataclasses_literals_lists_and_optionals_are_converted() -> None:
         ('/_action/toggle?item_id="3"', "action 'toggle' argument 'item_id' must be an int, not \"3\""),
         ("/_action/toggle?item_id=1.5", "action 'toggle' argument 'item_id' must be an int, not 1.5"),
         ("/_action/toggle?item_id=true", "action 'toggle' argument 'item_id' must be an int, not true"),
+        ("/_action/toggle?item_id=1e3", "action 'toggle' argument 'item_id' must be an int, not 1e3"),  # as sent
         ("/_action/toggle?item_id=99999999999999999999999", "must be an int"),
         ('/_action/paint?colour="green"', "action 'paint' argument 'colour' must be a Colour, not \"green\""),
         ('/_action/move?to={"row":1}', "action 'move' argument 'to' must be a Move"),
