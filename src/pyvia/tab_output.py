@@ -320,8 +320,8 @@ class TabOutput:
     def posted_back(self, posted: Mapping[str, Any], *, refused: bool = False) -> dict[str, Any]:
         """The writable values a failed action was posted that the tab still holds as posted: sent
         back with the error, so that a click which cleared its input in the browser loses nothing.
-        ``refused``: the post was refused before its action ran (a value over its ``max_length``),
-        so every writable value it carried goes back, the refused one too, for the user to shorten."""
+        ``refused``: the post was refused before its action ran (a value over its ``max_length``, a
+        middleware's answer), so every writable value it carried goes back, a refused one too."""
         back: dict[str, Any] = {}
         signals = self._signals
         for key, value in posted.items():

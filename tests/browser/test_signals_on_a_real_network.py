@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from pyvia import App, Context, UserError
+from pyvia import App, Context, Request, Response, UserError
 from tests.browser.latency import LatencyProxy, latency_proxy
 from tests.helpers import running_server
 from tests.processes import ServerProcess, free_port
@@ -341,3 +342,51 @@ def _wait(predicate: object, what: str, timeout: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def guarded_notes_app(notes: list[str], allowed: list[bool]) -> App:
+    """The notes behind a login check written as a middleware, which answers 403 itself."""
+    app = App(title="Guarded notes")
+
+    def require_login(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        if request.kind == "action" and not allowed[0]:
+            return Response.text("Log in first to add notes.", 403)
+        return call_next(request)
+
+    with app.group("", middleware=[require_login]) as area:
+
+        @area.page("/")
+        def page(c: Context) -> None:
+            note = c.signal("", "note", writable=True)
+
+            @c.action
+            def add() -> None:
+                notes.append(note.value)
+
+            c.view(
+                lambda: (
+                    f"""<input id="note" autocomplete="off" {note.bind()}>
+<button id="add" data-on:click="{add}; {note.ref()} = ''">Add</button>"""
+                )
+            )
+
+    return app
+
+
+def test_a_note_a_middleware_refuses_comes_back_with_its_words(browser: Browser) -> None:
+    notes: list[str] = []
+    allowed = [False]
+    with running_server(guarded_notes_app(notes, allowed)) as (_, port), latency_proxy(port) as proxy:
+        page, errors = _page(browser, proxy)
+        try:
+            page.locator("#note").fill("a note </script> $x")
+            page.locator("#add").click()
+            expect(page.get_by_role("alert")).to_contain_text("Log in first to add notes.")
+            expect(page.locator("#note")).to_have_value("a note </script> $x")  # the click cleared it
+            allowed[0] = True  # logged in meanwhile, in another tab
+            page.locator("#add").click()
+            expect(page.locator("#note")).to_have_value("")
+            expect(page.get_by_role("alert")).to_be_hidden()
+            assert notes == ["a note </script> $x"] and errors == []
+        finally:
+            page.close()

@@ -120,9 +120,12 @@ def test_actions_of_the_area_work_for_the_user_and_are_refused_after_logout() ->
         assert client.get("/area").status == 303
 
         dashboard.type("#draft", "too late")
+        dashboard.new_events()
         response = dashboard.submit("#note-form")
         assert response.status == 403  # the middleware runs around actions too
         assert "too late" not in dashboard.html
+        (told,) = [e.signals for e in dashboard.new_events() if e.signals]  # in the alert, its words,
+        assert told == {"draft": "too late", "_via_error": "Log in first"}  # and the text the click cleared
         (nav,) = dashboard.find("nav")
         assert "argsRaw.status === '403'" in nav.attrs["data-on:datastar-fetch"]  # the page says so
 

@@ -225,10 +225,28 @@ class Actions:
             return self.response(ctx)  # posted again after its answer was lost: it ran already
 
         if self.app.middleware_stack or ctx.route.middleware:
-            return self.rt.dispatch.with_middleware(
-                request, ctx.route, lambda req: self.invoke(req, ctx, name, action, arguments, signals)
+            ran: list[bool] = []
+
+            def endpoint(req: Request) -> Any:
+                ran.append(True)
+                return self.invoke(req, ctx, name, action, arguments, signals)
+
+            return then(
+                self.rt.dispatch.with_middleware(request, ctx.route, endpoint),
+                lambda answer: answer if ran else self.refused_by_middleware(ctx, answer, signals),
             )
         return self.invoke(request, ctx, name, action, arguments, signals)  # no chain: no closure to build
+
+    def refused_by_middleware(self, ctx: Context, answer: Any, signals: dict[str, Any]) -> Any:
+        """A middleware answered the action itself (a login check's 403): the tab is told, in the
+        middleware's words when it wrote a short text, and gets back what the click cleared."""
+        if isinstance(answer, Response) and answer.status >= 400:
+            messages = ctx.route.messages
+            text = messages.get(str(answer.status), messages["default"])
+            if dict(answer.headers).get("content-type", "").startswith("text/plain") and 0 < len(answer.body) <= 300:
+                text = answer.body.decode(errors="replace")
+            ctx.show_error(text, ctx.posted_back(signals, refused=True))
+        return answer
 
     def invoke(
         self,
