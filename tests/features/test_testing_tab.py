@@ -52,3 +52,10 @@ def test_a_click_names_what_it_could_not_find() -> None:
             tab.click(".x")
         with pytest.raises(AssertionError, match="'#note' has no data-on:click attribute"):
             tab.click("#note")
+
+
+def test_a_submit_field_that_names_no_input_says_what_a_field_is() -> None:
+    with TestClient(notes_app([])) as client:
+        tab = client.open("/")
+        with pytest.raises(AssertionError, match="no input with id 'title'; a field names the id of the input"):
+            tab.submit("#add", title="x")

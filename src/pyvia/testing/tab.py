@@ -310,6 +310,11 @@ class Tab:
         """Fill bound inputs by name (``#id`` selectors of inputs), then submit the one form matching
         ``selector`` (its ``data-on:submit`` action)."""
         for field_id, value in fields.items():
+            if not self.find(f"#{field_id}"):
+                raise AssertionError(
+                    f"submit({selector!r}, {field_id}=...): no input with id {field_id!r}; a field names "
+                    "the id of the input it types into (give the input that id, or use tab.type first)"
+                )
             self.type(f"#{field_id}", value)
         return self.click(selector, event="submit")
 
