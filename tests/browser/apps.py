@@ -68,7 +68,7 @@ def async_board_page(c: Context) -> None:
 #: SQLite: a stop ends every stream, and each disconnect hook's write used to render the other
 #: tabs' views after the database had closed (an error in the log per stop).
 _board_db = os.environ.get("TEST_BOARD_DB") or f"sqlite:///{tempfile.gettempdir()}/pyvia-online-board.db"
-online_board = App(title="Online board", db_url=_board_db)
+online_board = App(title="Online board", db_url=_board_db, persist_path=os.environ.get("TEST_BOARD_STATE"))
 online_names = online_board.signal({}, "online", scope=Scope.GLOBAL)
 
 

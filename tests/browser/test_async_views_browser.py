@@ -54,3 +54,27 @@ def test_a_stop_with_tabs_open_logs_no_error(browser: Browser, tmp_path: Path) -
         server.stop()
     text = log.read_text()
     assert "stopping" in text and "ERROR" not in text and "Traceback" not in text, text
+
+
+def test_who_is_online_stays_right_across_a_restart_that_keeps_the_state(browser: Browser, tmp_path: Path) -> None:
+    """Presence kept by connect and disconnect hooks, saved at a stop (``persist_path``): the
+    saved list must not hold the tabs that are leaving, or each revived tab counts twice and a
+    user who closes the page after the restart never leaves the list."""
+    env = {"TEST_BOARD_DB": f"sqlite:///{tmp_path / 'b.db'}", "TEST_BOARD_STATE": str(tmp_path / "state.db")}
+    server = ServerProcess("tests.browser.apps:online_board", free_port(), env=env, log=tmp_path / "server.log")
+    server.start()
+    ann, bob = browser.new_context(), browser.new_context()
+    try:
+        with latency_proxy(server.port) as proxy:
+            ann_page, bob_page = ann.new_page(), bob.new_page()
+            ann_page.goto(f"http://127.0.0.1:{proxy.port}/ann")
+            bob_page.goto(f"http://127.0.0.1:{proxy.port}/bob")
+            expect(ann_page.locator("#online")).to_have_text("ann, bob")
+            server.restart()  # a graceful stop, then the same port: both pages reconnect and revive
+            expect(ann_page.locator("#online")).to_have_text("ann, bob", timeout=15_000)
+            expect(bob_page.locator("#online")).to_have_text("ann, bob", timeout=15_000)
+            bob.close()  # bob leaves after the restart
+            expect(ann_page.locator("#online")).to_have_text("ann", timeout=15_000)
+    finally:
+        ann.close()
+        server.stop()

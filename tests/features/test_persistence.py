@@ -49,6 +49,39 @@ def test_shared_state_survives_a_graceful_restart(tmp_path: Path) -> None:
         assert tab.signals["_global__votes"] == 3
 
 
+def test_a_restart_saves_who_is_online_without_the_tabs_that_are_leaving(tmp_path: Path) -> None:
+    """Connect and disconnect hooks count the open tabs; at a stop the disconnect hooks run before
+    the save, so the tab that reconnects to the next process is counted once, not twice."""
+    calls: list[str] = []
+
+    def board() -> tuple[App, Any]:
+        app = App(persist_path=str(tmp_path / "state.sqlite"))
+        online = app.signal(0, "online", scope=Scope.GLOBAL)
+        app.on_connect(lambda: online.increment())
+        app.on_disconnect(lambda: (calls.append(f"disconnect {online.value}"), online.increment(-1)))
+        app.on_stop(lambda: calls.append(f"stop {online.value}"))
+
+        @app.page("/")
+        def page(c: Context) -> None:
+            c.signal(0, "online", scope=Scope.GLOBAL)
+            c.view(lambda: "<p>board</p>")
+
+        return app, online
+
+    first, online = board()
+    with TestClient(first) as client:
+        tab = client.open("/")
+        assert online.value == 1
+        cookies = dict(client.cookies)
+    assert calls == ["disconnect 1", "stop 0"]  # the tab left before the stop hooks and the save
+    second, online = board()
+    with TestClient(second) as client:
+        client.cookies.update(cookies)
+        tab.client = client
+        tab.reconnect()  # the page's retry reaches the new process: revived, counted once
+        assert online.value == 1 and tab.signals["_global__online"] == 1
+
+
 def test_a_signal_declared_at_import_takes_its_saved_value_and_is_saved_again(tmp_path: Path) -> None:
     # ``app.signal`` runs when the module is imported, before the start reads the file: it must
     # still get the saved value (it kept its initial one, and the next stop failed on the

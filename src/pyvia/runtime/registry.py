@@ -106,6 +106,20 @@ class Registry:
         #: Contexts destroyed so far (a burst of them is worth giving their memory back).
         self.destroyed = 0
         self.freed_memory = FreedMemory()
+        #: The app is stopping and its tabs' disconnect hooks ran (:meth:`leave_all`): their
+        #: streams' ends do not run them again.
+        self.left = False
+
+    def leave_all(self) -> None:
+        """At a stop, before the state is saved: every connected tab's disconnect hooks run, so what
+        they keep (who is online) is saved without the tabs that are leaving; they count again
+        where their streams reconnect."""
+        self.left = True
+        for ctx in list(self.connected.values()):
+            for fn in list(ctx.disconnect_hooks):
+                self.run_hook(fn, ctx, "disconnect")
+            for fn in self.app.disconnect_hooks:
+                self.run_hook(fn, ctx, "disconnect")
 
     async def end_streams(self, spread: float) -> None:
         import random
@@ -191,6 +205,8 @@ class Registry:
         if ctx.last_action:
             deadline = max(deadline, ctx.last_action + self.app.config.reconnect_timeout)
         self.set_deadline(ctx, deadline)
+        if self.left:
+            return  # the hooks ran at the stop's start (leave_all)
         for fn in list(ctx.disconnect_hooks):
             self.run_hook(fn, ctx, "disconnect")
         for fn in self.app.disconnect_hooks:

@@ -3,10 +3,11 @@ its hooks run; and, on a stop, its tabs told, its state saved and its streams en
 
 ``App.startup``/``App.start``/``App.shutdown`` are the front ends' calls; they come here. The
 order of a stop is a rule: tabs are told their stream ends (actions then carry their snapshot)
-before anything stops, the shared state is saved and the stop hooks run, and the streams end after
-``saved``, so a replaced worker's tabs reconnect to a server that already has what this one kept.
-The database closes last: the disconnect hooks of the ended streams may write to it, and the async
-views they set rendering may read it (a stop waits ``RENDERS_WAIT`` s at most for those).
+before anything stops; the last broadcast goes out and the tabs' disconnect hooks run, so what
+they keep is saved without the leaving tabs; the shared state is saved and the stop hooks run;
+the streams end after ``saved``, so a replaced worker's tabs reconnect to a server that already
+has what this one kept; the database closes last, once the async views still rendering are done
+(``RENDERS_WAIT`` s at most).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class Serving:
         if loop is not None:
             app.loop = loop
         app.started_at = clock.now()
+        rt.registry.left = False
         app.started_wall = time.time()
         app.limiter.reset()  # its times came from the previous clock
         app.broadcaster.reset()  # its times came from the previous clock
@@ -130,6 +132,7 @@ class Serving:
             rt.registry.sweep_handle = None
         app.broadcaster.flush(force=True)
         app.broadcaster.stop()
+        rt.registry.leave_all()  # before the save: what the disconnect hooks keep is saved without them
         if app.config.persist_path is not None:
             rt.persistence.save_file()
         for timer in self.timers:
