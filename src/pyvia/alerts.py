@@ -49,7 +49,7 @@ DEFAULT_MESSAGES: dict[str, str] = {
     "503": "The server is busy. Try again in a moment.",
     "504": "The server took too long to answer. Try again.",
     "lost": "Connection lost. Reconnecting…",
-    "waiting": "Waiting for the server… (too many tabs of this site open?)",
+    "waiting": "Still waiting for the server…",
     "gone": "This page is out of date. Reload it to go on.",
     "default": "The request failed. Try again.",
 }
