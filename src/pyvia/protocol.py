@@ -332,7 +332,7 @@ def _with_lone_surrogates(raw: bytes | str, error: orjson.JSONDecodeError) -> An
     what the user typed. Each half becomes U+FFFD, as the page shows it; a payload wrong in any other
     way is refused as before."""
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_no_constant)  # NaN and Infinity: not JSON, as orjson says
     except (ValueError, RecursionError):
         raise MalformedRequest(f"signals are not valid JSON: {error}") from None
     if type(value) is dict:
@@ -340,6 +340,10 @@ def _with_lone_surrogates(raw: bytes | str, error: orjson.JSONDecodeError) -> An
             if type(item) is dict or type(item) is list:
                 _check_shape(key, item, 1)
     return _replace_surrogates(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 #: After ``json.loads`` a whole pair is one character: any surrogate left is half of one.

@@ -211,7 +211,13 @@ def test_parse_signals_turns_half_of_an_emoji_pair_into_the_replacement_characte
 
 @pytest.mark.parametrize(
     "raw",
-    [b'{"a": "\\ud800",', b'{"a": "\\ud800"} x', b'{"a": "\\ud800", "b": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+    [
+        b'{"a": "\\ud800",',
+        b'{"a": "\\ud800"} x',
+        b'{"a": "\\ud800", "b": NaN}',
+        b'{"a": "\\ud800", "b": -Infinity}',
+        b'{"a": "\\ud800", "b": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
 )
 def test_parse_signals_with_half_a_pair_is_still_refused_when_wrong_in_another_way(raw: bytes) -> None:
     with pytest.raises(MalformedRequest, match="not valid JSON"):
