@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyvia import protocol
 from pyvia.errors import DeclarationError
 from pyvia.sharing import LOCAL_STORE
-from pyvia.signals import Signal
+from pyvia.signals import Signal, copied
 
 if TYPE_CHECKING:
     from pyvia.context import Context
@@ -345,6 +345,32 @@ class ScopeRegistry:
             for name, sig in state.signals.items():
                 values[(state.name, name)] = sig.value
         return [(scope, name, value) for (scope, name), value in values.items()]
+
+    def checkpoint(self) -> dict[str, dict[str, tuple[Any, int]]]:
+        """Every shared signal's value and revision, by scope and name: what :meth:`rollback`
+        puts back (a test client's next run starts as a new process of the same code would)."""
+        return {
+            name: {key: (copied(sig.value), sig.revision) for key, sig in state.signals.items()}
+            for name, state in self._scopes.items()
+        }
+
+    def rollback(self, checkpoint: Mapping[str, Mapping[str, tuple[Any, int]]]) -> None:
+        """Back to ``checkpoint``: scopes and signals declared since are dropped, the others hold
+        their values and revisions again; values kept for a restore are forgotten."""
+        self.restored.clear()
+        for name, state in list(self._scopes.items()):
+            kept = checkpoint.get(name)
+            for key, sig in list(state.signals.items()):
+                if kept is None or key not in kept:
+                    self.store.untrack(sig)
+                    if isinstance(state.signals, dict):
+                        del state.signals[key]
+                else:
+                    value, revision = kept[key]
+                    sig.restore(copied(value))
+                    sig.revision = revision
+            if kept is None:
+                del self._scopes[name]
 
     def state(self, name: str) -> ScopeState:
         state = self._scopes.get(name)

@@ -15,6 +15,7 @@ page already in the browser keeps working. ``via_`` is reserved for the framewor
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Mapping
@@ -210,6 +211,14 @@ class Signal(Generic[T]):
 
 
 _REFUSED = object()
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of ``value``, or ``value`` itself where it cannot be copied (a lock, a handle)."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
 
 
 def owned_values(signals: Mapping[str, Signal[Any]]) -> dict[str, Any]:

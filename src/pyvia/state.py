@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyvia.errors import UsageError
 from pyvia.sharing import LOCAL_STORE
+from pyvia.signals import copied
 
 if TYPE_CHECKING:
     from pyvia.sharing import SharedStore
@@ -51,6 +52,14 @@ class GlobalState(MutableMapping[str, Any]):
     def __delitem__(self, key: str) -> None:
         del self._data[key]
         self.store.delete_global(key)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """A copy of every value, for :meth:`rollback` (a test client's next run)."""
+        return {key: copied(value) for key, value in self._data.items()}
+
+    def rollback(self, checkpoint: Mapping[str, Any]) -> None:
+        """Hold exactly ``checkpoint`` again, here only."""
+        self._data = {key: copied(value) for key, value in checkpoint.items()}
 
     def receive(self, key: str, value: Any) -> None:
         """Hold a value another worker wrote, or the last stop kept: here only, not written back."""
@@ -158,6 +167,14 @@ class SessionStore:
 
     def items(self) -> list[tuple[str, SessionData]]:
         return list(self._sessions.items())
+
+    def forget_all_but(self, kept: frozenset[str]) -> None:
+        """Forget every session but ``kept`` (the ids a test client's run found): its next run
+        starts as a new process would."""
+        for session_id, data in list(self._sessions.items()):
+            if session_id not in kept:
+                del self._sessions[session_id]
+                self.store.forget_session(data)
 
     def peek(self, session_id: str) -> SessionData | None:
         return self._sessions.get(session_id)

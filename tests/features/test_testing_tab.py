@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pyvia import App, Context
@@ -59,3 +61,47 @@ def test_a_submit_field_that_names_no_input_says_what_a_field_is() -> None:
         tab = client.open("/")
         with pytest.raises(AssertionError, match="no input with id 'title'; a field names the id of the input"):
             tab.submit("#add", title="x")
+
+
+def monitor_app() -> App:
+    """What a module declares once, at import: its tests each make a client of the same app."""
+    app = App()
+    hits = app.signal(0, "hits", scope="global")
+    app.global_state["events"] = ["started"]
+
+    @app.page("/rooms/{room}")
+    def page(c: Context, room: str) -> None:
+        topic = c.signal("", "topic", scope=f"room:{room}")
+        c.signal(0, "hits", scope="global")
+
+        @c.action
+        def hit() -> None:
+            hits.increment()
+            topic.value = "busy"
+            app.global_state.mutate("events", lambda events: [*events, "hit"])
+            c.session_data["seen"] = True
+
+        c.view(lambda: f'<p id="n">{hits.value} {topic.value}</p>')
+
+    return app
+
+
+def test_each_client_of_a_module_level_app_starts_as_a_new_process_would() -> None:
+    app = monitor_app()
+    for _ in range(2):  # two tests, in either order
+        with TestClient(app) as client:
+            tab = client.open("/rooms/lobby")
+            assert tab.html == '<p id="n">0 </p>' and app.global_state["events"] == ["started"]
+            tab.action("hit")
+            assert tab.context is not None and tab.context.session_data["seen"] is True
+            assert tab.html == '<p id="n">1 busy</p>' and app.global_state["events"] == ["started", "hit"]
+    assert app.sessions.items() == []
+
+
+def test_a_client_of_an_app_that_keeps_its_state_gets_it_back_at_its_start(tmp_path: Path) -> None:
+    app = App(persist_path=str(tmp_path / "state.sqlite"))
+    hits = app.signal(0, "hits", scope="global")
+    with TestClient(app):
+        hits.increment()
+    with TestClient(app):  # the graceful stop saved it; this start restores it
+        assert hits.value == 1

@@ -41,6 +41,31 @@ def _forget_tabs(app: App) -> None:
         app.destroy(ctx)
 
 
+#: What an app holds outside its tabs when a test client starts it: its shared signals, its
+#: global state and the ids of its sessions (of each mounted app too).
+_Fresh = tuple[Any, dict[str, Any], frozenset[str], list[Any]]
+
+
+def _fresh_state(app: App) -> _Fresh:
+    return (
+        app.scopes.checkpoint(),
+        app.global_state.checkpoint(),
+        frozenset(sid for sid, _ in app.sessions.items()),
+        [_fresh_state(mounted) for _, mounted in app.mounts],
+    )
+
+
+def _back_to(app: App, fresh: _Fresh) -> None:
+    """The app's own state as the client found it: the next client starts as a new process of the
+    same code would (what ``persist_path`` or a database kept comes back at its start)."""
+    signals, global_state, sessions, mounted = fresh
+    app.scopes.rollback(signals)
+    app.global_state.rollback(global_state)
+    app.sessions.forget_all_but(sessions)
+    for (_, sub), sub_fresh in zip(app.mounts, mounted, strict=False):
+        _back_to(sub, sub_fresh)
+
+
 _LINE_BREAKS = frozenset("\r\n\0")
 
 
@@ -80,8 +105,10 @@ class TestClient:
         self._owner = not isinstance(app.clock, ManualClock)
         if settings and not self._owner:
             raise UsageError("settings= on a second TestClient of a running app: give them to the first one")
+        self._fresh: _Fresh | None = None
         if self._owner:
             self.clock = ManualClock()
+            self._fresh = _fresh_state(app)
             if settings:
                 self._restore = override(app, settings)
             try:
@@ -115,6 +142,8 @@ class TestClient:
         if self._owner:
             self.loop.run_until_complete(self.app.shutdown())
             _forget_tabs(self.app)  # as a process exit would: the next client starts clean
+            if self._fresh is not None:
+                _back_to(self.app, self._fresh)
             self.app.clock = None
             self._put_back()
             if self._loop is not None:
