@@ -325,7 +325,9 @@ class TabOutput:
         back: dict[str, Any] = {}
         signals = self._signals
         for key, value in posted.items():
-            sig = signals.get(key) or (self._shared.get(key) if refused else None)
+            sig = signals.get(key)
+            if sig is None and refused:
+                sig = self._shared.get(key)
             if sig is not None and sig.writable and (refused or sig.value == value):
                 back[key] = value
         return back

@@ -116,10 +116,7 @@ class Registry:
         where their streams reconnect."""
         self.left = True
         for ctx in list(self.connected.values()):
-            for fn in list(ctx.disconnect_hooks):
-                self.run_hook(fn, ctx, "disconnect")
-            for fn in self.app.disconnect_hooks:
-                self.run_hook(fn, ctx, "disconnect")
+            self.run_disconnect_hooks(ctx)
 
     async def end_streams(self, spread: float) -> None:
         import random
@@ -205,8 +202,10 @@ class Registry:
         if ctx.last_action:
             deadline = max(deadline, ctx.last_action + self.app.config.reconnect_timeout)
         self.set_deadline(ctx, deadline)
-        if self.left:
-            return  # the hooks ran at the stop's start (leave_all)
+        if not self.left:  # else they ran at the stop's start (leave_all)
+            self.run_disconnect_hooks(ctx)
+
+    def run_disconnect_hooks(self, ctx: Context) -> None:
         for fn in list(ctx.disconnect_hooks):
             self.run_hook(fn, ctx, "disconnect")
         for fn in self.app.disconnect_hooks:

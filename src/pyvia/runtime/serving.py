@@ -77,8 +77,8 @@ class Serving:
         if loop is not None:
             app.loop = loop
         app.started_at = clock.now()
-        rt.registry.left = False
         app.started_wall = time.time()
+        rt.registry.left = False  # a stop's leave_all ran the disconnect hooks; a new start has tabs again
         app.limiter.reset()  # its times came from the previous clock
         app.broadcaster.reset()  # its times came from the previous clock
         for _, mounted in app.mounts:
@@ -152,8 +152,8 @@ class Serving:
                 rt.reporting.report(exc, None, "stop", reraise=False)
         if saved is not None:
             saved()
-        await rt.registry.end_streams(spread)  # its disconnect hooks may write, their renders read
-        await self.renders_finished(min(budget, RENDERS_WAIT))
+        await rt.registry.end_streams(spread)
+        await self.renders_finished(min(budget, RENDERS_WAIT))  # the last flush's async views may read it
         await app.db.close()
         for closable in (rt.assets.static, rt.assets.bundle_asset):
             if closable is not None:
