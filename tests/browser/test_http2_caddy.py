@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +58,7 @@ def start_caddy(app: str, tmp_path: Path, worker_ports: int | None = None) -> It
     )
     try:
         wait_for_port(port, timeout=20)
+        wait_for_tls(port, timeout=20)
         yield port, server
     finally:
         proc.terminate()
@@ -66,6 +70,25 @@ def start_caddy(app: str, tmp_path: Path, worker_ports: int | None = None) -> It
         if proc.stderr is not None:
             proc.stderr.close()
         server.stop()
+
+
+def wait_for_tls(port: int, timeout: float) -> None:
+    """Caddy listens before its own CA has issued the site's certificate: until then a handshake
+    fails (a browser's page gets ERR_SSL_PROTOCOL_ERROR). Wait for one that completes, as Chromium
+    makes it (no SNI for an address)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, context.wrap_socket(raw):
+                return
+        except (OSError, ssl.SSLError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 @pytest.fixture
