@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pyvia import protocol
 from pyvia.lifecycle import State
 from pyvia.scopes import ScopeState
+from pyvia.view_frame import ViewFrame
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -100,7 +101,7 @@ class _Slices:
         self.last_flush = last_flush  # each state's previous flush time, for its throttle
         self.targets = targets
         self.index = 0
-        self.shared: dict[tuple[str, str], bytes | asyncio.Future[bytes | None] | None] = {}
+        self.shared: dict[tuple[str, str], ViewFrame | asyncio.Future[ViewFrame | None] | None] = {}
         self.now = now
         self.duration = 0.0
         self.budget = 0.0  # the time the next slice may take
@@ -346,7 +347,7 @@ class Broadcaster:
             i += 1
             if ctx.state is DESTROYED:  # between two slices of a flush
                 continue
-            view: bytes | asyncio.Future[bytes | None] | None
+            view: ViewFrame | asyncio.Future[ViewFrame | None] | None
             try:
                 if ctx.share_render:
                     key = (ctx.primary_scope, ctx.route.pattern)
@@ -360,7 +361,7 @@ class Broadcaster:
                 app.report(exc, ctx, "render")
                 view = None
             data = frames[0] if len(frames) == 1 else b"".join(frames)
-            if ctx.pending_frames is None and (view is None or type(view) is bytes):
+            if ctx.pending_frames is None and (view is None or type(view) is ViewFrame):
                 ctx.stream.send(data, view, now)
             else:  # an async view, or frames still waiting behind one: in order
                 ctx.deliver(data, view)

@@ -20,6 +20,7 @@ from pyvia.context import Action, ActionCallback, _callable_shape
 from pyvia.errors import DeclarationError
 from pyvia.scopes import TAB
 from pyvia.signals import Signal, check_name
+from pyvia.view_frame import ViewFrame
 
 if TYPE_CHECKING:
     from pyvia.context import Context
@@ -114,7 +115,7 @@ class Component:
 
     def sync(self) -> None:
         """Re-render only this component and send it with the page's changed signals."""
-        frame = protocol.patch_elements(str(self.render(True)))
+        frame = ViewFrame(protocol.patch_elements(str(self.render(True))), whole=False)
         self.ctx.send_frame(self.ctx.signal_frame(), frame)
 
     def sync_signals(self) -> None:

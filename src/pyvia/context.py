@@ -27,6 +27,7 @@ from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
 from pyvia.signals import Signal, check_name
 from pyvia.stream import Stream
 from pyvia.tab_request import TabRequest
+from pyvia.view_frame import ViewFrame
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -230,7 +231,7 @@ class Context(TabRequest):
         self.request = request
         self.cookies_out: list[str] | tuple[()] = ()
         self.answer_events = b""
-        self._batch: list[bytes] | None = None
+        self._batch: list[bytes | ViewFrame | Awaitable[ViewFrame | None]] | None = None
         self._snapshot_seq = 0
         self.error_shown = False
         self.pending_frames: deque[tuple[bytes, Any]] | None = None

@@ -42,6 +42,7 @@ from pyvia.replay import Replays, TabReplay, process_epoch
 
 if TYPE_CHECKING:
     from pyvia.ops.metrics import PyviaMetrics
+    from pyvia.view_frame import ViewFrame
 
 log = logging.getLogger("pyvia")
 
@@ -191,6 +192,7 @@ class Stream:
         "replays",
         "seq",
         "sink",
+        "view_root",
         "view_size",
     )
 
@@ -214,7 +216,11 @@ class Stream:
         self.pending_size = 0
         #: The outbox overflowed while no stream was open: the next connect needs a full render.
         self.lost = False
-        self.held_view: bytes | None = None
+        self.held_view: ViewFrame | None = None
+        #: The id of the root element of the view the page shows, as this stream last wrote it
+        #: (None: not known, or not one element): a view with the same root goes without the
+        #: wrapper (:class:`~pyvia.view_frame.ViewFrame`).
+        self.view_root: str | None = None
         self.last_write = 0.0  # any bytes, keep-alive comments included
         self.last_event = 0.0  # real events only: what "idle" means for releasing an encoder
         self.max_buffer = max_buffer
@@ -240,6 +246,7 @@ class Stream:
             self.close(abort=True)
         self.sink = sink
         self.encoder = encoder
+        self.view_root = None  # what the page got of the last stream is not known
         self.lost = False
         self.last_write = self.last_event = now
         self.over_since = 0.0
@@ -344,7 +351,7 @@ class Stream:
             return True
         return False
 
-    def send(self, data: bytes, view: bytes | None, now: float, *, opening: bool = False) -> None:
+    def send(self, data: bytes, view: ViewFrame | None, now: float, *, opening: bool = False) -> None:
         """Send always-delivered events ``data`` and an optional view frame ``view``.
 
         ``opening``: these are the events the stream opens with (the connect event), written
@@ -382,7 +389,8 @@ class Stream:
             view, self.held_view = self.held_view, None
         with_view = view is not None
         if view is not None:
-            data = view + data if data else view
+            frame = self.pick(view)
+            data = frame + data if data else frame
         if data:
             self._emit(sink, self._frame(data, with_view, opening), opening)
             self.last_write = self.last_event = now
@@ -394,6 +402,18 @@ class Stream:
                 self.outflow.over.add(self)
             if buffered > _BEHIND * self.max_buffer:
                 self.close(abort=True)  # a reader this far behind only grows memory: it reconnects to a full render
+
+    def pick(self, view: ViewFrame) -> bytes:
+        """The form of ``view`` that this tab's page can take now, written next: the page shows it after."""
+        if not view.whole:
+            return view.wrapped
+        sink = self.sink
+        if sink is None or sink.is_closed:  # it waits for a stream: what the page shows then is not known
+            self.view_root = None
+            return view.wrapped
+        frame = view.for_page(self.view_root)
+        self.view_root = view.root
+        return frame
 
     def is_stalled(self, now: float, patience: float) -> bool:
         """Whether the socket has stayed over the limit for longer than ``patience`` seconds."""
@@ -407,7 +427,7 @@ class Stream:
     def _take_backlog(self) -> bytes:
         parts: list[bytes] | tuple[()] = self.pending or ()
         if self.held_view is not None:
-            parts = [self.held_view, *parts]
+            parts = [self.held_view.wrapped, *parts]
             self.held_view = None
         self.pending = None
         self.pending_size = 0

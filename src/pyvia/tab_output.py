@@ -28,9 +28,10 @@ from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.errors import DeclarationError
 from pyvia.lifecycle import State
-from pyvia.render import body_of, is_document, view_patch
+from pyvia.render import body_of, is_document
 from pyvia.scopes import SharedSignal
 from pyvia.signals import Signal, owned_values
+from pyvia.view_frame import ViewFrame
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -52,7 +53,7 @@ class TabOutput:
     # the browser's copy: the last snapshot's number, whether its alert shows a server message; the
     # frames of the action being run, and those waiting behind an async view that is rendering
     __slots__ = ("_batch", "_snapshot_seq", "error_shown", "pending_frames", "updating")
-    _batch: list[bytes] | None
+    _batch: list[bytes | ViewFrame | Awaitable[ViewFrame | None]] | None
     _snapshot_seq: int
     error_shown: bool
     pending_frames: deque[tuple[bytes, Any]] | None
@@ -97,7 +98,7 @@ class TabOutput:
             return self.render(view, data, block=self._view_block if is_update else None)
         return view(is_update)
 
-    def view_frame(self) -> bytes | asyncio.Future[bytes | None] | None:
+    def view_frame(self) -> ViewFrame | asyncio.Future[ViewFrame | None] | None:
         """The view as a patch frame; a future of it for an ``async`` view (awaitable by every tab of
         a shared render)."""
         markup = self.render_view(True)
@@ -105,18 +106,18 @@ class TabOutput:
             return self.app.create_task(self._frame_when_rendered(markup))
         return self._frame_of(markup)
 
-    async def _frame_when_rendered(self, pending: Awaitable[str]) -> bytes | None:
+    async def _frame_when_rendered(self, pending: Awaitable[str]) -> ViewFrame | None:
         return self._frame_of(await pending)
 
-    def _frame_of(self, markup: str) -> bytes | None:
+    def _frame_of(self, markup: str) -> ViewFrame | None:
         if not markup:
             return None
         if self._view_block is not None:
-            frame = protocol.patch_elements(markup)
+            frame = ViewFrame(protocol.patch_elements(markup))
         elif is_document(markup):
-            frame = protocol.patch_elements(body_of(markup), "body", "inner")
+            frame = ViewFrame(protocol.patch_elements(body_of(markup), "body", "inner"))
         else:
-            frame = view_patch(markup)
+            frame = ViewFrame.of_view(markup)
         self.stream.view_size = len(frame)  # what a full render costs: a resume weighs its frames against it
         return frame
 
@@ -373,24 +374,24 @@ class TabOutput:
         changed = self.changed_signals()
         return protocol.patch_signals(changed) if changed else b""
 
-    def send_frame(self, data: bytes, view: bytes | Awaitable[bytes | None] | None) -> None:
+    def send_frame(self, data: bytes, view: ViewFrame | Awaitable[ViewFrame | None] | None) -> None:
         if self.state is State.DESTROYED:
             return
         batch = self._batch
         if batch is not None:
             if view is not None:
-                batch.append(view)  # type: ignore[arg-type]  # an awaitable too: _end_batch sorts them out
+                batch.append(view)  # an awaitable too: end_batch sorts them out
             if data:
                 batch.append(data)
             return
         self.deliver(data, view)
 
-    def deliver(self, data: bytes, view: bytes | Awaitable[bytes | None] | None = None) -> None:
+    def deliver(self, data: bytes, view: ViewFrame | Awaitable[ViewFrame | None] | None = None) -> None:
         """Write a frame to the tab's stream now, or, while an ``async`` view is still rendering,
         after it: a tab's updates always arrive in the order they were made."""
         queue = self.pending_frames
         if queue is None:
-            if view is None or type(view) is bytes:
+            if view is None or type(view) is ViewFrame:
                 self.stream.send(data, view, self.app.now())
                 return
             queue = self.pending_frames = deque()
@@ -400,7 +401,7 @@ class TabOutput:
     async def _deliver_in_order(self, queue: deque[tuple[bytes, Any]]) -> None:
         while queue:
             data, view = queue[0]
-            if view is not None and type(view) is not bytes:
+            if view is not None and type(view) is not ViewFrame:
                 try:
                     view = await view
                 except Exception as exc:  # the render failed: the frames behind it still go out
@@ -426,14 +427,17 @@ class TabOutput:
             return
         if frame:
             batch.append(frame)
-        if all(type(part) is bytes for part in batch):
-            self.deliver(b"".join(batch))
+        if self.pending_frames is None and all(type(part) is bytes or type(part) is ViewFrame for part in batch):
+            stream = self.stream  # one write: a view in it takes the form the page needs now
+            self.deliver(
+                b"".join(part if type(part) is bytes else stream.pick(cast("ViewFrame", part)) for part in batch)
+            )
             return
-        for part in batch:  # an async view rendering: each part in order, the view when it is done
+        for part in batch:  # an async view rendering: each part in order, each view as its page needs it then
             if type(part) is bytes:
                 self.deliver(part)
             else:
-                self.deliver(b"", part)
+                self.deliver(b"", cast("ViewFrame | Awaitable[ViewFrame | None]", part))
 
     def apply_client_signals(self, values: Mapping[str, Any]) -> None:
         """Write the browser's values into the writable signals; other ids are ignored.

@@ -15,6 +15,7 @@ from pyvia.http import Request, SharedFields, StreamResponse, StreamSink
 from pyvia.lifecycle import Event, State, move
 from pyvia.runtime.common import PASSED, RequestKind, newest, settled, then
 from pyvia.scopes import Scope
+from pyvia.view_frame import ViewFrame
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -104,7 +105,7 @@ class Streams:
             signals.update(ctx.full_signals())
         else:
             signals.update(ctx.changed_signals())
-        if view is None or type(view) is bytes:
+        if view is None or type(view) is ViewFrame:
             ctx.stream.send(protocol.patch_signals(signals), view, now, opening=True)
         else:  # an async view: it follows once rendered, before anything sent after it
             ctx.stream.send(protocol.patch_signals(signals), None, now, opening=True)

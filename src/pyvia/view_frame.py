@@ -1,0 +1,101 @@
+"""A view's patch event in the two forms a tab may need, and which one its page can take.
+
+The page shell puts the view in ``<div id="via-view">``, and a re-render replaces that element
+whole: right for any markup. Most views are one element with an id of their own (``<main
+id="chat">``); Datastar morphs such an element by its id, so the event can carry it without the
+wrapper (26 bytes fewer per tab and broadcast). That form is right only for a page whose view
+already has a root with that id, which only the tab's stream knows (:class:`~pyvia.stream.Stream`
+keeps the root it last wrote): the frame carries both forms and the stream picks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyvia.protocol import patch_elements
+from pyvia.render import VIEW_ID, view_patch
+
+__all__ = ["ViewFrame", "view_root"]
+
+#: Root elements whose content the HTML parser never moves out of them (a ``<p>`` is closed by a
+#: ``<div>`` inside it, a ``<table>`` fosters stray content before itself, a ``<form>`` drops a
+#: nested one): the markup's tree is the DOM's, so one element in the text is one in the page.
+_ROOT_TAGS = frozenset(
+    ("div", "main", "section", "article", "aside", "header", "footer", "nav", "ul", "ol", "figure", "span")
+)
+_START_TAG = re.compile(
+    r"""<([a-zA-Z][a-zA-Z0-9]*)((?:\s+[^\s"'>/=]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'=<>`]+))?)*)\s*>"""
+)
+_ATTRIBUTE = re.compile(r"""\s+([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
+#: Text the parser does not read as tags (a ``</div>`` there is not a close), or a comment:
+#: counting tags cannot judge such markup, so it keeps the wrapper.
+_RAW_TEXT = re.compile(
+    r"<(?:script|style|textarea|title|template|noscript|xmp|iframe|noembed|noframes|plaintext)[\s/>]|<!--|<!\[CDATA\[",
+    re.IGNORECASE,
+)
+
+
+def view_root(markup: str) -> str | None:
+    """The id of ``markup``'s root element if it is exactly one element with an id (whitespace
+    around it aside), else None. Conservative: any doubt answers None, which costs 26 bytes."""
+    text = markup.strip()
+    start = _START_TAG.match(text)
+    if start is None:
+        return None
+    tag = start.group(1).lower()
+    if tag not in _ROOT_TAGS:
+        return None
+    root = None
+    for attribute in _ATTRIBUTE.finditer(start.group(2)):
+        if attribute.group(1).lower() == "id":
+            root = attribute.group(2) or attribute.group(3) or attribute.group(4)
+            break
+    if not root or root == VIEW_ID or any(c in root for c in " \t\n\r\f&"):
+        return None
+    close = f"</{tag}>"
+    if text[-len(close) :].lower() != close or _RAW_TEXT.search(text) is not None:
+        return None
+    # One root: the tag's first close that balances its opens is the last one.
+    depth = 1
+    inner = re.finditer(rf"<(/?){tag}[\s/>]", text[start.end() : len(text) - len(close)], re.IGNORECASE)
+    for found in inner:
+        depth += -1 if found.group(1) else 1
+        if depth == 0:
+            return None
+    return root if depth == 1 else None
+
+
+class ViewFrame:
+    """One render of a view as a ``datastar-patch-elements`` event: ``wrapped`` (the page's view
+    element whole: right for any page) and, when the view is one element with an id (``root``),
+    ``bare`` (that element alone, morphed by its id). ``whole``: False for a part of the view (a
+    component's element), which leaves the view's root as it was."""
+
+    __slots__ = ("bare", "root", "whole", "wrapped")
+
+    def __init__(
+        self, wrapped: bytes, root: str | None = None, bare: bytes | None = None, *, whole: bool = True
+    ) -> None:
+        self.wrapped = wrapped
+        self.root = root
+        self.bare = bare if bare is not None else wrapped
+        self.whole = whole
+
+    @classmethod
+    def of_view(cls, markup: str) -> ViewFrame:
+        """The frame that makes ``markup`` the page's view."""
+        wrapped = view_patch(markup)
+        root = view_root(markup)
+        if root is None:
+            return cls(wrapped)
+        return cls(wrapped, root, patch_elements(markup.strip()))
+
+    def for_page(self, shown_root: str | None) -> bytes:
+        """The form for a page whose view's root is ``shown_root`` (None: not known to be one element)."""
+        return self.bare if shown_root is not None and shown_root == self.root else self.wrapped
+
+    def __len__(self) -> int:
+        return len(self.wrapped)
+
+    def __repr__(self) -> str:
+        return f"ViewFrame(root={self.root!r}, {len(self.wrapped)} bytes wrapped, {len(self.bare)} bare)"
