@@ -358,7 +358,10 @@ class Stream:
         without building the tab's compressor where the coding allows it (zstd).
         """
         if view is not None:
-            self.view_size = len(view)
+            if view.whole:
+                self.view_size = len(view)
+            if self.held_view is not None:  # a component's frame goes out after the view held before it
+                view = self.held_view.then(view)
         sink = self.sink
         if sink is None or sink.is_closed:
             if view is not None:
@@ -402,6 +405,16 @@ class Stream:
                 self.outflow.over.add(self)
             if buffered > _BEHIND * self.max_buffer:
                 self.close(abort=True)  # a reader this far behind only grows memory: it reconnects to a full render
+
+    def inline(self, view: ViewFrame) -> bytes:
+        """The bytes of ``view`` in a write that goes out now whatever the reader's backlog (an
+        action's frames, in the order it made them): a view held before it goes first, or not at
+        all when ``view`` is a whole view (newer than it); sent after, it would undo ``view``."""
+        held = self.held_view
+        if held is not None:
+            self.held_view = None
+            view = held.then(view)
+        return self.pick(view)
 
     def pick(self, view: ViewFrame) -> bytes:
         """The form of ``view`` that this tab's page can take now, written next: the page shows it after."""

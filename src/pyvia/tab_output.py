@@ -430,7 +430,7 @@ class TabOutput:
         if self.pending_frames is None and all(type(part) is bytes or type(part) is ViewFrame for part in batch):
             stream = self.stream  # one write: a view in it takes the form the page needs now
             self.deliver(
-                b"".join(part if type(part) is bytes else stream.pick(cast("ViewFrame", part)) for part in batch)
+                b"".join(part if type(part) is bytes else stream.inline(cast("ViewFrame", part)) for part in batch)
             )
             return
         for part in batch:  # an async view rendering: each part in order, each view as its page needs it then

@@ -90,6 +90,15 @@ class ViewFrame:
             return cls(wrapped)
         return cls(wrapped, root, patch_elements(markup.strip()))
 
+    def then(self, later: ViewFrame) -> ViewFrame:
+        """This frame and ``later`` in one, as a tab waiting for both must get them: ``later`` alone
+        when it is a whole view (it shows all this one did, newer), else both in order (a
+        component's frame after the view it is part of, or after another component's)."""
+        if later.whole:
+            return later
+        bare = self.bare + later.wrapped if self.root is not None else None
+        return ViewFrame(self.wrapped + later.wrapped, self.root, bare, whole=self.whole)
+
     def for_page(self, shown_root: str | None) -> bytes:
         """The form for a page whose view's root is ``shown_root`` (None: not known to be one element)."""
         return self.bare if shown_root is not None and shown_root == self.root else self.wrapped

@@ -5,6 +5,7 @@ stream, another root or markup of several elements goes wrapped."""
 from __future__ import annotations
 
 from pyvia import App, Context
+from pyvia.components import Component
 from pyvia.testing import Tab, TestClient
 
 ROOM = "room:a"
@@ -80,3 +81,52 @@ def test_another_shape_goes_wrapped_and_so_does_the_first_frame_of_a_new_stream(
         client.clock.advance(1)
         assert view_frames(tab) == ['<section id="board"><b id="n">4</b></section>']
         assert tab.html == '<section id="board"><b id="n">4</b></section>'
+
+
+def board_with_a_clock() -> App:
+    """A shared count in the view, and a component that a timer re-renders on its own."""
+    app = App()
+
+    @app.page("/")
+    def board(c: Context) -> None:
+        c.scope(ROOM)
+        count = c.signal(0, "count", scope=ROOM)
+
+        @c.action
+        def bump() -> None:
+            count.increment()
+
+        def clock(comp: Component) -> None:
+            ticks = comp.signal(0, "ticks")
+
+            def tick() -> None:
+                ticks.value += 1
+                comp.sync()
+
+            comp.view(lambda: f'<b id="ticks">{ticks.value}</b>')
+            c.set_interval(tick, 1.0)
+
+        part = c.component(clock, "clock")
+        c.view(lambda: f'<main id="board"><b id="n">{count.value}</b>{part}</main>', share_render=True)
+
+    return app
+
+
+def test_a_component_frame_does_not_replace_a_view_held_for_a_slow_reader() -> None:
+    with TestClient(board_with_a_clock()) as client:
+        tab, other = client.open("/"), client.open("/")
+        client.clock.advance(0.5)
+        ctx = tab.context
+        assert ctx is not None
+        ctx.stream.max_buffer = 200  # a view waits while more than this is unread
+        tab.pause()  # the page stops reading
+        other.action("bump")
+        client.clock.advance(0.05)  # written, unread
+        other.action("bump")
+        client.clock.advance(0.05)  # held: the reader is behind
+        assert ctx.stream.held_view is not None
+        client.clock.advance(0.5)  # the clock's frame comes while the board's view is held
+        tab.resume()
+        client.clock.advance(0.1)
+        assert '<b id="ticks">1</b>' in tab.html
+        assert '<b id="n">2</b>' in tab.html  # the board's view went out before the clock's frame
