@@ -121,10 +121,15 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``2026-11-30T10:00:00.123Z INFO pyvia: message [request_id=ab12]``, traceback below."""
+    """``2026-11-30T10:00:00.123Z INFO pyvia: message [request_id=ab12]``, traceback below;
+    with a ``tag`` (a worker's), ``pyvia [worker 0 pid 41]: message``."""
+
+    def __init__(self, tag: str = "") -> None:
+        super().__init__()
+        self.tag = f" [{tag}]" if tag else ""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_iso_time(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        line = f"{_iso_time(record.created)} {record.levelname} {record.name}{self.tag}: {record.getMessage()}"
         rid = request_id.get()
         if rid is not None:
             line += f" [request_id={rid}]"
@@ -157,13 +162,14 @@ def configure_logging(
     stream: IO[str] | None = None,
     logger: logging.Logger | None = None,
     secrets: Iterable[str] | None = None,
+    tag: str = "",
 ) -> logging.Handler:
     """Send ``logger``'s records (the root logger's by default) to ``stream`` (stderr) as ``fmt``.
 
     ``fmt`` is ``"text"`` or ``"json"``. ``secrets`` are values never to print; by default the
-    value of ``PYVIA_SECRET``. A handler this function added before is replaced, so calling it
-    again reconfigures. Returns the handler. Raises :class:`pyvia.errors.ConfigError` for an
-    unknown level or format.
+    value of ``PYVIA_SECRET``. ``tag`` names the process on each text line (a worker). A handler
+    this function added before is replaced, so calling it again reconfigures. Returns the handler.
+    Raises :class:`pyvia.errors.ConfigError` for an unknown level or format.
     """
     if isinstance(level, str):
         if level.upper() not in _LEVELS:
@@ -179,7 +185,7 @@ def configure_logging(
         old.close()
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler._pyvia_ops = True  # type: ignore[attr-defined]  # marks our handler for the next call
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(tag))
     if secrets is None:
         secrets = [os.environ.get("PYVIA_SECRET", "")]
     handler.addFilter(RedactingFilter(secrets))

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from pyvia.app import App
 from pyvia.cluster import join_from_env
+from pyvia.ops.logs import configure_logging
 from pyvia.server import ServedApp
 from pyvia.server.balance import BalancedAcceptor, BalanceTable
 from pyvia.server.connection import ConnectionRegistry, HttpProtocol
@@ -399,5 +400,5 @@ def run(app: ServedApp, **options: object) -> None:
     import uvloop
 
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging("INFO", "text")  # the format and redaction of `pyvia run`
     uvloop.run(serve(app, **options))  # type: ignore[arg-type]  # options are serve()'s keywords

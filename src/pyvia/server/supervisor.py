@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyvia.cluster.base import redact_url
+from pyvia.ops.logs import configure_logging
 from pyvia.server.listeners import Listeners
 from pyvia.server.pid_file import read_pid_file, remove_pid_file, write_pid_file
 from pyvia.server.rolling_reload import RollingReload
@@ -150,7 +151,7 @@ class Supervisor:
     def run(self) -> int:
         """Start, supervise until told to stop, stop; return the exit status."""
         if not logging.getLogger().handlers:
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            configure_logging("INFO", "text")  # the format and redaction of `pyvia run`
         self.signals.install()
         try:
             self._start()

@@ -33,6 +33,7 @@ import socket
 import sys
 
 from pyvia.cluster import WORKER_ID_ENV
+from pyvia.ops.logs import configure_logging
 from pyvia.server.balance import BALANCE_FD_ENV, BALANCE_SLOT_ENV, BalanceTable
 
 __all__ = [
@@ -86,14 +87,7 @@ def _configure_logging(worker_id: str) -> None:
 
         options = load_settings().log_options()
         level, fmt = str(options["level"]).upper(), str(options["fmt"])
-    if fmt == "json":
-        from pyvia.ops.logs import configure_logging
-
-        configure_logging(level, fmt)
-        return
-    logging.basicConfig(
-        level=level, format=f"%(asctime)s %(levelname)s %(name)s [worker {worker_id} pid %(process)d]: %(message)s"
-    )
+    configure_logging(level, fmt, tag=f"worker {worker_id} pid {os.getpid()}")
 
 
 def _report(fd: int, what: bytes) -> None:
