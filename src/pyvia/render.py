@@ -353,6 +353,7 @@ def page_shell(
 
 def build_document(content: str, *, title: str, head: str, foot: str, lang: str = "en") -> str:
     """Wrap a fragment view in the shell, or inject ``head``/``foot`` into a full document."""
+    content = str(content)  # a Markup (``html()``) would escape what is joined to it: the bootstrap
     if not is_document(content):
         return _SHELL.format(
             lang=lang, title=html.escape(title), head=head, foot=foot, view_id=VIEW_ID, content=content
@@ -363,13 +364,19 @@ def build_document(content: str, *, title: str, head: str, foot: str, lang: str 
         content = content[: m.start()] + head + "\n" + content[m.start() :]
     else:
         content = head + content
-    if FOOT_MARK in content:
-        content = content.replace(FOOT_MARK, foot, 1)
-    elif foot:
-        ends = list(_BODY_END.finditer(content))
-        if ends:
-            at = ends[-1].start()
-            content = content[:at] + foot + "\n" + content[at:]
-        else:
-            content += foot
-    return content
+    return with_foot(content, foot)
+
+
+def with_foot(document: str, foot: str) -> str:
+    """``document`` with ``foot`` where ``via_foot()`` left its mark, else before its last
+    ``</body>`` (else at its end): where the page has it, and where a body's update keeps it."""
+    document = str(document)
+    if FOOT_MARK in document:
+        return document.replace(FOOT_MARK, foot, 1)
+    if not foot:
+        return document
+    ends = list(_BODY_END.finditer(document))
+    if ends:
+        at = ends[-1].start()
+        return document[:at] + foot + "\n" + document[at:]
+    return document + foot

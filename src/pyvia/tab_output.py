@@ -26,9 +26,10 @@ import orjson
 
 from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
+from pyvia.devtools import panel as devtools_panel
 from pyvia.errors import DeclarationError
 from pyvia.lifecycle import State
-from pyvia.render import body_of, is_document
+from pyvia.render import body_of, is_document, with_foot
 from pyvia.scopes import SharedSignal
 from pyvia.signals import Signal, owned_values
 from pyvia.view_frame import ViewFrame
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.components import Component
     from pyvia.context import Action, Context, ViewCallable
+    from pyvia.routing import Route
     from pyvia.stream import Stream
 
 __all__ = ["TabOutput"]
@@ -75,6 +77,8 @@ class TabOutput:
         revived: bool
         stream: Stream
         tab_state: dict[str, Any]
+        route: Route
+        foot_tags: list[str] | tuple[()]
 
     # --- rendering -------------------------------------------------------------------------------
 
@@ -114,12 +118,23 @@ class TabOutput:
             return None
         if self._view_block is not None:
             frame = ViewFrame(protocol.patch_elements(markup))
-        elif is_document(markup):
-            frame = ViewFrame(protocol.patch_elements(body_of(markup), "body", "inner"))
+        elif is_document(markup):  # the body's inside, with what the page put at its end
+            frame = ViewFrame(
+                protocol.patch_elements(body_of(with_foot(markup, self.document_foot())), "body", "inner")
+            )
         else:
             frame = ViewFrame.of_view(markup)
         self.stream.view_size = len(frame)  # what a full render costs: a resume weighs its frames against it
         return frame
+
+    def document_foot(self) -> str:
+        """What the page puts at the end of a whole document's body: the route's alert, the app's
+        and the tab's foot tags, the dev panel. An update of the body must carry it again."""
+        config = self.app.config
+        parts = [self.route.alert, *config.foot, *self.foot_tags]
+        if config.dev:
+            parts.append(devtools_panel(self.app))
+        return "\n".join(parts)
 
     def seed_signals(self) -> dict[str, Any]:
         """Every signal of the page's first HTML: tab and shared values whole, with their revisions

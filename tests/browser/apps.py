@@ -6,7 +6,7 @@ import asyncio
 import os
 import tempfile
 
-from pyvia import App, Context, Scope
+from pyvia import App, Context, Scope, html
 from pyvia.db import Database
 
 preference = tuple(os.environ.get("TEST_COMPRESSION", "zstd,br,gzip").split(","))
@@ -99,3 +99,27 @@ def online_board_page(c: Context, name: str) -> None:
         return f'<p id="online">{here}</p><p id="cards">{cards}</p>'
 
     c.view(view)
+
+
+#: A whole document built with ``html()`` (its own head and body): its bootstrap was escaped into
+#: text, and an update of its body dropped what the page puts at the end of it (the alert).
+document_app = App(title="Document", foot=['<footer id="app-foot">app foot</footer>'])
+
+
+@document_app.page("/")
+def document_page(c: Context) -> None:
+    n = c.signal(0, "n")
+
+    @c.action
+    def bump() -> None:
+        n.value += 1
+        c.sync()
+
+    c.view(
+        lambda: html(
+            "<!doctype html><html><head><title>Own document</title></head><body>"
+            '<main id="m"><p id="n">{}</p><button id="b" data-on:click="{}">+</button></main></body></html>',
+            n.value,
+            bump,
+        )
+    )

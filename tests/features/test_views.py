@@ -119,7 +119,47 @@ def test_full_document_callable_without_block_patches_the_body() -> None:
         tab.action("bump")
         view = tab.new_events()[0]
         assert (view.selector, view.mode) == ("body", "inner")
-        assert view.elements == "<p id='n'>1</p>"
+        assert view.elements.startswith("<p id='n'>1</p>")
+        # what the page put after the document's body stays: the alert, the app's foot
+        foot = tab.page.split("<p id='n'>0</p>", 1)[1].rsplit("</body>", 1)[0]
+        assert 'id="via-alert"' in foot and "<footer>app foot</footer>" in foot
+        assert view.elements == "<p id='n'>1</p>" + foot
+
+
+def test_a_full_document_built_with_html_keeps_its_bootstrap_and_its_foot() -> None:
+    from pyvia import html
+
+    app = App(foot=['<footer id="mine">app foot</footer>'])
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        n = c.signal(0, "n")
+
+        @c.action
+        def bump() -> None:
+            n.value += 1
+            c.sync()
+
+        c.view(
+            lambda: html(
+                "<!doctype html><html><head><title>t</title></head><body>"
+                '<main id="m"><p id="n">{}</p><button id="b" data-on:click="{}">+</button></main>'
+                "{}</body></html>",
+                n.value,
+                bump,
+                html("<script>/* after the main */</script>"),
+            )
+        )
+
+    with TestClient(app) as client:
+        tab = client.open("/")  # a page whose bootstrap was escaped has no meta#via-boot
+        assert "&lt;meta" not in tab.page
+        tab.click("#b")
+        tab.click("#b")
+        update = [e for e in tab.events if e.selector == "body"][-1]
+        assert update.elements.startswith('<main id="m"><p id="n">2</p>')
+        assert 'id="via-alert"' in update.elements and '<footer id="mine">app foot</footer>' in update.elements
+        assert update.elements.index("/* after the main */") < update.elements.index('id="via-alert"')
 
 
 def test_the_test_client_applies_every_patch_mode_at_an_id() -> None:

@@ -103,10 +103,7 @@ class Pages:
             )
             if config.head or ctx.head_tags:
                 head += "\n" + "\n".join([*config.head, *ctx.head_tags])
-            foot = [ctx.route.alert, *config.foot, *ctx.foot_tags]
-            if panel:
-                foot.append(panel)
-            doc = build_document(content, title=title, head=head, foot="\n".join(foot), lang=config.lang).encode()
+            doc = build_document(content, title=title, head=head, foot=ctx.document_foot(), lang=config.lang).encode()
         else:
             shell = page_shell(
                 config.lang,
