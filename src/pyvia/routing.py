@@ -49,6 +49,8 @@ class Route:
     #: A page's words for failures (pyvia.alerts) and its alert element, made at registration.
     messages: dict[str, str] = field(default_factory=dict)
     alert: str = ""
+    #: The view blocks whose first update was checked for elements Datastar cannot find by id.
+    checked_blocks: set[str] = field(default_factory=set)
 
 
 def compile_route(

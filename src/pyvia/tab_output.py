@@ -32,7 +32,7 @@ from pyvia.lifecycle import State
 from pyvia.render import body_of, is_document, with_foot
 from pyvia.scopes import SharedSignal
 from pyvia.signals import Signal, owned_values
-from pyvia.view_frame import ViewFrame
+from pyvia.view_frame import ViewFrame, check_block
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -117,6 +117,10 @@ class TabOutput:
         if not markup:
             return None
         if self._view_block is not None:
+            checked = self.route.checked_blocks
+            if self._view_block not in checked:
+                checked.add(self._view_block)
+                check_block(self.route.pattern, self._view_block, markup)
             frame = ViewFrame(protocol.patch_elements(markup))
         elif is_document(markup):  # the body's inside, with what the page put at its end
             frame = ViewFrame(

@@ -10,12 +10,16 @@ keeps the root it last wrote): the frame carries both forms and the stream picks
 
 from __future__ import annotations
 
+import logging
 import re
+from html.parser import HTMLParser
 
 from pyvia.protocol import patch_elements
 from pyvia.render import VIEW_ID, view_patch
 
-__all__ = ["ViewFrame", "view_root"]
+__all__ = ["ViewFrame", "check_block", "first_element_without_id", "view_root"]
+
+logger = logging.getLogger("pyvia")
 
 #: Root elements whose content the HTML parser never moves out of them (a ``<p>`` is closed by a
 #: ``<div>`` inside it, a ``<table>`` fosters stray content before itself, a ``<form>`` drops a
@@ -108,3 +112,55 @@ class ViewFrame:
 
     def __repr__(self) -> str:
         return f"ViewFrame(root={self.root!r}, {len(self.wrapped)} bytes wrapped, {len(self.bare)} bare)"
+
+
+_VOID = frozenset(
+    ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr")
+)
+
+
+class _TopLevel(HTMLParser):
+    """Finds the first top-level element of a fragment that has no id."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = 0
+        self.found: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.depth == 0 and self.found is None and not dict(attrs).get("id"):
+            self.found = tag
+        if tag not in _VOID:
+            self.depth += 1
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.depth == 0 and self.found is None and not dict(attrs).get("id"):
+            self.found = tag
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in _VOID and self.depth:
+            self.depth -= 1
+
+
+def first_element_without_id(fragment: str) -> str | None:
+    """The tag of the first top-level element of ``fragment`` without an id, if any: Datastar
+    morphs a fragment's top-level elements by their ids, and ignores one it cannot find."""
+    parser = _TopLevel()
+    parser.feed(str(fragment))
+    parser.close()
+    return parser.found
+
+
+def check_block(page: str, block: str, fragment: str) -> None:
+    """Warn once that a view block's update cannot reach the page (the docs' rule: one element,
+    with an id), instead of letting that part of the page stay as it was without a word."""
+    tag = first_element_without_id(fragment)
+    if tag is not None:
+        logger.warning(
+            "page %s: the view block %r has a top-level <%s> without an id: Datastar finds what an update "
+            "replaces by the ids of its top-level elements, so that part of the page is never updated "
+            "(give it an id, or make the block one element with an id)",
+            page,
+            block,
+            tag,
+        )

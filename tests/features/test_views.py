@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from pyvia import App, Context
 from pyvia.testing import TestClient
@@ -188,3 +191,39 @@ def test_the_test_client_applies_every_patch_mode_at_an_id() -> None:
             '<p>top</p><ul id="list"><li>a</li><li>b</li></ul><p>bottom</p>'
             '<span id="x">new</span><div id="box">inner</div>'
         )
+
+
+def test_a_block_whose_top_level_element_has_no_id_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    app = App(template_dir=TEMPLATES)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        n = c.signal(0, "n")
+
+        @c.action
+        def bump() -> None:
+            n.value += 1
+            c.sync()
+
+        c.view("noid.html", block="counts")
+
+    with TestClient(app) as client, caplog.at_level(logging.WARNING, logger="pyvia"):
+        tab = client.open("/")
+        tab.click("#bump")
+        tab.click("#bump")  # warned once, not at every update
+        warnings = [r.getMessage() for r in caplog.records if "view block" in r.getMessage()]
+        assert warnings == [
+            "page /: the view block 'counts' has a top-level <p> without an id: Datastar finds what an update "
+            "replaces by the ids of its top-level elements, so that part of the page is never updated "
+            "(give it an id, or make the block one element with an id)"
+        ]
+        caplog.clear()
+        client.open("/").click("#bump")  # another tab of the route: checked already
+        assert not [r for r in caplog.records if "view block" in r.getMessage()]
+
+
+def test_blocks_of_elements_with_ids_are_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with TestClient(make_app()) as client, caplog.at_level(logging.WARNING, logger="pyvia"):
+        client.open("/list").click("#add")
+        client.open("/doc").action("bump")
+        assert not [r for r in caplog.records if "view block" in r.getMessage()]
