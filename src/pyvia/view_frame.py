@@ -75,15 +75,23 @@ class ViewFrame:
     ``bare`` (that element alone, morphed by its id). ``whole``: False for a part of the view (a
     component's element), which leaves the view's root as it was."""
 
-    __slots__ = ("bare", "root", "whole", "wrapped")
+    __slots__ = ("_bare", "root", "whole", "wrapped")
 
     def __init__(
-        self, wrapped: bytes, root: str | None = None, bare: bytes | None = None, *, whole: bool = True
+        self, wrapped: bytes, root: str | None = None, bare: bytes | str | None = None, *, whole: bool = True
     ) -> None:
         self.wrapped = wrapped
         self.root = root
-        self.bare = bare if bare is not None else wrapped
+        #: The bare event, or the markup to make it from when a page first takes it.
+        self._bare = bare if bare is not None else wrapped
         self.whole = whole
+
+    @property
+    def bare(self) -> bytes:
+        bare = self._bare
+        if isinstance(bare, str):  # made once, by the first tab whose page shows this root
+            bare = self._bare = patch_elements(bare)
+        return bare
 
     @classmethod
     def of_view(cls, markup: str) -> ViewFrame:
@@ -92,7 +100,7 @@ class ViewFrame:
         root = view_root(markup)
         if root is None:
             return cls(wrapped)
-        return cls(wrapped, root, patch_elements(markup.strip()))
+        return cls(wrapped, root, markup.strip())
 
     def then(self, later: ViewFrame) -> ViewFrame:
         """This frame and ``later`` in one, as a tab waiting for both must get them: ``later`` alone
