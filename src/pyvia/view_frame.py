@@ -32,11 +32,12 @@ _START_TAG = re.compile(
 )
 _ATTRIBUTE = re.compile(r"""\s+([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
 #: Text the parser does not read as tags (a ``</div>`` there is not a close), or a comment:
-#: counting tags cannot judge such markup, so it keeps the wrapper.
+#: counting tags cannot judge such markup, so it keeps the wrapper. Matched in lower case (a
+#: case-blind pattern scans several times slower).
 _RAW_TEXT = re.compile(
-    r"<(?:script|style|textarea|title|template|noscript|xmp|iframe|noembed|noframes|plaintext)[\s/>]|<!--|<!\[CDATA\[",
-    re.IGNORECASE,
+    r"<(?:script|style|textarea|title|template|noscript|xmp|iframe|noembed|noframes|plaintext)[\s/>]|<!--|<!\[cdata\["
 )
+_TAGS = {tag: re.compile(rf"<(/?){tag}[\s/>]") for tag in _ROOT_TAGS}
 
 
 def view_root(markup: str) -> str | None:
@@ -57,12 +58,17 @@ def view_root(markup: str) -> str | None:
     if not root or root == VIEW_ID or any(c in root for c in " \t\n\r\f&"):
         return None
     close = f"</{tag}>"
-    if text[-len(close) :].lower() != close or _RAW_TEXT.search(text) is not None:
+    lower = text.lower()
+    if not lower.endswith(close):
         return None
+    inside = lower[start.end() : len(lower) - len(close)]
+    if f"<{tag}" not in inside and f"</{tag}" not in inside:
+        return root  # nothing inside names its tag: whatever else is there, its close is the last
+    if _RAW_TEXT.search(inside) is not None:
+        return None  # a "</div>" there may be text, not a close: the count cannot tell
     # One root: the tag's first close that balances its opens is the last one.
     depth = 1
-    inner = re.finditer(rf"<(/?){tag}[\s/>]", text[start.end() : len(text) - len(close)], re.IGNORECASE)
-    for found in inner:
+    for found in _TAGS[tag].finditer(inside):
         depth += -1 if found.group(1) else 1
         if depth == 0:
             return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyvia import protocol
 from pyvia.errors import ClientError, MalformedRequest, PayloadTooLarge
@@ -291,3 +293,21 @@ def test_parse_signals_too_long_list_is_malformed_and_named() -> None:
     raw = orjson.dumps({"a": list(range(protocol.MAX_SIGNAL_ITEMS + 1))})
     with pytest.raises(MalformedRequest, match="signal 'a' holds a list of more than"):
         parse_signals(raw)
+
+
+@given(
+    st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",))) | st.sampled_from(["\r", "\n", "\r\n"])).map(
+        "".join
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_elements_read_back_as_sent_whatever_their_line_breaks(text: str) -> None:
+    """What a browser's SSE parser reads back from the ``elements`` lines is the markup, each of
+    CR LF, CR and LF read as a line feed (the SSE rule), and nothing else."""
+    event = patch_elements(text).decode()
+    assert event.startswith("event: datastar-patch-elements\n") and event.endswith("\n\n")
+    body = event[len("event: datastar-patch-elements\n") : -1]
+    lines = body.split("\n")[:-1] if text else []
+    assert all(line.startswith("data: elements ") for line in lines)
+    read = "\n".join(line[len("data: elements ") :] for line in lines)
+    assert read == text.replace("\r\n", "\n").replace("\r", "\n")

@@ -3,7 +3,11 @@ tag count could misread (raw text, comments, elements the parser closes or moves
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyvia import protocol
 from pyvia.render import view_patch
@@ -58,3 +62,56 @@ def test_a_view_of_several_elements_has_one_form() -> None:
     frame = ViewFrame.of_view("<p>a</p><p>b</p>")
     assert frame.root is None
     assert frame.for_page("a") == frame.wrapped == view_patch("<p>a</p><p>b</p>")
+
+
+class _Roots(HTMLParser):
+    """The top-level elements of a fragment, and whether text stands beside them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = 0
+        self.tops: list[tuple[str, str | None]] = []
+        self.loose_text = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.depth == 0:
+            self.tops.append((tag, dict(attrs).get("id")))
+        self.depth += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self.depth == 0 and data.strip():
+            self.loose_text = True
+
+
+_TAG = st.sampled_from(["div", "main", "section", "span", "DIV", "Main", "divider", "p"])
+_LEAF = st.sampled_from(["x", " ", "\n", "&amp;", "<b>y</b>", "<br>"])
+
+
+@st.composite
+def _fragments(draw: st.DrawFn, depth: int = 0) -> str:
+    parts = []
+    for _ in range(draw(st.integers(1, 3 if depth else 2))):
+        if depth < 3 and draw(st.booleans()):
+            tag = draw(_TAG)
+            ident = draw(st.sampled_from(["", ' id="a"', " id=b", ' class="c" id="d"']))
+            inner = draw(_fragments(depth + 1))
+            parts.append(f"<{tag}{ident}>{inner}</{tag}>")
+        else:
+            parts.append(draw(_LEAF))
+    return "".join(parts)
+
+
+@given(_fragments())
+@settings(max_examples=500, deadline=None)
+def test_a_root_is_found_only_where_the_html_parser_sees_one_element_with_that_id(fragment: str) -> None:
+    root = view_root(fragment)
+    if root is None:
+        return  # keeping the wrapper is always right
+    parser = _Roots()
+    parser.feed(fragment)
+    parser.close()
+    assert not parser.loose_text and len(parser.tops) == 1, (fragment, parser.tops)
+    assert parser.tops[0][1] == root
