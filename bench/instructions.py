@@ -43,7 +43,8 @@ from typing import Any
 __all__ = ["main"]
 
 #: ``doc``: the page view of ``bench/peer_apps``' documentation page (``/doc``, about 20 KB).
-KINDS = ("pages", "actions", "doc")
+#: ``sync``: a click whose action re-renders the tab's own ~2.6 KB view (``bench/apps_sync.py``).
+KINDS = ("pages", "actions", "doc", "sync")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -95,6 +96,10 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
         from bench.peer_apps.pyvia_app import app
 
         path = "/doc"
+    elif kind == "sync":
+        from bench.apps_sync import app
+
+        path = "/"
     else:
         app = _load_counter(Path(pyvia.__file__).resolve().parents[2] / "examples")
         path = "/"
@@ -129,8 +134,9 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
     run_due = client.clock.run_due
     run_due()
 
-    payload = orjson.loads(action.body) if kind == "actions" else {}
-    count = app.contexts[tab.id]._signals["count"].value if kind == "actions" else 0  # type: ignore[attr-defined]
+    clicks = kind in ("actions", "sync")
+    payload = orjson.loads(action.body) if clicks else {}
+    count = app.contexts[tab.id]._signals["count"].value if clicks else 0  # type: ignore[attr-defined]
 
     def actions(k: int) -> list[Any]:
         nonlocal count
@@ -143,7 +149,7 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
         return out
 
     def make(k: int) -> list[Any]:
-        return actions(k) if kind == "actions" else [_copy(page) for _ in range(k)]
+        return actions(k) if clicks else [_copy(page) for _ in range(k)]
 
     loop = client.loop
 
@@ -176,7 +182,7 @@ def _inner(kind: str, n: int, warmup: int, wall: bool, profile: bool = False) ->
     started = time.perf_counter()
     operator.call(measured)  # what callgrind counts (--toggle-collect=_operator_call): nothing else calls it
     elapsed = time.perf_counter() - started
-    if kind == "actions":
+    if clicks:
         final = app.contexts[tab.id]._signals["count"].value  # type: ignore[attr-defined]
         if final != count or sink.writes < n:
             raise SystemExit(f"actions: the count is {final}, expected {count}; {sink.writes} frames sent")
@@ -281,7 +287,9 @@ def main(argv: list[str] | None = None) -> None:
         label = _describe(Path(args.src))
         for kind in kinds:
             per = _count(kind, args, out_dir)
-            noun = {"pages": "page view", "actions": "action", "doc": "doc page view"}[kind]
+            noun = {"pages": "page view", "actions": "action", "doc": "doc page view", "sync": "action with its view"}[
+                kind
+            ]
             print(f"{label}: {per:,.0f} instructions per {noun} (n={args.n}, callgrind Ir, PYTHONHASHSEED=0)")
 
 

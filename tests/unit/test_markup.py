@@ -5,7 +5,7 @@ from __future__ import annotations
 import html as stdlib_html
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import Markup
 
@@ -68,3 +68,61 @@ def test_any_text_comes_back_as_itself_and_cannot_open_a_tag_or_end_an_attribute
     attribute, _, text = body.partition('">')
     assert "<" not in text and '"' not in attribute and "'" not in attribute
     assert stdlib_html.unescape(text) == value == stdlib_html.unescape(attribute)
+
+
+_VALUES = st.one_of(
+    st.text(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.text().map(Markup),
+    st.lists(st.one_of(st.text(), st.text().map(Markup)), max_size=3),
+)
+_TEMPLATE_TEXT = st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=8)
+
+
+@st.composite
+def _templates(draw: st.DrawFn) -> tuple[str, list[object], dict[str, object]]:
+    """A template with ``{}``, ``{0}`` or ``{name}`` fields (one style, as Python requires), literal
+    braces and text, and the values its fields ask for."""
+    style = draw(st.sampled_from(["auto", "numbered", "named"]))
+    parts, args, values = [draw(_TEMPLATE_TEXT)], [], {}
+    for _ in range(draw(st.integers(0, 4))):
+        if style == "auto":
+            parts.append("{}")
+            args.append(draw(_VALUES))
+        elif style == "numbered":
+            index = draw(st.integers(0, len(args)))
+            parts.append("{" + str(index) + "}")
+            if index == len(args):
+                args.append(draw(_VALUES))
+        else:
+            name = draw(st.sampled_from(["who", "text", "n"]))
+            parts.append("{" + name + "}")
+            values[name] = values.get(name, draw(_VALUES))
+        parts.append(draw(st.sampled_from(["", "{{", "}}", "<b>", '" x="'])) + draw(_TEMPLATE_TEXT))
+    return "".join(parts), args, values
+
+
+@given(_templates())
+@settings(max_examples=500)
+def test_html_writes_what_markupsafes_format_writes(case: tuple[str, list[object], dict[str, object]]) -> None:
+    """``html()`` fills a template it has read once; what it writes is what Markup.format would."""
+    from pyvia.markup import _piece
+
+    template, args, values = case
+    expected = Markup(template).format(*map(_piece, args), **{k: _piece(v) for k, v in values.items()})
+    assert html(template, *args, **values) == expected
+
+
+def test_fields_html_reads_itself_and_those_it_leaves_to_markupsafe() -> None:
+    assert html("{0!r}", "<") == Markup("{0!r}").format("<")  # a conversion
+    assert html("{0:>3}", "a") == "  a"  # a format spec
+    assert html("{0[k]}", {"k": "<"}) == "&lt;"  # an item
+    with pytest.raises(ValueError, match="manual field specification"):
+        html("{} {0}", "a")
+    with pytest.raises(IndexError):
+        html("{} {}", "a")
+    with pytest.raises(KeyError):
+        html("{who}")
