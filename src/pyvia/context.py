@@ -8,6 +8,7 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -181,6 +182,7 @@ class Context(TabRequest):
         "deadline",
         "last_action",
         "recent_clicks",
+        "acting",
         "revived",
         "stream",
         # user data
@@ -240,6 +242,9 @@ class Context(TabRequest):
         self.last_action = 0.0
         #: The ``via-click`` ids of the tab's latest clicks (``runtime.endpoints.action.first_time``).
         self.recent_clicks: tuple[str, ...] = ()
+        #: The tab's ``async`` action still running (None: none): the tab's next action waits for
+        #: it, so each runs on the values its own post carried.
+        self.acting: RunningAction | None = None
         self.revived = False
         self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
         self._middleware_state: dict[str, Any] | None = request.state_if_made  # None: middleware put nothing
@@ -560,6 +565,28 @@ class Context(TabRequest):
         if result is not None and inspect.isawaitable(result):
             return result
         return None
+
+
+class RunningAction:
+    """An ``async`` action of a tab that has not ended, and the tab's next actions waiting for it.
+    A plain object, not a future: it is made where no loop may be running (an in-process call)."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self) -> None:
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future of the loop that runs, done when the action has ended."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        return waiter
+
+    def end(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
 
 
 def call_hook(fn: Callable[..., Any], ctx: Context) -> Any:

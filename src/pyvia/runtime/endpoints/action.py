@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import time
@@ -14,7 +15,7 @@ from typing import Any
 
 from pyvia import forms, protocol
 from pyvia.arguments import decode_arguments
-from pyvia.context import Action, Context
+from pyvia.context import Action, Context, RunningAction
 from pyvia.errors import (
     ActionTimeout,
     ClientError,
@@ -257,7 +258,13 @@ class Actions:
         arguments: dict[str, Any] | None,
         signals: dict[str, Any],
     ) -> Any:
-        """Run the action's code on the tab with the browser's writable values, and answer."""
+        """Run the action's code on the tab with the browser's writable values, and answer.
+
+        A tab's actions run one at a time, in the order they came: while an ``async`` one awaits,
+        the next waits for it (its post's values are not written into the tab before that)."""
+        running = ctx.acting
+        if running is not None:
+            return self.after(running, lambda: self.invoke(req, ctx, name, action, arguments, signals))
         now = self.app.now()
         started = time.perf_counter()
         writes = self.app.store.writing
@@ -280,18 +287,33 @@ class Actions:
             if self.app.store.writing > writes:
                 return self.after_writes(ctx, writes)
             return self.response(ctx)
-        return self.await_action(ctx, pending, started, writes)
+        running = ctx.acting = RunningAction()
+        return self.await_action(ctx, pending, started, writes, running)
 
-    async def await_action(self, ctx: Context, pending: Awaitable[Any], started: float, writes: int = 0) -> Response:
+    async def after(self, running: RunningAction, then: Callable[[], Any]) -> Any:
+        """``then()``'s answer, once the tab's running action is over, however it ended (or its
+        time is up: an action whose answer was dropped before it started never says it ended)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(running.wait(), self.app.config.action_timeout)
+        return await settled(then())
+
+    async def await_action(
+        self, ctx: Context, pending: Awaitable[Any], started: float, writes: int, running: RunningAction
+    ) -> Response:
         try:
-            await asyncio.wait_for(pending, self.app.config.action_timeout)
-        except TimeoutError:
-            raise ActionTimeout(
-                f"an action of {ctx.route.pattern} ran past {self.app.config.action_timeout} s"
-            ) from None
+            try:
+                await asyncio.wait_for(pending, self.app.config.action_timeout)
+            except TimeoutError:
+                raise ActionTimeout(
+                    f"an action of {ctx.route.pattern} ran past {self.app.config.action_timeout} s"
+                ) from None
+            finally:
+                ctx.end_batch()
+                self.app.metrics.observe_action(time.perf_counter() - started)
         finally:
-            ctx.end_batch()
-            self.app.metrics.observe_action(time.perf_counter() - started)
+            if ctx.acting is running:
+                ctx.acting = None
+            running.end()  # the tab's next action runs now, before this one's writes are confirmed
         await self.app.store.written(writes)
         return self.response(ctx)
 
