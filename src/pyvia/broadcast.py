@@ -348,8 +348,12 @@ class Broadcaster:
             if ctx.state is DESTROYED:  # between two slices of a flush
                 continue
             view: ViewFrame | asyncio.Future[ViewFrame | None] | None
+            sink = ctx.stream.sink
             try:
-                if ctx.share_render:
+                if sink is None or sink.is_closed:  # between two streams (a reload, a hidden tab):
+                    ctx.stream.forgo_view()  # no render for it; its next stream opens with one
+                    view = None
+                elif ctx.share_render:
                     key = (ctx.primary_scope, ctx.route.pattern)
                     if key in shared:
                         view = shared[key]

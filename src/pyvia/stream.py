@@ -214,7 +214,8 @@ class Stream:
         #: Events waiting for a stream (None while there are none: most tabs, most of the time).
         self.pending: list[bytes] | None = None
         self.pending_size = 0
-        #: The outbox overflowed while no stream was open: the next connect needs a full render.
+        #: The next connect needs a full render: the outbox overflowed while no stream was open, or
+        #: a re-render was skipped for want of one (:meth:`forgo_view`).
         self.lost = False
         self.held_view: ViewFrame | None = None
         #: The id of the root element of the view the page shows, as this stream last wrote it
@@ -405,6 +406,12 @@ class Stream:
                 self.outflow.over.add(self)
             if buffered > _BEHIND * self.max_buffer:
                 self.close(abort=True)  # a reader this far behind only grows memory: it reconnects to a full render
+
+    def forgo_view(self) -> None:
+        """A re-render this tab would wait for a stream to get is not made: the next stream
+        opens with a full render instead (what was written or queued besides stays)."""
+        self.held_view = None
+        self.lost = True
 
     def inline(self, view: ViewFrame) -> bytes:
         """The bytes of ``view`` in a write that goes out now whatever the reader's backlog (an

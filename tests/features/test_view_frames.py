@@ -130,3 +130,38 @@ def test_a_component_frame_does_not_replace_a_view_held_for_a_slow_reader() -> N
         client.clock.advance(0.1)
         assert '<b id="ticks">1</b>' in tab.html
         assert '<b id="n">2</b>' in tab.html  # the board's view went out before the clock's frame
+
+
+def test_a_tab_between_two_streams_is_not_rendered_and_comes_back_to_the_current_view() -> None:
+    renders: dict[str, int] = {}
+    app = App()
+
+    @app.page("/")
+    def board(c: Context) -> None:
+        c.scope(ROOM)
+        count = c.signal(0, "count", scope=ROOM)
+
+        @c.action
+        def bump() -> None:
+            count.increment()
+
+        def view() -> str:
+            renders[c.id] = renders.get(c.id, 0) + 1  # a view that does something per render
+            return f'<main id="board"><b id="n">{count.value}</b></main>'
+
+        c.view(view)
+
+    with TestClient(app) as client:
+        tab, other = client.open("/"), client.open("/")
+        client.clock.advance(0.5)
+        tab.disconnect()  # a reload, a hidden tab: no stream for a moment
+        before = renders[tab.id]
+        for _ in range(3):
+            other.action("bump")
+            client.clock.advance(0.1)
+        assert renders[tab.id] == before  # three broadcasts, no render for a tab nobody sees
+        assert '<b id="n">3</b>' in other.html
+        tab.reconnect()
+        client.clock.advance(0.1)
+        assert renders[tab.id] == before + 1  # its next stream opens with the current view
+        assert '<b id="n">3</b>' in tab.html

@@ -65,12 +65,17 @@ class Streams:
             return
         now = self.app.now()
         # The first connect after the page view only needs what happened since (unless what
-        # waited for it overflowed: ``stream.lost``). A reconnect gets the frames after the last
-        # one its page got (``last_event_id``) from the tab's replay buffer, and a full render when
-        # they are not all there any more, or the tab was revived.
+        # waited for it overflowed, or a broadcast's render was skipped meanwhile: ``stream.lost``).
+        # A reconnect gets the frames after the last one its page got (``last_event_id``) from the
+        # tab's replay buffer, and a full render when they are not all there any more, when a
+        # render was skipped, or when the tab was revived.
         replay: list[bytes] | None = None
-        if ctx.revived or ctx.stream.lost:
+        if ctx.revived:
             full = True
+        elif ctx.stream.lost:
+            full = True
+            if ctx.state is not State.CREATED:
+                self.app.replays.full_renders += 1
         elif ctx.state is State.CREATED:
             full = False
         else:
