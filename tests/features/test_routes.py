@@ -364,3 +364,18 @@ def test_a_page_of_an_item_that_is_not_there_is_the_apps_404_page() -> None:
             assert f"Nothing at {path}" in response.body.decode()
             assert dict(response.headers)["content-type"].startswith("text/html")
         assert len(app.contexts) == 1  # the views of no item left no tab behind
+
+
+def test_an_async_middleware_that_forgets_await_is_named_in_the_error() -> None:
+    app = App()
+
+    @app.middleware
+    async def guard(request: Request, call_next):  # type: ignore[no-untyped-def]
+        return call_next(request)  # the await is missing
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        c.view(lambda: "<p>hi</p>")
+
+    with TestClient(app) as client, pytest.raises(TypeError, match=r"return await call_next\(request\)"):
+        client.get("/")  # over the network: a 500, and this line in the log

@@ -255,6 +255,12 @@ class Dispatch:
             return Response.json(result, status)
         if isinstance(result, bytes):
             return Response(status, [("content-type", "application/octet-stream")], result)
+        if inspect.iscoroutine(result):  # an async middleware's `return call_next(request)`
+            result.close()
+            raise TypeError(
+                "a handler or a middleware returned a coroutine it did not await; an async middleware "
+                "answers with `return await call_next(request)`"
+            )
         raise TypeError(f"a handler returned {type(result).__name__}; expected a Response, str, dict or list")
 
     def plain_route(self, request: Request, route: Route) -> Any:
