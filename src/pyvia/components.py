@@ -9,6 +9,7 @@ view with ``{{ cart }}`` (or ``str(cart)``), and ``comp.sync()`` patches only th
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -72,8 +73,7 @@ class Component:
     def action(self, fn: ActionCallback | str | None = None, name: str | None = None) -> Any:
         """Register an action of this component; same forms as ``Context.action``."""
         if fn is None or isinstance(fn, str):
-            given: str | None = fn if isinstance(fn, str) else name
-            return lambda f: self.action(f, given)
+            return functools.partial(self.action, name=fn if isinstance(fn, str) else name)
         fn_name: str = getattr(fn, "__name__", "")
         local = name or fn_name
         act = self.ctx.action(fn, self._id(local))

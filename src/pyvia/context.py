@@ -411,8 +411,7 @@ class Context(TabRequest):
         The id is the name (the function's name by default), so it is the same after revival.
         """
         if fn is None or isinstance(fn, str):
-            given = fn if isinstance(fn, str) else name
-            return lambda f: self.action(f, given)
+            return functools.partial(self.action, name=fn if isinstance(fn, str) else name)
         fn_name: str = getattr(fn, "__name__", "")
         action_name = name or fn_name
         check_name("action", action_name, f"page {self.route.pattern!r}")

@@ -82,7 +82,7 @@ class Headers:
         headers._packed = None
         headers._packed_names = ()
         if len(fields) != len(raw):  # a name repeats (rare): keep every field, in order
-            headers._items = [(names.get(name) or _name_of(name), value.decode("latin-1")) for name, value in raw]
+            headers._items = _all_fields(raw)
         return headers
 
     @classmethod
@@ -112,7 +112,10 @@ class Headers:
         known = shared.known.get  # the usual value is known: one C call, not a method's
         share = shared.value
         own = _OWN_VALUES
-        self._packed = tuple([value if name in own else known(value) or share(value) for name, value in fields.items()])
+        packed = []
+        for name, value in fields.items():  # a loop: a comprehension would make the three cells
+            packed.append(value if name in own else known(value) or share(value))
+        self._packed = tuple(packed)
         self._map = _PACKED  # shared and never written: every write unpacks first
 
     def _unpack(self) -> dict[str, str]:
@@ -169,7 +172,11 @@ class Headers:
             return []
         if self._items is None:  # no name repeats (the usual request): no scan
             return [value]
-        return [v for n, v in self._items if n == name]
+        values = []
+        for each, text in self._items:  # a loop: a comprehension over ``name`` makes it a cell
+            if each == name:
+                values.append(text)
+        return values
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._unpack()
@@ -238,6 +245,12 @@ class SharedFields:
 #: ``_NAMES_KEPT`` in all (a client inventing names cannot grow it: past that, each is decoded).
 _NAMES: dict[bytes, str] = {}
 _NAMES_KEPT = 1024
+
+
+def _all_fields(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Every field of a head in which a name repeats, in order (apart from ``from_raw``, whose
+    names would be a cell for this comprehension)."""
+    return [(_NAMES.get(name) or _name_of(name), value.decode("latin-1")) for name, value in raw]
 
 
 def _name_of(raw: bytes) -> str:

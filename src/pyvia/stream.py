@@ -423,6 +423,10 @@ class Stream:
             view = held.then(view)
         return self.pick(view)
 
+    def joined(self, parts: list[bytes | ViewFrame]) -> bytes:
+        """An action's events and views in one write, each view :meth:`inline` (in order)."""
+        return b"".join(part if type(part) is bytes else self.inline(part) for part in parts)  # type: ignore[arg-type]  # a ViewFrame
+
     def pick(self, view: ViewFrame) -> bytes:
         """The form of ``view`` that this tab's page can take now, written next: the page shows it after."""
         if not view.whole:

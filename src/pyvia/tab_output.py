@@ -447,10 +447,8 @@ class TabOutput:
         if frame:
             batch.append(frame)
         if self.pending_frames is None and all(type(part) is bytes or type(part) is ViewFrame for part in batch):
-            stream = self.stream  # one write: a view in it takes the form the page needs now
-            self.deliver(
-                b"".join(part if type(part) is bytes else stream.inline(cast("ViewFrame", part)) for part in batch)
-            )
+            # one write: a view in it takes the form the page needs now
+            self.deliver(self.stream.joined(cast("list[bytes | ViewFrame]", batch)))
             return
         for part in batch:  # an async view rendering: each part in order, each view as its page needs it then
             if type(part) is bytes:

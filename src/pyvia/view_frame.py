@@ -38,6 +38,8 @@ _RAW_TEXT = re.compile(
     r"<(?:script|style|textarea|title|template|noscript|xmp|iframe|noembed|noframes|plaintext)[\s/>]|<!--|<!\[cdata\["
 )
 _TAGS = {tag: re.compile(rf"<(/?){tag}[\s/>]") for tag in _ROOT_TAGS}
+#: What an id taken as a view's root may not hold: a space (not one id) or ``&`` (not decoded here).
+_NOT_IN_ID = re.compile(r"[ \t\n\r\f&]")
 
 
 def view_root(markup: str) -> str | None:
@@ -55,7 +57,7 @@ def view_root(markup: str) -> str | None:
         if attribute.group(1).lower() == "id":
             root = attribute.group(2) or attribute.group(3) or attribute.group(4)
             break
-    if not root or root == VIEW_ID or any(c in root for c in " \t\n\r\f&"):
+    if not root or root == VIEW_ID or _NOT_IN_ID.search(root) is not None:
         return None
     close = f"</{tag}>"
     lower = text.lower()

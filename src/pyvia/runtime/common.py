@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -50,13 +51,15 @@ _PLAIN_RESULTS = frozenset({type(None), str, bytes, dict, list, Response})
 def then(result: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to ``result`` now, or after awaiting it if it is awaitable."""
     if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
-
-        async def later() -> Any:
-            value = fn(await result)
-            return await value if inspect.isawaitable(value) else value
-
-        return later()
+        return _then_later(result, fn)
     return fn(result)
+
+
+async def _then_later(result: Any, fn: Callable[[Any], Any]) -> Any:
+    # Not a closure inside then(): its variables would be cells, made at every call (see "Rules
+    # the parts keep" in docs/architecture.md).
+    value = fn(await result)
+    return await value if inspect.isawaitable(value) else value
 
 
 def settle(answer: asyncio.Future[Any], result: Any) -> None:
@@ -64,18 +67,19 @@ def settle(answer: asyncio.Future[Any], result: Any) -> None:
     if type(result) in _PLAIN_RESULTS or not inspect.isawaitable(result):
         answer.set_result(result)
         return
+    asyncio.ensure_future(result).add_done_callback(functools.partial(_pass_on, answer))
 
-    def done(task: asyncio.Future[Any]) -> None:
-        if answer.done():
-            return
-        if task.cancelled():
-            answer.cancel()
-        elif task.exception() is not None:
-            answer.set_exception(task.exception())  # type: ignore[arg-type]  # checked
-        else:
-            answer.set_result(task.result())
 
-    asyncio.ensure_future(result).add_done_callback(done)
+def _pass_on(answer: asyncio.Future[Any], task: asyncio.Future[Any]) -> None:
+    """Give ``answer`` what ``task`` ended with (unless its asker left)."""
+    if answer.done():
+        return
+    if task.cancelled():
+        answer.cancel()
+    elif task.exception() is not None:
+        answer.set_exception(task.exception())  # type: ignore[arg-type]  # checked
+    else:
+        answer.set_result(task.result())
 
 
 async def when_done(task: asyncio.Task[Any], then: Callable[[], Any]) -> Any:

@@ -8,6 +8,7 @@ exception is logged with its phase and answered with a bare 500, and the process
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import typing
@@ -214,7 +215,11 @@ class Dispatch:
         if not routes:
             return self.not_found_response(request)
         method = "GET" if request.method == "HEAD" else request.method
-        route = next((r for r in routes if method in r.methods or "*" in r.methods), None)
+        route = None
+        for candidate in routes:  # a loop: a generator over ``method`` would make it a cell
+            if method in candidate.methods or "*" in candidate.methods:
+                route = candidate
+                break
         if route is None:
             allowed = sorted(
                 {m for r in routes for m in r.methods}
@@ -226,9 +231,9 @@ class Dispatch:
             request.kind = RequestKind.PAGE
             if request.method == "HEAD":
                 return Response(200, [("content-type", "text/html; charset=utf-8")])
-            return self.with_middleware(request, route, lambda r: self.rt.pages.page(r, route))
+            return self.with_middleware(request, route, functools.partial(self.rt.pages.page, route=route))
         request.kind = RequestKind.ROUTE
-        return self.with_middleware(request, route, lambda r: self.plain_route(r, route))
+        return self.with_middleware(request, route, functools.partial(self.plain_route, route=route))
 
     def with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
         if not self.app.middleware_stack and (route is None or not route.middleware):

@@ -46,10 +46,16 @@ logger = logging.getLogger("pyvia.server")
 #: Transfer-Encoding, a bad Transfer-Encoding): the request-smuggling attempts it refuses itself.
 _FRAMING_WORDS = ("Content-Length", "Transfer-Encoding")
 
+
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")}
 
 #: The end of a request head (llhttp refuses a bare LF, so a head has no other).
 _HEAD_END = b"\r\n\r\n"
+
+
+def _kind_of_error(message: str) -> str:
+    """How the metrics count a parser's refusal: ``smuggling`` when it is about the framing."""
+    return "smuggling" if any(word in message for word in _FRAMING_WORDS) else ""
 
 
 class Reject(Exception):
@@ -205,8 +211,7 @@ class RequestReader:
                 raise cause from None
             if cause is None:
                 message = str(exc)
-                smuggling = any(w in message for w in _FRAMING_WORDS)
-                raise Reject(400, f"malformed request ({message})", "smuggling" if smuggling else "") from None
+                raise Reject(400, f"malformed request ({message})", _kind_of_error(message)) from None
             if isinstance(cause, Exception):
                 logger.error("internal error while parsing a request", exc_info=cause)
                 raise Stop(wire.ERRORS[500]) from None

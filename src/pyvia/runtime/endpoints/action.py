@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -62,22 +63,23 @@ class Actions:
             return None
         assert self.app.loop is not None  # called by handle() with several workers
         answer: asyncio.Future[Response] = self.app.loop.create_future()
-
-        def answered(result: Response | Exception | None) -> None:
-            if answer.done():
-                return  # the client left
-            if result is None:  # the tab moved, or its worker is gone: the long way
-                request.relayed = True
-                settle(answer, self.rt.dispatch.handle(request))
-                return
-            response = self.rt.dispatch.error_response(result, request) if isinstance(result, Exception) else result
-            self.app.metrics.observe_request("action", response.status)
-            answer.set_result(response)
-
+        answered = functools.partial(self.relayed, request, answer)
         if not self.app.ownership.relay(ctx_id, request, self.app.config.action_timeout, answered):
             return None
         request.kind = RequestKind.ACTION
         return answer
+
+    def relayed(self, request: Request, answer: asyncio.Future[Response], result: Response | Exception | None) -> None:
+        """The owner's answer to a relayed action, given to its asker (None: the long way)."""
+        if answer.done():
+            return  # the client left
+        if result is None:  # the tab moved, or its worker is gone: the long way
+            request.relayed = True
+            settle(answer, self.rt.dispatch.handle(request))
+            return
+        response = self.rt.dispatch.error_response(result, request) if isinstance(result, Exception) else result
+        self.app.metrics.observe_request("action", response.status)
+        answer.set_result(response)
 
     def action(self, request: Request, name: str) -> Any:
         if request.method != "POST":
@@ -85,7 +87,7 @@ class Actions:
         session_id = self.refuse_early(request)
         big = len(request.body) > forms.INLINE_BYTES  # checked first: a small body costs no call here
         if big and request.signals is None and forms.parses_off_loop(request):
-            return self.parse_off_loop(request, lambda: self.action(request, name))
+            return self.parse_off_loop(request, functools.partial(self.action, request, name))
         signals = self.signals_of(request)
         sent_id = signals.get(protocol.CONTEXT_SIGNAL)
         ctx_id = sent_id if isinstance(sent_id, str) else ""
@@ -99,7 +101,7 @@ class Actions:
         if ctx is None:
             return then(
                 self.revive(request, ctx_id, session_id, signals),
-                lambda found: self.run(request, found, name, signals, session_id),
+                functools.partial(self.run, request, name=name, signals=signals, session_id=session_id),
             )
         return self.run(request, ctx, name, signals, session_id)
 
@@ -226,17 +228,29 @@ class Actions:
             return self.response(ctx)  # posted again after its answer was lost: it ran already
 
         if self.app.middleware_stack or ctx.route.middleware:
-            ran: list[bool] = []
+            return self.run_behind_middleware(request, ctx, name, action, arguments, signals)
+        return self.invoke(request, ctx, name, action, arguments, signals)
 
-            def endpoint(req: Request) -> Any:
-                ran.append(True)
-                return self.invoke(req, ctx, name, action, arguments, signals)
+    def run_behind_middleware(
+        self,
+        request: Request,
+        ctx: Context,
+        name: str,
+        action: Action,
+        arguments: dict[str, Any] | None,
+        signals: dict[str, Any],
+    ) -> Any:
+        """Run the action behind the app's and the route's middleware, which may answer it instead."""
+        ran: list[bool] = []
 
-            return then(
-                self.rt.dispatch.with_middleware(request, ctx.route, endpoint),
-                lambda answer: answer if ran else self.refused_by_middleware(ctx, answer, signals),
-            )
-        return self.invoke(request, ctx, name, action, arguments, signals)  # no chain: no closure to build
+        def endpoint(req: Request) -> Any:
+            ran.append(True)
+            return self.invoke(req, ctx, name, action, arguments, signals)
+
+        return then(
+            self.rt.dispatch.with_middleware(request, ctx.route, endpoint),
+            lambda answer: answer if ran else self.refused_by_middleware(ctx, answer, signals),
+        )
 
     def refused_by_middleware(self, ctx: Context, answer: Any, signals: dict[str, Any]) -> Any:
         """A middleware answered the action itself (a login check's 403): the tab is told, in the
@@ -264,7 +278,7 @@ class Actions:
         the next waits for it (its post's values are not written into the tab before that)."""
         running = ctx.acting
         if running is not None:
-            return self.after(running, lambda: self.invoke(req, ctx, name, action, arguments, signals))
+            return self.after(running, functools.partial(self.invoke, req, ctx, name, action, arguments, signals))
         now = self.app.now()
         started = time.perf_counter()
         writes = self.app.store.writing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import secrets
@@ -59,20 +60,24 @@ class Pages:
         ctx = Context(self.app, ctx_id, route, params, session_id, request)
         self.app.ownership.claim(ctx.id, wait=True)  # the page is answered once other workers can find the tab
         kwargs = bind(route, params, ctx, request)
-        return then(route.handler(**kwargs), lambda result: self.after_loads(lambda: self.response(ctx, result)))
+        return then(route.handler(**kwargs), functools.partial(self.response_once_loaded, ctx))
+
+    def response_once_loaded(self, ctx: Context, result: Any) -> Any:
+        """The page, once the scoped signals just declared hold their shared values."""
+        if not self.app.store.loading:
+            return self.response(ctx, result)
+        return self.after_loads(functools.partial(self.response, ctx, result))
 
     def after_loads(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` once the scoped signals just declared hold their shared values (several workers)."""
-        store = self.app.store
-        if not store.loading:
+        if not self.app.store.loading:
             return fn()
+        return self.call_when_loaded(fn)
 
-        async def later() -> Any:
-            await store.loaded()
-            value = fn()  # an async view's render is awaitable too
-            return await value if inspect.isawaitable(value) else value
-
-        return later()
+    async def call_when_loaded(self, fn: Callable[[], Any]) -> Any:
+        await self.app.store.loaded()
+        value = fn()  # an async view's render is awaitable too
+        return await value if inspect.isawaitable(value) else value
 
     def response(self, ctx: Context, result: Any) -> Response | Awaitable[Response]:
         if result is not None:
@@ -82,7 +87,7 @@ class Pages:
                 f"page handler for {ctx.route.pattern!r} returned {type(result).__name__}; "
                 "a page declares a view with c.view() and returns None (or a Response)"
             )
-        return then(ctx.render_view(False), lambda content: self.document(ctx, content))  # type: ignore[no-any-return]  # Response or its awaitable
+        return then(ctx.render_view(False), functools.partial(self.document, ctx))  # type: ignore[no-any-return]  # Response or its awaitable
 
     def document(self, ctx: Context, content: str) -> Response:
         seed: dict[str, Any] = {protocol.CONTEXT_SIGNAL: ctx.id, **STREAM_DOWN}

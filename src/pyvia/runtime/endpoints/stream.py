@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import typing
 from typing import Any
@@ -184,11 +185,11 @@ class Streams:
     def stream_for(self, request: Request, ctx: Context) -> Any:
         if not self.rt.sessions.same(ctx, self.rt.sessions.of(request)):
             raise Forbidden("stream for another session's tab")
+        return self.rt.dispatch.with_middleware(request, ctx.route, functools.partial(self.response, ctx))
 
-        def endpoint(req: Request) -> StreamResponse:
-            coding = self.app.compression.coding_for(req)
-            tab = TabStream(self, ctx, coding, req.headers.get_lower("last-event-id"))
-            headers = [*protocol.SSE_HEADERS, *self.app.compression.stream_headers(coding)]
-            return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
-
-        return self.rt.dispatch.with_middleware(request, ctx.route, endpoint)
+    def response(self, ctx: Context, request: Request) -> StreamResponse:
+        """The stream of ``ctx``, in the coding ``request`` accepts (behind the route's middleware)."""
+        coding = self.app.compression.coding_for(request)
+        tab = TabStream(self, ctx, coding, request.headers.get_lower("last-event-id"))
+        headers = [*protocol.SSE_HEADERS, *self.app.compression.stream_headers(coding)]
+        return StreamResponse(headers, on_open=tab.open, on_close=tab.close)
