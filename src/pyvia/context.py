@@ -9,6 +9,7 @@ timeout, reconnect, cleanup, revival) is driven by the App; see ``pyvia.lifecycl
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import inspect
 import logging
@@ -242,9 +243,9 @@ class Context(TabRequest):
         self.last_action = 0.0
         #: The ``via-click`` ids of the tab's latest clicks (``runtime.endpoints.action.first_time``).
         self.recent_clicks: tuple[str, ...] = ()
-        #: The tab's ``async`` action still running (None: none): the tab's next action waits for
-        #: it, so each runs on the values its own post carried.
-        self.acting: RunningAction | None = None
+        #: While an ``async`` action of the tab runs, the tab's next posts wait in this line, each
+        #: for its turn, so each runs on the values its own post carried (None: the tab is free).
+        self.acting: ActionLine | None = None
         self.revived = False
         self.stream = Stream(app.config.max_stream_buffer, app.outflow, app.replays, route.pattern)
         self._middleware_state: dict[str, Any] | None = request.state_if_made  # None: middleware put nothing
@@ -566,26 +567,58 @@ class Context(TabRequest):
         return None
 
 
-class RunningAction:
-    """An ``async`` action of a tab that has not ended, and the tab's next actions waiting for it.
-    A plain object, not a future: it is made where no loop may be running (an in-process call)."""
+class ActionLine:
+    """The posts of a tab that came while one of its actions was running, in the order they came;
+    the tab's actions run one at a time, each in its turn. Plain objects, not futures: a place is
+    taken where no loop may be running (an in-process call), and waited for on the loop that runs."""
 
-    __slots__ = ("waiters",)
+    __slots__ = ("waiting",)
 
     def __init__(self) -> None:
-        self.waiters: list[asyncio.Future[None]] = []
+        self.waiting: collections.deque[Turn] = collections.deque()
 
-    def wait(self) -> asyncio.Future[None]:
-        """A future of the loop that runs, done when the action has ended."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        return waiter
+    def join(self) -> Turn:
+        """A place at the end of the line, taken now (so the order is the order of arrival)."""
+        turn = Turn()
+        self.waiting.append(turn)
+        return turn
 
-    def end(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
+    def next(self) -> bool:
+        """Give the turn to the first post still waiting; False when none is (the tab is free)."""
+        while self.waiting:
+            if self.waiting.popleft().give():
+                return True
+        return False
+
+
+class Turn:
+    """A post's place in its tab's :class:`ActionLine`."""
+
+    __slots__ = ("given", "left", "waiter")
+
+    def __init__(self) -> None:
+        self.given = False
+        self.left = False  # it stopped waiting (its time was up): its turn goes to the next
+        self.waiter: asyncio.Future[None] | None = None
+
+    def give(self) -> bool:
+        if self.left:
+            return False
+        self.given = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        return True
+
+    async def wait(self, timeout: float) -> None:
+        """Until this post's turn, or ``TimeoutError`` after ``timeout`` seconds (it left the line)."""
+        if self.given:
+            return
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self.waiter, timeout)
+        finally:
+            if not self.given:
+                self.left = True
 
 
 def call_hook(fn: Callable[..., Any], ctx: Context) -> Any:

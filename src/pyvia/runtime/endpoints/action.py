@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import logging
 import math
@@ -16,7 +15,7 @@ from typing import Any
 
 from pyvia import forms, protocol
 from pyvia.arguments import decode_arguments
-from pyvia.context import Action, Context, RunningAction
+from pyvia.context import Action, ActionLine, Context, Turn
 from pyvia.errors import (
     ActionTimeout,
     ClientError,
@@ -271,14 +270,15 @@ class Actions:
         action: Action,
         arguments: dict[str, Any] | None,
         signals: dict[str, Any],
+        line: ActionLine | None = None,
     ) -> Any:
         """Run the action's code on the tab with the browser's writable values, and answer.
 
         A tab's actions run one at a time, in the order they came: while an ``async`` one awaits,
-        the next waits for it (its post's values are not written into the tab before that)."""
-        running = ctx.acting
-        if running is not None:
-            return self.after(running, functools.partial(self.invoke, req, ctx, name, action, arguments, signals))
+        the next posts wait in the tab's line (their values are not written into the tab before
+        their turn). ``line``: the tab's line, when this post waited in it and its turn came."""
+        if line is None and ctx.acting is not None:
+            return self.wait_turn(req, ctx, name, action, arguments, signals, ctx.acting)
         now = self.app.now()
         started = time.perf_counter()
         writes = self.app.store.writing
@@ -292,27 +292,62 @@ class Actions:
             pending = ctx.run_action(action, arguments)
         except BaseException:
             ctx.end_batch()
+            if line is not None:
+                self.pass_turn(ctx, line)
             raise
         if pending is None:
             ctx.end_batch()
+            if line is not None:
+                self.pass_turn(ctx, line)
             self.app.metrics.observe_action(time.perf_counter() - started)
             if self.app.config.dev:
                 self.app.dev_log.add("action", ctx.route.pattern, name, time.perf_counter() - started)
             if self.app.store.writing > writes:
                 return self.after_writes(ctx, writes)
             return self.response(ctx)
-        running = ctx.acting = RunningAction()
-        return self.await_action(ctx, pending, started, writes, running)
+        if line is None:
+            line = ctx.acting = ActionLine()  # the tab's next posts wait for this one
+        return self.await_action(ctx, pending, started, writes, line)
 
-    async def after(self, running: RunningAction, then: Callable[[], Any]) -> Any:
-        """``then()``'s answer, once the tab's running action is over, however it ended (or its
-        time is up: an action whose answer was dropped before it started never says it ended)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(running.wait(), self.app.config.action_timeout)
-        return await settled(then())
+    def wait_turn(
+        self,
+        req: Request,
+        ctx: Context,
+        name: str,
+        action: Action,
+        arguments: dict[str, Any] | None,
+        signals: dict[str, Any],
+        line: ActionLine,
+    ) -> Any:
+        """The action's answer once its turn comes; its place is taken now: the order of arrival."""
+        turn = line.join()
+        run = functools.partial(self.invoke, req, ctx, name, action, arguments, signals, line)
+        return self.in_turn(ctx, line, turn, run)
+
+    async def in_turn(self, ctx: Context, line: ActionLine, turn: Turn, run: Callable[[], Any]) -> Any:
+        """``run()``'s answer, in the post's turn."""
+        try:
+            await turn.wait(self.app.config.action_timeout)
+        except TimeoutError:
+            if turn.given:  # given as its time ran out: the next post has it
+                self.pass_turn(ctx, line)
+            raise ActionTimeout(
+                f"an action of {ctx.route.pattern} waited past {self.app.config.action_timeout} s "
+                "for the tab's earlier actions"
+            ) from None
+        except BaseException:
+            if turn.given:
+                self.pass_turn(ctx, line)
+            raise
+        return await settled(run())
+
+    def pass_turn(self, ctx: Context, line: ActionLine) -> None:
+        """The action whose turn it was has ended: the next post in the line runs, or the tab is free."""
+        if not line.next() and ctx.acting is line:
+            ctx.acting = None
 
     async def await_action(
-        self, ctx: Context, pending: Awaitable[Any], started: float, writes: int, running: RunningAction
+        self, ctx: Context, pending: Awaitable[Any], started: float, writes: int, line: ActionLine
     ) -> Response:
         try:
             try:
@@ -325,9 +360,7 @@ class Actions:
                 ctx.end_batch()
                 self.app.metrics.observe_action(time.perf_counter() - started)
         finally:
-            if ctx.acting is running:
-                ctx.acting = None
-            running.end()  # the tab's next action runs now, before this one's writes are confirmed
+            self.pass_turn(ctx, line)  # the next runs now, before this one's writes are confirmed
         await self.app.store.written(writes)
         return self.response(ctx)
 
