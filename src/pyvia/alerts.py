@@ -124,16 +124,22 @@ def alert_markup(messages: Mapping[str, str], view: ErrorView | None = None) -> 
 
 #: Seconds an action goes unanswered before the page says it is waiting for the server.
 WAITING_AFTER = 5
-#: What the page does with Datastar's fetch events (on its boot element): a failed request of the
-#: page shows its status; the next request hides it; a request unanswered for ``WAITING_AFTER`` s
-#: shows ``waiting`` until its answer; a stream that retries shows the tab as lost.
+#: What the page does with Datastar's fetch events (on its boot element, ``el``): a failed request of
+#: the page shows its status; a request started after it hides it, and so does the answer of one
+#: (requests overlap: a failure answered after a later request started shows until that one is
+#: answered, then goes, as the server's own words do); a request unanswered for ``WAITING_AFTER`` s
+#: shows ``waiting`` until its answer; a stream that retries shows the tab as lost. Requests are
+#: numbered as they start (``viaSeq``); Datastar runs one request of an element at a time.
 FETCH_EVENTS = (
-    "const d = evt.detail, t = d.type; "
-    "if (!(d.el.id || '').startsWith('via-')) { clearTimeout(d.el.viaWaiting); "
-    "if (t === 'started') { $_via_failed = 0; "
-    f"d.el.viaWaiting = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
-    "else if (t === 'error') { $_via_failed = +d.argsRaw.status } "
-    "else if ($_via_failed === 'waiting') { $_via_failed = 0 } } "
+    "const d = evt.detail, t = d.type, r = d.el; "
+    "if (!(r.id || '').startsWith('via-')) { clearTimeout(r.viaWaiting); "
+    "if (t === 'started') { $_via_failed = 0; r.viaSeq = el.viaSeq = (el.viaSeq || 0) + 1; r.viaFailed = false; "
+    f"r.viaWaiting = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
+    "else if (t !== 'finished') { r.viaFailed = true; "
+    "if (t === 'error' && r.viaSeq > (el.viaDone || 0)) "
+    "{ $_via_failed = +d.argsRaw.status; el.viaFailedSeq = r.viaSeq } } "
+    "else if (!r.viaFailed) { el.viaDone = Math.max(el.viaDone || 0, r.viaSeq); "
+    "if ($_via_failed === 'waiting' || (el.viaFailedSeq || 0) < r.viaSeq) { $_via_failed = 0 } } } "
     "else if (t === 'retrying' || t === 'error') "
     "{ $_disconnected = true; $_via_lost = true; $_via_filter = %s }"
 )

@@ -201,3 +201,68 @@ def test_an_app_draws_its_own_alert_with_its_own_words(browser: Browser) -> None
             expect(page.locator("#banner")).to_have_text("Oops: We broke it.")
         finally:
             page.close()
+
+
+def turns_app() -> App:
+    """Three cells; the middle one is never the player's turn (a game's refusal)."""
+    app = App(title="Turns", action_rate=0)
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        moves = c.signal(0, "moves")
+
+        @c.action
+        def play() -> None:
+            moves.value += 1
+
+        @c.action
+        def out_of_turn() -> None:
+            raise UserError("Not your turn.")
+
+        c.view(
+            lambda: html(
+                '<main id="board"><button id="a" data-on:click="{play}">a</button>'
+                '<button id="b" data-on:click="{out}">b</button>'
+                '<button id="c" data-on:click="{play}">c</button>'
+                '<b id="moves" data-text="{moves}"></b></main>',
+                play=play,
+                out=out_of_turn,
+                moves=moves.ref(),
+            )
+        )
+
+    return app
+
+
+def _click_in_turn(page: Page, ids: str, gap_ms: int = 0) -> None:
+    """Click the buttons in the page itself, ``gap_ms`` apart: faster than the round trip."""
+    page.evaluate(
+        "([ids, gap]) => ids.split('').forEach("
+        "(id, i) => setTimeout(() => document.getElementById(id).click(), i * gap))",
+        [ids, gap_ms],
+    )
+
+
+def test_a_refusal_answered_after_a_later_click_succeeded_does_not_stay(browser: Browser) -> None:
+    # A player clicks three cells within one round trip (100 ms): the middle click is refused,
+    # the last one is played. The refusal's 400 came back after the last click had started, and
+    # stayed on screen as "The page sent something the server could not read." (found by a newcomer).
+    with running_server(turns_app()) as (_, port), latency_proxy(port, delay=0.05) as proxy:
+        page = browser.new_page()
+        try:
+            page.goto(f"http://127.0.0.1:{proxy.port}/")
+            expect(page.locator("#moves")).to_have_text("0")
+            time.sleep(0.3)  # the stream's first frame is in
+            alert = page.get_by_role("alert")
+            for round_ in range(1, 4):
+                _click_in_turn(page, "abc")
+                expect(page.locator("#moves")).to_have_text(str(2 * round_))
+                time.sleep(0.4)  # every answer is in
+                expect(alert).to_be_hidden()
+            _click_in_turn(page, "acb", gap_ms=20)  # the refused click is the last: it shows, in its words
+            expect(alert).to_contain_text("Not your turn.")
+            expect(page.locator("#moves")).to_have_text("8")
+            time.sleep(0.4)
+            expect(alert).to_contain_text("Not your turn.")
+        finally:
+            page.close()
