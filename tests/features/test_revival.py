@@ -167,6 +167,31 @@ def test_middleware_runs_on_revival_and_can_refuse_it() -> None:
         assert app.contexts == {}
 
 
+def test_an_action_whose_revival_a_middleware_refuses_gets_the_middlewares_answer() -> None:
+    # A login kept in session_data is gone after a crash; the tab's next click revives it, and the
+    # login check refuses: the click is answered with the check's own 403 and words, not 400
+    # "unknown tab" (found by a newcomer's support desk, which logged the wrong cause).
+    app = make_app()
+    logged_in = {"yes": True}
+
+    @app.middleware
+    def login(request, call_next):
+        if request.kind in ("revival", "action") and not logged_in["yes"]:
+            return Response.text("Log in first", 403)
+        return call_next(request)
+
+    with TestClient(app) as client:
+        tab = client.open("/items/3")
+        destroy(client, app)
+        logged_in["yes"] = False
+        answer = tab.action("inc")
+        assert (answer.status, answer.body) == (403, b"Log in first")
+        assert app.contexts == {}
+        logged_in["yes"] = True
+        assert tab.action("inc").status == 200  # logged in again: the tab revives and the click runs
+        assert app.contexts[tab.id].signals["count"].value == 1
+
+
 def test_a_stream_and_an_action_reviving_a_tab_at_once_run_its_handler_once() -> None:
     import asyncio
     import inspect

@@ -272,7 +272,8 @@ class Revival:
         signals: dict[str, Any],
         restore: tuple[int, dict[str, Any]] | None,
     ) -> Any:
-        """Rebuild a destroyed or unknown tab from its signed id; ``None`` when it cannot be.
+        """Rebuild a destroyed or unknown tab from its signed id: its :class:`Context`, ``None``
+        when it cannot be, or what a middleware answered instead (a login check's refusal).
 
         ``restore`` holds the values of its server-owned signals (a verified snapshot); the
         writable ones come from ``signals``, the browser's. A second revival of the same tab while
@@ -300,9 +301,9 @@ class Revival:
             kwargs = bind(route, params, ctx, req)
             return then(route.handler(**kwargs), lambda result: Revived(ctx))
 
-        def finish(result: Any) -> Context | None:
+        def finish(result: Any) -> Any:
             if not isinstance(result, Revived):
-                return None  # middleware answered instead: the tab reloads and gets that answer
+                return result  # middleware answered instead: the request gets that answer
             existing = self.rt.registry.contexts.get(ctx_id)
             if existing is not None:  # a concurrent revival of the same tab won
                 return existing

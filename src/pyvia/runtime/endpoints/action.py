@@ -100,7 +100,7 @@ class Actions:
         if ctx is None:
             return then(
                 self.revive(request, ctx_id, session_id, signals),
-                functools.partial(self.run, request, name=name, signals=signals, session_id=session_id),
+                functools.partial(self.run_revived, request, name, signals, session_id),
             )
         return self.run(request, ctx, name, signals, session_id)
 
@@ -205,7 +205,16 @@ class Actions:
         ):
             self.rt.revival.vouch(ctx_id, {})
         ctx = self.rt.registry.contexts.get(ctx_id) or await settled(self.revive(request, ctx_id, session_id, signals))
-        return await settled(self.run(request, ctx, name, signals))
+        return await settled(self.run_revived(request, name, signals, session_id, ctx))
+
+    def run_revived(
+        self, request: Request, name: str, signals: dict[str, Any], session_id: str | None, found: Any
+    ) -> Any:
+        """Run the action on the tab just revived, or answer what a middleware answered instead of
+        reviving it (a login check's 403 after a restart lost the login: its words, not "unknown tab")."""
+        if found is not None and not isinstance(found, Context):
+            return found
+        return self.run(request, found, name, signals, session_id)
 
     def run(
         self, request: Request, ctx: Context | None, name: str, signals: dict[str, Any], session_id: str | None = None

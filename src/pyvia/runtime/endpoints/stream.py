@@ -160,7 +160,8 @@ class Streams:
         return then(
             self.rt.revival.revive(request, ctx_id, session_id, signals, restore or None),
             lambda found: (
-                self.stream_for(request, found) if found is not None else self.rt.revival.reload_stream(ctx_id)
+                # not revived, or a middleware answered instead: the tab reloads and gets that answer
+                self.stream_for(request, found) if isinstance(found, Context) else self.rt.revival.reload_stream(ctx_id)
             ),
         )
 
