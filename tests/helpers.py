@@ -127,6 +127,13 @@ class RawResponse:
         found = [v for n, v in self.headers if n.lower() == name.lower()]
         return found[-1] if found else None
 
+    def cookie(self, name: str) -> str | None:
+        """``name=value`` of the ``Set-Cookie`` that sets ``name`` (an answer may set several)."""
+        for header, value in self.headers:
+            if header.lower() == "set-cookie" and value.startswith(f"{name}="):
+                return value.split(";", 1)[0]
+        return None
+
 
 class RawClient:
     """A blocking HTTP/1.1 client over one socket, byte-exact: nothing is added to what is sent."""

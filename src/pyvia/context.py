@@ -334,7 +334,10 @@ class Context(TabRequest):
         concrete = resolve(scope, self.route.pattern, self.session_id)
         state = self.app.scopes.state(concrete)
         new = scope == SESSION and self.request is not None and self.request.new_session
+        followed = self.app.store.shared and state.signals.get(name) is not None
         sig = state.signal(name, initial, writable=writable, max_length=max_length, new=new)
+        if followed and self.request is not None and self.app.runtime.sessions.wrote_recently(self.request):
+            self.app.store.refresh(sig)  # the session's own write may not have reached this copy yet
         if self._signals.get(name) is not None or self.actions.get(name) is not None:
             raise DeclarationError(f"shared signal {name!r} in page {self.route.pattern!r} clashes with a tab name")
         shared = self._shared

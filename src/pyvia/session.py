@@ -27,6 +27,12 @@ import orjson
 
 SESSION_COOKIE = "via_session_id"
 SECURE_SESSION_COOKIE = "__Host-via_session_id"
+#: Set by the answer of an action that wrote shared state (several workers): the session's next
+#: page views read the shared signals they declare from the engine, not from their worker's copy.
+WROTE_COOKIE = "via_wrote"
+SECURE_WROTE_COOKIE = "__Host-via_wrote"
+#: Seconds that cookie lasts: what a navigation after the action takes, with margin.
+WROTE_MAX_AGE = 10
 SESSION_MAX_AGE = 30 * 24 * 3600
 #: 32 hex digits of randomness (128 bits), then 32 of their HMAC under the app's secret.
 _SESSION_ID = re.compile(r"[0-9a-f]{64}\Z")

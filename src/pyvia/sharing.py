@@ -59,6 +59,10 @@ class SharedStore(Protocol):
     def track(self, sig: SharedSignal[Any], *, new: bool = False) -> None:
         """A scoped signal was declared here: follow its shared value (``new``: its scope was just made)."""
 
+    def refresh(self, sig: SharedSignal[Any]) -> None:
+        """Read a followed signal from the store again before the page renders: the session's own
+        action just wrote shared state, which this copy may not have received yet."""
+
     def untrack(self, sig: SharedSignal[Any]) -> None:
         """The signal's scope has no members here any more: stop following it."""
 
@@ -135,6 +139,9 @@ class LocalStore:
         pass
 
     def track(self, sig: SharedSignal[Any], *, new: bool = False) -> None:
+        pass
+
+    def refresh(self, sig: SharedSignal[Any]) -> None:
         pass
 
     def untrack(self, sig: SharedSignal[Any]) -> None:

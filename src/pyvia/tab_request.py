@@ -34,11 +34,12 @@ class TabRequest(TabOutput):
     def redirect(self, url: str) -> None:
         """Send the tab to another URL.
 
-        From an action that set cookies (a login's ``regenerate_session``), the navigation goes in
-        the action's own answer, after its ``Set-Cookie``: on the stream it could arrive first (with
-        several workers the answer waits for the session's write), and leaving the page would cancel
-        the answer, cookie and all."""
-        if self._batch is not None and self.cookies_out:  # in an action of this tab that set cookies
+        From an action that set cookies (a login's ``regenerate_session``), or when several workers
+        share the app's state, the navigation goes in the action's own answer, after its
+        ``Set-Cookie`` and once its writes are in the engine: on the stream it would arrive first,
+        and the next page, served by another worker, could read what it had before the action
+        (leaving the page would also cancel the answer, cookie and all)."""
+        if self._batch is not None and (self.cookies_out or self.app.store.shared):  # in an action of this tab
             self.answer_events += execute_script(redirect_script(url))
             return
         super().redirect(url)

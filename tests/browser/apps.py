@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 
 from pyvia import App, Context, Scope, html
 from pyvia.db import Database
@@ -123,3 +124,27 @@ def document_page(c: Context) -> None:
             bump,
         )
     )
+
+
+#: A lobby whose button makes a game and sends the tab to its page (a newcomer's tic-tac-toe):
+#: under ``--workers 2`` the game's page, often served by the other worker, said "No such game".
+games_app = App(title="Games", action_rate=0)
+
+
+@games_app.page("/")
+def games_lobby(c: Context) -> None:
+    games = c.signal([], "games", scope=Scope.GLOBAL)
+
+    @c.action
+    def create() -> None:
+        name = f"g{len(games.value)}-{os.getpid()}-{time.monotonic_ns()}"
+        games.mutate(lambda names: [*names, name])
+        c.redirect(f"/game/{name}")
+
+    c.view(lambda: f'<main id="lobby"><button id="create" data-on:click="{create}">new game</button></main>')
+
+
+@games_app.page("/game/{name}")
+def games_game(c: Context, name: str) -> None:
+    games = c.signal([], "games", scope=Scope.GLOBAL)
+    c.view(lambda: f'<main id="{"game" if name in games.value else "nogame"}">{name}</main>')

@@ -78,3 +78,27 @@ def test_who_is_online_stays_right_across_a_restart_that_keeps_the_state(browser
     finally:
         ann.close()
         server.stop()
+
+
+def test_the_page_an_action_redirects_to_shows_what_it_made_on_either_worker(browser: Browser) -> None:
+    """A lobby's button makes a game and sends the tab to its page, 20 times, under two workers:
+    every game page finds its game, whichever worker serves it (8 in 20 did not for a newcomer)."""
+    server = ServerProcess("tests.browser.apps:games_app", free_port(), extra=("--workers", "2"))
+    server.start()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        spectator = browser.new_context().new_page()  # keeps both workers following the list
+        spectator.goto(f"http://127.0.0.1:{server.port}/")
+        for _ in range(20):
+            page.goto(f"http://127.0.0.1:{server.port}/")
+            expect(page.locator("#create")).to_be_visible()
+            page.wait_for_timeout(150)  # the stream is open
+            page.locator("#create").click()
+            page.wait_for_url("**/game/*")
+            expect(page.locator("#game, #nogame")).to_have_count(1)
+            assert page.locator("#nogame").count() == 0, f"{page.url} did not find its game"
+        spectator.context.close()
+    finally:
+        context.close()
+        server.stop()

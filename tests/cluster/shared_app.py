@@ -31,6 +31,7 @@ def home(c: Context) -> None:
     pid = c.signal(0, "pid")
     notes = c.signal(0, "notes")
     cart = c.signal(0, "cart", scope=Scope.SESSION)
+    games = c.signal([], "games", scope=Scope.GLOBAL)
 
     def ran_here() -> None:
         pid.value = os.getpid()
@@ -78,11 +79,23 @@ def home(c: Context) -> None:
         ran_here()
 
     @c.action
+    def create() -> None:
+        name = item.value
+        games.mutate(lambda names: [*names, name])
+        c.redirect(f"/game/{name}")  # the page of the game just made, on whichever worker
+
+    @c.action
     def stall() -> None:
         time.sleep(3.0)  # holds this worker's loop on purpose: what a stuck owner looks like
         ran_here()
 
     c.view(lambda: f"<main id='m'>count {count.value} visits {app.global_state.get('visits', 0)}</main>")
+
+
+@app.page("/game/{name}")
+def game(c: Context, name: str) -> None:
+    games = c.signal([], "games", scope=Scope.GLOBAL)
+    c.view(lambda: f"<main id='g'>{'found' if name in games.value else 'missing'} {name}</main>")
 
 
 @app.route("GET", "/pid")

@@ -195,6 +195,9 @@ class ClusterLink:
     def track(self, sig: SharedSignal[Any], *, new: bool = False) -> None:
         self.signals.track(sig, new=new)
 
+    def refresh(self, sig: SharedSignal[Any]) -> None:
+        self.signals.refresh(sig)
+
     def untrack(self, sig: SharedSignal[Any]) -> None:
         self.signals.untrack(sig)
 

@@ -101,6 +101,13 @@ class SharedSignals(Part):
         self.loads.add(task)
         task.add_done_callback(self.loads.discard)
 
+    def refresh(self, sig: SharedSignal[Any]) -> None:
+        """Read a signal followed here again, in line with this worker's writes to it, and let the
+        page wait for it (read your writes: the change message may be on its way still)."""
+        key = signal_key(sig.scope.name, sig.name)
+        if self.signals.get(key) is sig:
+            self._read(key, sig)
+
     def untrack(self, sig: SharedSignal[Any]) -> None:
         """The signal's scope has no members here any more: stop following it."""
         key = signal_key(sig.scope.name, sig.name)

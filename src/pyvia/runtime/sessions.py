@@ -11,7 +11,7 @@ from pyvia.context import Context
 from pyvia.http import Request
 from pyvia.runtime.common import GRAVEYARD_CAP
 from pyvia.scopes import Scope
-from pyvia.session import SESSION_MAX_AGE
+from pyvia.session import SECURE_WROTE_COOKIE, SESSION_MAX_AGE, WROTE_COOKIE, WROTE_MAX_AGE
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -139,6 +139,17 @@ class Sessions:
     def finish_rotation(self, old: str, new: str) -> None:
         del self.awaiting_rotation[Scope.session(new).split(":", 1)[1]]
         self.rotate(old, new, self.rotated_from.get(old, old))
+
+    def wrote_cookie_header(self) -> str:
+        """The cookie that makes the session's next page views read their own writes (``WROTE_COOKIE``)."""
+        secure = self.app.config.secure_cookie
+        name, path = (SECURE_WROTE_COOKIE, "/") if secure else (WROTE_COOKIE, self.app.url_base)
+        return f"{name}=1; Path={path}; Max-Age={WROTE_MAX_AGE}; HttpOnly; SameSite=Lax{'; Secure' if secure else ''}"
+
+    def wrote_recently(self, request: Request) -> bool:
+        """Whether an action of the request's session wrote shared state moments ago."""
+        name = SECURE_WROTE_COOKIE if self.app.config.secure_cookie else WROTE_COOKIE
+        return name in request.cookies
 
     def cookie_header(self, session_id: str) -> str:
         secure = "; Secure" if self.app.config.secure_cookie else ""

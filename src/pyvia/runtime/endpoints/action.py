@@ -370,13 +370,18 @@ class Actions:
                 self.app.metrics.observe_action(time.perf_counter() - started)
         finally:
             self.pass_turn(ctx, line)  # the next runs now, before this one's writes are confirmed
-        await self.app.store.written(writes)
+        if self.app.store.writing > writes:
+            return await self.after_writes(ctx, writes)
         return self.response(ctx)
 
     async def after_writes(self, ctx: Context, writes: int) -> Response:
-        """Answer once the shared-state writes the action made are in the engine."""
+        """Answer once the shared-state writes the action made are in the engine, with the cookie
+        that has the session's next page views read them there (another worker's copy may not
+        have them yet: a redirect to the thing just made must find it)."""
         await self.app.store.written(writes)
-        return self.response(ctx)
+        response = self.response(ctx)
+        response.headers.append(("set-cookie", self.rt.sessions.wrote_cookie_header()))
+        return response
 
     def response(self, ctx: Context) -> Response:
         if ctx.error_shown:  # checked here: most actions have no error to clear, nor cookies to set
@@ -384,9 +389,9 @@ class Actions:
         response = Response(200, [])
         if ctx.cookies_out:
             self.rt.pages.take_cookies(ctx, response)
-            if ctx.answer_events:  # a navigation that must follow the cookies (TabOutput.redirect)
-                response = Response(200, [*protocol.SSE_HEADERS, *response.headers], ctx.answer_events)
-                ctx.answer_events = b""
+        if ctx.answer_events:  # a navigation that must follow the cookies and the writes (TabRequest.redirect)
+            response = Response(200, [*protocol.SSE_HEADERS, *response.headers], ctx.answer_events)
+            ctx.answer_events = b""
         return response
 
     def form_of(self, request: Request) -> dict[str, str]:
