@@ -127,17 +127,19 @@ WAITING_AFTER = 5
 #: What the page does with Datastar's fetch events (on its boot element, ``el``): a failed request of
 #: the page shows its status; a request started after it hides it, and so does the answer of one
 #: (requests overlap: a failure answered after a later request started shows until that one is
-#: answered, then goes, as the server's own words do); a request unanswered for ``WAITING_AFTER`` s
-#: shows ``waiting`` until its answer; a stream that retries shows the tab as lost. Requests are
+#: answered, then goes, as the server's own words do); a request unanswered for ``WAITING_AFTER`` s,
+#: or sent again after a network error (the server is down), shows ``waiting`` until its answer,
+#: and one Datastar gave up on the default words; a stream that retries shows the tab as lost. Requests are
 #: numbered as they start (``viaSeq``); Datastar runs one request of an element at a time.
 FETCH_EVENTS = (
     "const d = evt.detail, t = d.type, r = d.el; "
     "if (!(r.id || '').startsWith('via-')) { clearTimeout(r.viaWaiting); "
     "if (t === 'started') { $_via_failed = 0; r.viaSeq = el.viaSeq = (el.viaSeq || 0) + 1; r.viaFailed = false; "
     f"r.viaWaiting = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
+    "else if (t === 'retrying') { $_via_failed = $_via_failed || 'waiting' } "
     "else if (t !== 'finished') { r.viaFailed = true; "
-    "if (t === 'error' && r.viaSeq > (el.viaDone || 0)) "
-    "{ $_via_failed = +d.argsRaw.status; el.viaFailedSeq = r.viaSeq } } "
+    "if (r.viaSeq > (el.viaDone || 0)) "
+    "{ $_via_failed = t === 'error' ? +d.argsRaw.status : 'default'; el.viaFailedSeq = r.viaSeq } } "
     "else if (!r.viaFailed) { el.viaDone = Math.max(el.viaDone || 0, r.viaSeq); "
     "if ($_via_failed === 'waiting' || (el.viaFailedSeq || 0) < r.viaSeq) { $_via_failed = 0 } } } "
     "else if (t === 'retrying' || t === 'error') "

@@ -177,6 +177,33 @@ def test_a_lost_connection_is_said_before_an_earlier_failure_which_shows_again_o
         page.close()
 
 
+def test_a_click_made_while_the_server_is_down_says_it_waits_until_it_lands(
+    browser: Browser, served: LatencyProxy
+) -> None:
+    # Datastar sends the click's post again until the server is back. The alert said the
+    # connection was lost, then nothing once the stream was back, while the post still waited
+    # for its next try: a user clicks again (found by a newcomer's support desk).
+    page = _open(browser, served)
+    answered: list[int] = []
+    page.on("response", lambda r: answered.append(r.status) if "/_action/save" in r.url else None)
+    try:
+        alert = page.get_by_role("alert")
+        served.go_down()
+        expect(alert).to_contain_text(DEFAULT_MESSAGES["lost"], timeout=5000)
+        page.locator("#save").click()
+        page.wait_for_timeout(1500)  # it has been sent again at least once
+        served.come_back()
+        deadline = time.monotonic() + 30
+        while 200 not in answered:
+            assert time.monotonic() < deadline, f"the click never landed: {answered}"
+            assert alert.is_visible(), "the alert went while the click had not landed"
+            page.wait_for_timeout(25)
+        expect(page.locator("#saved")).to_have_text("1")
+        expect(alert).to_be_hidden()
+    finally:
+        page.close()
+
+
 def test_the_alert_can_be_dismissed(browser: Browser, served: LatencyProxy) -> None:
     page = _open(browser, served)
     try:
