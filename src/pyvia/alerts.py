@@ -129,19 +129,21 @@ WAITING_AFTER = 5
 #: (requests overlap: a failure answered after a later request started shows until that one is
 #: answered, then goes, as the server's own words do); a request unanswered for ``WAITING_AFTER`` s,
 #: or sent again after a network error (the server is down), shows ``waiting`` until its answer,
-#: and one Datastar gave up on the default words; a stream that retries shows the tab as lost. Requests are
-#: numbered as they start (``viaSeq``); Datastar runs one request of an element at a time.
+#: and one Datastar gave up on the default words; a stream that retries shows the tab as lost.
+#: Requests are numbered as they start (Datastar runs one request of an element at a time); the
+#: properties, short since every page carries them: on the requesting element ``vn`` its number,
+#: ``vx`` it failed, ``vw`` its waiting timer; on ``el`` ``vn`` the last number given, ``vd`` the
+#: newest request answered, ``vf`` the one whose failure shows.
 FETCH_EVENTS = (
     "const d = evt.detail, t = d.type, r = d.el; "
-    "if (!(r.id || '').startsWith('via-')) { clearTimeout(r.viaWaiting); "
-    "if (t === 'started') { $_via_failed = 0; r.viaSeq = el.viaSeq = (el.viaSeq || 0) + 1; r.viaFailed = false; "
-    f"r.viaWaiting = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
+    "if (!(r.id || '').startsWith('via-')) { clearTimeout(r.vw); "
+    "if (t === 'started') { $_via_failed = 0; r.vn = el.vn = (el.vn | 0) + 1; r.vx = 0; "
+    f"r.vw = setTimeout(() => {{ $_via_failed = $_via_failed || 'waiting' }}, {WAITING_AFTER * 1000}) }} "
     "else if (t === 'retrying') { $_via_failed = $_via_failed || 'waiting' } "
-    "else if (t !== 'finished') { r.viaFailed = true; "
-    "if (r.viaSeq > (el.viaDone || 0)) "
-    "{ $_via_failed = t === 'error' ? +d.argsRaw.status : 'default'; el.viaFailedSeq = r.viaSeq } } "
-    "else if (!r.viaFailed) { el.viaDone = Math.max(el.viaDone || 0, r.viaSeq); "
-    "if ($_via_failed === 'waiting' || (el.viaFailedSeq || 0) < r.viaSeq) { $_via_failed = 0 } } } "
+    "else if (t !== 'finished') { r.vx = 1; "
+    "if (r.vn > (el.vd | 0)) { $_via_failed = t === 'error' ? +d.argsRaw.status : 'default'; el.vf = r.vn } } "
+    "else if (!r.vx) { el.vd = Math.max(el.vd | 0, r.vn); "
+    "if ($_via_failed === 'waiting' || (el.vf | 0) < r.vn) { $_via_failed = 0 } } } "
     "else if (t === 'retrying' || t === 'error') "
     "{ $_disconnected = true; $_via_lost = true; $_via_filter = %s }"
 )
