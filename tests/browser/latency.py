@@ -47,6 +47,7 @@ class LatencyProxy:
         self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         if self._server is not None:
             self._loop.run_until_complete(self._server.wait_closed())
+        self._loop.run_until_complete(asyncio.sleep(0.01))  # the closed transports let go of their sockets
         self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -58,9 +59,16 @@ class LatencyProxy:
         except OSError:
             writer.close()
             return
+        except BaseException:  # the proxy closing: a writer left open warns once its loop is gone
+            writer.close()
+            raise
         self._writers.update((writer, up_writer))
-        await asyncio.gather(self._pipe(reader, up_writer, True), self._pipe(up_reader, writer, False))
-        self._writers.difference_update((writer, up_writer))
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer, True), self._pipe(up_reader, writer, False))
+        finally:
+            self._writers.difference_update((writer, up_writer))
+            writer.close()
+            up_writer.close()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:
         """Copy ``reader`` to ``writer``, each chunk ``delay`` after it arrived (a queue keeps the order)."""
@@ -92,9 +100,11 @@ class LatencyProxy:
             pass
         finally:
             queue.put_nowait((time.monotonic() + self.delay, b""))
-            with contextlib.suppress(Exception):
-                await sender
-            writer.close()
+            try:
+                with contextlib.suppress(Exception):
+                    await sender
+            finally:  # also when cancelled (the proxy closing)
+                writer.close()
 
     def requests_to(self, path_prefix: bytes) -> int:
         """How many requests went through for a path starting with ``path_prefix``."""
