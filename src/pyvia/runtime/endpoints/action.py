@@ -286,8 +286,10 @@ class Actions:
         A tab's actions run one at a time, in the order they came: while an ``async`` one awaits,
         the next posts wait in the tab's line (their values are not written into the tab before
         their turn). ``line``: the tab's line, when this post waited in it and its turn came."""
-        if line is None and ctx.acting is not None:
-            return self.wait_turn(req, ctx, name, action, arguments, signals, ctx.acting)
+        if line is None and ctx.acting is not None:  # its place in the line is taken now: the order of arrival
+            line = ctx.acting
+            run = functools.partial(self.invoke, req, ctx, name, action, arguments, signals, line)
+            return self.in_turn(ctx, line, line.join(), run)
         now = self.app.now()
         started = time.perf_counter()
         writes = self.app.store.writing
@@ -317,21 +319,6 @@ class Actions:
         if line is None:
             line = ctx.acting = ActionLine()  # the tab's next posts wait for this one
         return self.await_action(ctx, pending, started, writes, line)
-
-    def wait_turn(
-        self,
-        req: Request,
-        ctx: Context,
-        name: str,
-        action: Action,
-        arguments: dict[str, Any] | None,
-        signals: dict[str, Any],
-        line: ActionLine,
-    ) -> Any:
-        """The action's answer once its turn comes; its place is taken now: the order of arrival."""
-        turn = line.join()
-        run = functools.partial(self.invoke, req, ctx, name, action, arguments, signals, line)
-        return self.in_turn(ctx, line, turn, run)
 
     async def in_turn(self, ctx: Context, line: ActionLine, turn: Turn, run: Callable[[], Any]) -> Any:
         """``run()``'s answer, in the post's turn."""
