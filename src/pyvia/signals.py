@@ -71,7 +71,7 @@ class Signal(Generic[T]):
     against its current value and its ``max_length``; refused values are neither stored nor echoed.
     """
 
-    __slots__ = ("_sent", "_value", "changed", "id", "max_length", "name", "revision", "writable")
+    __slots__ = ("_sent", "_value", "acked", "changed", "id", "max_length", "name", "revision", "writable")
 
     def __init__(
         self, name: str, initial: T, *, writable: bool = False, max_length: int | None = None, key: str | None = None
@@ -85,6 +85,9 @@ class Signal(Generic[T]):
         self.writable = writable
         #: Server writes of a writable signal so far; the browser echoes the one it has seen.
         self.revision = 0
+        #: The revision the browser said it had seen when it last posted this value: a full resend
+        #: leaves out a value whose every write the browser has (it may have typed on since).
+        self.acked = 0
         self.max_length = DEFAULT_MAX_LENGTH if max_length is None else max_length
 
     @property

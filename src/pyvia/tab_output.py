@@ -154,14 +154,14 @@ class TabOutput:
 
     def full_signals(self) -> dict[str, Any]:
         """What a stream that may have missed frames gets: every server-owned value and every writable
-        one the server wrote, whole. (Writable values the server never wrote are the user's: sending
-        them back would undo keystrokes.)"""
+        one the server wrote since the browser last posted it, whole. (The other writable values
+        are the user's: sending them back would undo what was typed since.)"""
         out: dict[str, Any] = {}
         revisions: dict[str, int] = {}
         owned = False
         for sig in self._signals.values():
             if sig.writable:
-                if not sig.revision:
+                if sig.revision <= sig.acked:
                     continue
                 revisions[sig.id] = sig.revision
             else:
@@ -480,6 +480,8 @@ class TabOutput:
                 seen = 0
             if seen < sig.revision:
                 continue  # posted before the server's write reached the browser
-            if seen > sig.revision and not isinstance(sig, SharedSignal):
-                sig.revision = seen  # a revived tab: the browser saw writes of an earlier process
+            if not isinstance(sig, SharedSignal):
+                if seen > sig.revision:
+                    sig.revision = seen  # a revived tab: the browser saw writes of an earlier process
+                sig.acked = seen
             sig.accept_client_value(value)

@@ -148,3 +148,24 @@ def games_lobby(c: Context) -> None:
 def games_game(c: Context, name: str) -> None:
     games = c.signal([], "games", scope=Scope.GLOBAL)
     c.view(lambda: f'<main id="{"game" if name in games.value else "nogame"}">{name}</main>')
+
+
+notes_app = App(title="Notes")
+
+
+@notes_app.page("/")
+def notes_page(c: Context) -> None:
+    text = c.signal("", "text", writable=True, max_length=100_000)
+
+    @c.action
+    def load() -> None:
+        text.value = "loaded: "  # a server write: the signal's revision moves past 0
+
+    c.view(
+        lambda: html(
+            '<main id="notes"><button id="load" data-on:click="{}">load</button>'
+            '<textarea id="text" {}></textarea></main>',
+            load,
+            text.bind(),
+        )
+    )

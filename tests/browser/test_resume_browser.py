@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import re
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 from pyvia import App, Context, Request, Response, Scope
 from pyvia.datastar import DatastarResponse, elements_response, patch_elements, script_response, signals_response
 from tests.browser.conftest import Proxy, ServerProcess, free_port
+from tests.browser.latency import latency_proxy
 
 ITEMS = 150
 
@@ -291,3 +293,37 @@ def test_a_click_whose_answer_the_network_lost_is_posted_again_and_runs_once(bro
         ids = page.eval_on_selector_all("#notes li", "els => els.map(e => e.id)")
         assert ids == ["k0", "k1"], "the click ran once"
         assert errors == []
+
+
+def test_typing_on_while_the_server_restarts_loses_no_keystroke(browser: Browser) -> None:
+    """The server filled the box once, the user types on in it, and the server restarts mid-word
+    (through the 50 ms proxy): the revived tab's first frame must not put back the text the
+    page posted to revive it, which would wipe what was typed while it travelled."""
+    server = ServerProcess("tests.browser.apps:notes_app", free_port())
+    server.start()
+    try:
+        with latency_proxy(server.port) as proxy:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"http://127.0.0.1:{proxy.port}/")
+            page.click("#load")
+            expect(page.locator("#text")).to_have_value("loaded: ")
+            page.evaluate(
+                """() => { window.jumps = []; const box = document.querySelector('#text'); let last = box.value;
+                   setInterval(() => { const v = box.value;
+                     if (v !== last) { if (!v.startsWith(last)) window.jumps.push([last, v]); last = v; } }, 2); }"""
+            )
+            page.focus("#text")
+            words = "".join(f"w{i} " for i in range(90))
+            restarted = threading.Thread(target=lambda: (time.sleep(1.0), server.restart()))
+            restarted.start()
+            page.keyboard.type(words, delay=20)
+            restarted.join()
+            page.wait_for_timeout(1000)
+            assert page.evaluate("window.jumps") == []
+            expect(page.locator("#text")).to_have_value("loaded: " + words)
+            assert errors == []
+            page.close()
+    finally:
+        server.stop()
