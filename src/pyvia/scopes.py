@@ -54,6 +54,7 @@ _KIND = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
 _ESCAPED = re.compile(r"[%:*\x00-\x1f\x7f]")
 _ID_SAFE = re.compile(r"[A-WYZa-z0-9]")
 _MAX_SCOPE = 200
+_DIGEST_LEN = 34  # "%~" and 32 hex digits
 _MISSING = object()
 
 
@@ -78,7 +79,8 @@ class Scope:
     def custom(kind: str, *names: str) -> str:
         """The scope ``kind:name…`` for names of any text (``Scope.custom("room", "café")``): a ':',
         '*' or '%' in a name is escaped, so distinct names are distinct scopes and a name is never a
-        pattern. ``Scope.custom("room", "*")`` is not the pattern ``room:*``; write that as is."""
+        pattern, and a name too long for a scope stands in by its digest. ``Scope.custom("room",
+        "*")`` is not the pattern ``room:*``; write that as is."""
         if not isinstance(kind, str) or not _KIND.match(kind) or kind in (TAB, ROUTE, SESSION, GLOBAL):
             raise DeclarationError(
                 f"scope kind {kind!r} must match [A-Za-z][A-Za-z0-9]* and not be a built-in one, like 'room'"
@@ -90,6 +92,13 @@ class Scope:
             if not isinstance(name, str) or not name:
                 raise DeclarationError(f"scope name {name!r} of kind {kind!r} must be a non-empty str")
             parts.append(_ESCAPED.sub(lambda m: f"%{ord(m.group()):02X}", name))
+        # Too long a scope for its store keys: the longest names stand in by their digest, which no
+        # escaped name can equal ('%' is always followed by two hex digits there).
+        longest = sorted(range(1, len(parts)), key=lambda i: len(parts[i]), reverse=True)
+        for i in longest:
+            if sum(map(len, parts)) + len(parts) - 1 <= _MAX_SCOPE or len(parts[i]) <= _DIGEST_LEN:
+                break
+            parts[i] = "%~" + hashlib.blake2b(names[i - 1].encode(), digest_size=16).hexdigest()
         return check_custom(":".join(parts))
 
 
