@@ -60,6 +60,7 @@ from pyvia.sharing import LOCAL_STORE, SharedStore
 from pyvia.snapshot import Snapshots
 from pyvia.state import GlobalState, SessionStore
 from pyvia.stream import Outflow
+from pyvia.tab_output import TabOutput
 
 log = logging.getLogger("pyvia")
 #: At most this many action URLs are kept by name (:meth:`App.url_for_action`).
@@ -263,6 +264,9 @@ class App(AppShared, Host):
         #: process alone until ``share_through`` plugs in the cluster's link, which is both.
         self.ownership: Ownership = LOCAL_OWNERSHIP
         self.store: SharedStore = LOCAL_STORE
+        #: The tab whose view is being rendered (its synchronous part): a count it shows is asked
+        #: on its behalf, so another worker's new count re-renders it (pyvia.cluster.presence).
+        self.rendering: TabOutput | None = None
         #: Set by the native server (plain HTTP): ``adopt_connection(sock, request_bytes)`` serves a
         #: connection another worker of this machine passed (pyvia.cluster.passing).
         self.adopt_connection: Callable[[socket.socket, bytes], None] | None = None

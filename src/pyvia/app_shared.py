@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyvia.scopes import ScopeRegistry, SharedSignal
     from pyvia.sharing import SharedStore
     from pyvia.state import SessionData, SessionStore
+    from pyvia.tab_output import TabOutput
 
 __all__ = ["AppShared"]
 
@@ -35,6 +36,7 @@ class AppShared:
     broadcaster: Broadcaster
     store: SharedStore
     ownership: Ownership
+    rendering: TabOutput | None
     sessions: SessionStore
     mounts: list[tuple[str, App]]
 

@@ -97,10 +97,15 @@ class TabOutput:
         if view is None:
             return ""
         self.updating = is_update
-        if isinstance(view, str):
-            data = self._view_data() if callable(self._view_data) else self._view_data
-            return self.render(view, data, block=self._view_block if is_update else None)
-        return view(is_update)
+        app = self.app
+        app.rendering = self
+        try:
+            if isinstance(view, str):
+                data = self._view_data() if callable(self._view_data) else self._view_data
+                return self.render(view, data, block=self._view_block if is_update else None)
+            return view(is_update)
+        finally:
+            app.rendering = None
 
     def view_frame(self) -> ViewFrame | asyncio.Future[ViewFrame | None] | None:
         """The view as a patch frame; a future of it for an ``async`` view (awaitable by every tab of

@@ -98,6 +98,25 @@ def game(c: Context, name: str) -> None:
     c.view(lambda: f"<main id='g'>{'found' if name in games.value else 'missing'} {name}</main>")
 
 
+@app.page("/wizard")
+def wizard(c: Context) -> None:
+    c.add_scope("wiz")
+    c.view(lambda: "<main id='w'>in the wizard</main>")
+
+
+@app.page("/admin")
+def admin(c: Context) -> None:  # shows the count of a scope it is not in
+    c.scope("admin")
+    c.view(lambda: f"<main id='a'>{app.count_clients('wiz')} in the wizard</main>", share_render=True)
+
+
+@app.on_connect
+@app.on_disconnect
+def presence_changed(c: Context) -> None:
+    if "wiz" in c.scopes:  # as the docs show: re-render who shows the count
+        app.broadcast("admin")
+
+
 @app.route("GET", "/pid")
 def pid_route(request: object) -> Response:
     return Response.text(str(os.getpid()))

@@ -18,6 +18,7 @@ import orjson
 from pyvia.cluster.base import EngineError, valid_wire_scope
 from pyvia.cluster.parts import Part
 from pyvia.lifecycle import State
+from pyvia.scopes import TAB
 
 if TYPE_CHECKING:
     from pyvia.cluster.link import ClusterLink
@@ -33,7 +34,7 @@ _PRESENCE_EXPIRY = 6.0
 class Presence(Part):
     """This worker's open tabs by scope, told to the others, and theirs as last told."""
 
-    __slots__ = ("_counted", "_dirty", "_remote")
+    __slots__ = ("_counted", "_dirty", "_readers", "_remote")
 
     def __init__(self, link: ClusterLink) -> None:
         super().__init__(link)
@@ -42,6 +43,9 @@ class Presence(Part):
         #: Whether anything asked for a count (:meth:`remote_count`): until then no view shows one,
         #: and a count that changed re-renders nothing.
         self._counted = False
+        #: The tabs whose view showed a count, by the scope (or pattern) it counted: a new count
+        #: re-renders them, whatever scope they are in themselves (an admin page counting a wizard).
+        self._readers: dict[str, set[str]] = {}
 
     async def start(self) -> None:
         self._subs.append(await self.engine.subscribe(_PRESENCE_SUBJECT, self._on_presence))
@@ -51,6 +55,8 @@ class Presence(Part):
 
     async def stop(self) -> None:
         self.cancel_tasks()
+        with contextlib.suppress(EngineError):  # the others drop this worker's tabs now, not at expiry
+            await self.engine.publish(_PRESENCE_SUBJECT, orjson.dumps({"n": self.node, "c": {}}))
         for hooks in (self.app.connect_hooks, self.app.disconnect_hooks):
             if self._presence_changed in hooks:
                 hooks.remove(self._presence_changed)
@@ -77,6 +83,7 @@ class Presence(Part):
         while True:
             await asyncio.sleep(_PRESENCE_PERIOD)
             now = time.monotonic()
+            self._expire(now)
             heartbeat = now - last_sent > _PRESENCE_HEARTBEAT
             if not (self._dirty or heartbeat):
                 continue
@@ -98,26 +105,57 @@ class Presence(Part):
         counts = {k: v for k, v in counts.items() if isinstance(v, int) and valid_wire_scope(k, allow_pattern=False)}
         before = self._remote.get(node, (0.0, {}))[1]
         self._remote[node] = (time.monotonic(), counts)
+        self._changed(before, counts)
+
+    def _expire(self, now: float) -> None:
+        """Forget the workers silent past the expiry (killed, cut off): their tabs no longer count."""
+        for node, (seen, counts) in list(self._remote.items()):
+            if now - seen > _PRESENCE_EXPIRY:
+                del self._remote[node]
+                self._changed(counts, {})
+
+    def _changed(self, before: dict[str, int], counts: dict[str, int]) -> None:
         if not self._counted:
             # No view asked how many watch: re-rendering would write every tab of the scope the
             # same view again each time the counts change, four times a second while tabs open
             # (opening N tabs then costs N² writes).
             return
         app = self.app
-        for name in {*before, *counts}:
-            if before.get(name) != counts.get(name):  # "N watching" changed: re-render who shows it
-                for state in app.scopes.matching(name):
+        changed = [name for name in {*before, *counts} if before.get(name) != counts.get(name)]
+        for name in changed:  # "N watching" changed: re-render who shows it
+            for state in app.scopes.matching(name):
+                app.broadcaster.mark(state)
+        for asked, readers in list(self._readers.items()):
+            if any(name == asked or ("*" in asked and fnmatch.fnmatchcase(name, asked)) for name in changed):
+                self._rerender(asked, readers)
+
+    def _rerender(self, asked: str, readers: set[str]) -> None:
+        """Re-render the tabs that showed a count of ``asked``: their shared scope once, or each on its own."""
+        app = self.app
+        for ctx_id in list(readers):
+            ctx = app.contexts.get(ctx_id)
+            if ctx is None or ctx.state is State.DESTROYED:
+                readers.discard(ctx_id)
+            elif ctx.primary_scope != TAB:
+                for state in app.scopes.matching(ctx.primary_scope):
                     app.broadcaster.mark(state)
+            elif ctx.state is State.CONNECTED:
+                ctx.sync()
+        if not readers:
+            del self._readers[asked]
 
     def remote_count(self, scope: str) -> int:
         """Open tabs in ``scope`` (a name or pattern) on the other workers and nodes, as last told."""
         self._counted = True
+        reader = self.app.rendering
+        if reader is not None:
+            self._readers.setdefault(scope, set()).add(reader.id)
         now = time.monotonic()
         total = 0
-        for node, (seen, counts) in list(self._remote.items()):
+        for seen, counts in self._remote.values():
             if now - seen > _PRESENCE_EXPIRY:
-                del self._remote[node]
-            elif "*" in scope:
+                continue  # gone: the next period forgets it and re-renders who showed its tabs
+            if "*" in scope:
                 total += sum(n for name, n in counts.items() if fnmatch.fnmatchcase(name, scope))
             else:
                 total += counts.get(scope, 0)
