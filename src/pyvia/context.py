@@ -23,7 +23,7 @@ from markupsafe import Markup
 from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
-from pyvia.http import Request
+from pyvia.http import Request, Response
 from pyvia.lifecycle import State
 from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
 from pyvia.signals import Signal, check_name
@@ -183,6 +183,7 @@ class Context(TabRequest):
         "deadline",
         "last_action",
         "recent_clicks",
+        "click_answer",
         "acting",
         "revived",
         "stream",
@@ -243,6 +244,9 @@ class Context(TabRequest):
         self.last_action = 0.0
         #: The ``via-click`` ids of the tab's latest clicks (``runtime.endpoints.action.first_time``).
         self.recent_clicks: tuple[str, ...] = ()
+        #: The latest click whose answer said more than an empty 200 (a refusal, a cookie, a
+        #: navigation), with that answer: its retry gets it again.
+        self.click_answer: tuple[str, Response] | None = None
         #: While an ``async`` action of the tab runs, the tab's next posts wait in this line, each
         #: for its turn, so each runs on the values its own post carried (None: the tab is free).
         self.acting: ActionLine | None = None

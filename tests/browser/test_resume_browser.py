@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 from playwright.sync_api import Browser, Page, expect
 
-from pyvia import App, Context, Request, Response, Scope
+from pyvia import App, Context, Request, Response, Scope, UserError
 from pyvia.datastar import DatastarResponse, elements_response, patch_elements, script_response, signals_response
 from tests.browser.conftest import Proxy, ServerProcess, free_port
 from tests.browser.latency import latency_proxy
@@ -79,6 +79,27 @@ def board(c: Context) -> None:
         share_render=True,
     )
     c.patch_elements('<ul id="notes"></ul>', selector="body", mode="append")
+
+
+@app.page("/gate")
+def gate(c: Context) -> None:
+    """A click that signs in (a cookie, then a navigation), and one the app refuses."""
+
+    @c.action
+    def enter() -> None:
+        c.set_cookie("seen", "yes")
+        c.redirect("/board")
+
+    @c.action
+    def bid() -> None:
+        raise UserError("This lot is closed.")
+
+    c.view(
+        lambda: (
+            f'<button id="enter" data-on:click="{enter}">enter</button>'
+            f'<button id="bid" data-on:click="{bid}">bid</button>'
+        )
+    )
 
 
 @app.page("/routes")
@@ -327,3 +348,41 @@ def test_typing_on_while_the_server_restarts_loses_no_keystroke(browser: Browser
             page.close()
     finally:
         server.stop()
+
+
+def _lose_the_answer_of(page: Page, proxy: LossyProxy, selector: str, action: bytes) -> None:
+    """Click ``selector`` while everything the server sends is lost, then cut the connections:
+    Datastar posts the click again, which the server ran already."""
+
+    def posts() -> int:
+        return sum(1 for line in proxy.requests if line.startswith(b"POST /_action/" + action))
+
+    before = posts()
+    proxy.swallowing = True
+    page.click(selector)
+    _wait(lambda: posts() > before, "the click to reach the server")
+    time.sleep(0.3)
+    proxy.cut_all()
+    proxy.swallowing = False
+    _wait(lambda: posts() > before + 1, "Datastar to post the click again", timeout=15.0)
+
+
+def test_a_click_whose_answer_was_lost_still_signs_in_and_navigates(browser: Browser) -> None:
+    """The retry of a click that ran gets the answer the first post got: the cookie and the
+    navigation it carried (a newcomer's login page stayed put, without its cookie)."""
+    with _tab(browser, "/gate") as (_server, proxy, page, errors):
+        _lose_the_answer_of(page, proxy, "#enter", b"enter")
+        page.wait_for_url("**/board", timeout=15_000)
+        assert {c["name"]: c["value"] for c in page.context.cookies()}.get("seen") == "yes"
+        assert errors == []
+
+
+def test_a_refusal_whose_answer_was_lost_still_shows(browser: Browser) -> None:
+    with _tab(browser, "/gate") as (_server, proxy, page, errors):
+        _lose_the_answer_of(page, proxy, "#bid", b"bid")
+        alert = page.locator("#via-alert")
+        expect(alert).to_contain_text("This lot is closed.", timeout=15_000)
+        time.sleep(1.5)  # the retry's answer is in: the refusal stays
+        expect(alert).to_contain_text("This lot is closed.")
+        expect(alert).to_be_visible()
+        assert errors == []

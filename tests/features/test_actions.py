@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from pyvia import App, Context, DeclarationError, protocol
+from pyvia import App, Context, DeclarationError, UserError, protocol
 from pyvia.testing import TestClient
 
 
@@ -231,3 +232,52 @@ def test_a_click_posted_again_after_its_answer_was_lost_runs_once() -> None:
         for n in range(14):
             post(f"0.{n + 100}")
         assert hits.value == 20 and post("0.25") == 200 and hits.value == 20  # still within the last 16
+
+
+def test_a_click_posted_again_gets_the_answer_its_first_post_got() -> None:
+    """The network lost the answer of a click that navigated and set a cookie, or that was refused:
+    its retry runs nothing, and gets that same answer, so the page still navigates, the browser
+    still gets its cookie, and the refusal still shows (a newcomer's login stayed on its page)."""
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        hits = c.signal(0, "hits")
+
+        @c.action
+        def login() -> None:
+            hits.value += 1
+            c.set_cookie("seen", "yes")
+            c.redirect("/done")
+
+        @c.action
+        def bid() -> None:
+            hits.value += 1
+            raise UserError("This lot is closed.")
+
+        @c.action
+        def plain() -> None:
+            hits.value += 1
+
+        c.view(lambda: f"<p id='hits'>{hits.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        hits = tab.context.signals["hits"]
+
+        def post(name: str, click: str) -> Any:
+            body = {protocol.CONTEXT_SIGNAL: tab.context.id}
+            return client.post(f"{tab.base}_action/{name}", json=body, headers={"via-click": click})
+
+        first, again = post("login", "0.5"), post("login", "0.5")
+        assert hits.value == 1
+        assert again.status == first.status == 200
+        cookies = [v for k, v in first.headers if k == "set-cookie"]
+        assert [v for k, v in again.headers if k == "set-cookie"] == cookies and any("seen=yes" in v for v in cookies)
+        assert b"/done" in first.body and again.body == first.body
+        refused, refused_again = post("bid", "0.6"), post("bid", "0.6")
+        assert hits.value == 2
+        assert refused.status == refused_again.status == 400
+        assert refused_again.body == refused.body == b"This lot is closed."
+        assert post("plain", "0.7").status == 200 and post("plain", "0.7").body == b"" and hits.value == 3
+        assert post("login", "0.5").body == b""  # an older click's answer is not kept: only the latest

@@ -117,6 +117,8 @@ class Dispatch:
             result, (Response, StreamResponse)
         ):  # type(): the usual answer, cheaper
             self.app.metrics.observe_request(request.kind or "other", result.status)
+            if request.kind == RequestKind.ACTION and (result.status != 200 or result.headers):
+                self.rt.actions.remember_answer(request, result)  # type: ignore[arg-type]  # an action's is a Response
             if request.form is not None or request.kind in _SETTLED:
                 settle(request)
             return result
@@ -135,6 +137,8 @@ class Dispatch:
         finally:
             settle(request)
         self.app.metrics.observe_request(request.kind or "other", result.status)
+        if request.kind == RequestKind.ACTION and type(result) is Response and (result.status != 200 or result.headers):
+            self.rt.actions.remember_answer(request, result)
         return result
 
     def error_response(self, exc: BaseException, request: Request) -> Response:

@@ -30,6 +30,7 @@ from pyvia.forms import FORM_TYPES, UploadedFile, check_form, parse_form, reques
 from pyvia.http import Request, Response
 from pyvia.lifecycle import State
 from pyvia.runtime.common import PASSED, RequestKind, newest, settle, settled, then
+from pyvia.runtime.reporting import context_of
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -233,7 +234,7 @@ class Actions:
         arguments = decode_arguments(name, action.params, request.query) if action.params.arguments else None
         click = request.headers.get_lower("via-click")
         if click is not None and not first_time(ctx, click):
-            return self.response(ctx)  # posted again after its answer was lost: it ran already
+            return self.answered(ctx, click)  # posted again after its answer was lost: it ran already
 
         if self.app.middleware_stack or ctx.route.middleware:
             return self.run_behind_middleware(request, ctx, name, action, arguments, signals)
@@ -369,6 +370,23 @@ class Actions:
         response = self.response(ctx)
         response.headers.append(("set-cookie", self.rt.sessions.wrote_cookie_header()))
         return response
+
+    def answered(self, ctx: Context, click: str) -> Response:
+        """The answer a click that ran already gets again: its own, when it said more than an empty 200."""
+        kept = ctx.click_answer
+        if kept is not None and kept[0] == click:
+            return Response(kept[1].status, list(kept[1].headers), kept[1].body)
+        return self.response(ctx)
+
+    def remember_answer(self, request: Request, response: Response) -> None:
+        """Keep the answer of a click that ran, when a retry of it must get it too (the dispatch
+        calls this for every action answer but the usual empty 200)."""
+        click = request.headers.get_lower("via-click")
+        if click is None:
+            return
+        ctx = context_of(request, self.app)
+        if ctx is not None and click in ctx.recent_clicks:
+            ctx.click_answer = (click, response)
 
     def response(self, ctx: Context) -> Response:
         if ctx.error_shown:  # checked here: most actions have no error to clear, nor cookies to set
