@@ -231,6 +231,14 @@ class SharedSignal(Signal[T]):
         self.scope.registry.store.mutate_signal(self, fn, before)
         return self._value
 
+    async def committed(self) -> T:
+        """The value once this worker's writes of it are in the engine: what every worker ends on
+        (with one worker, the value now). After :meth:`mutate` or :meth:`increment`, it says what
+        really happened where the engine ran ``fn`` again on another worker's newer value; raises
+        ``EngineUnavailable`` (503) when the write did not reach the engine."""
+        value: T = await self.scope.registry.store.committed(self)
+        return value
+
     def accept_client_value(self, value: Any) -> bool:
         accepted = super().accept_client_value(value)
         if accepted:

@@ -75,6 +75,9 @@ class SharedStore(Protocol):
     def mutate_signal(self, sig: SharedSignal[Any], fn: Callable[[Any], Any], before: Any) -> None:
         """The signal was changed here by ``fn`` (from ``before``): apply it to the shared value."""
 
+    async def committed(self, sig: SharedSignal[Any]) -> Any:
+        """The signal's value once this worker's writes of it reached the store."""
+
     # Global state.
 
     def put_global(self, key: str, value: Any) -> None: ...
@@ -155,6 +158,9 @@ class LocalStore:
 
     def mutate_signal(self, sig: SharedSignal[Any], fn: Callable[[Any], Any], before: Any) -> None:
         pass
+
+    async def committed(self, sig: SharedSignal[Any]) -> Any:
+        return sig.value
 
     def put_global(self, key: str, value: Any) -> None:
         pass

@@ -98,6 +98,22 @@ def game(c: Context, name: str) -> None:
     c.view(lambda: f"<main id='g'>{'found' if name in games.value else 'missing'} {name}</main>")
 
 
+@app.page("/claim")
+def claim(c: Context) -> None:
+    """Two bidders claim one prize per round at the same moment: each is told whether it won, from
+    what the engine kept (mutate's own result is this worker's view, which the engine may redo)."""
+    winners = c.signal({}, "winners", scope=Scope.GLOBAL)
+    round_ = c.signal(0, "round", writable=True)
+    won = c.signal("", "won")
+
+    @c.action
+    async def take() -> None:
+        key = str(round_.value)
+        winners.mutate(lambda kept: kept if key in kept else {**kept, key: c.id})
+        kept = await winners.committed()
+        won.value = f"{key}:{'yes' if kept.get(key) == c.id else 'no'}"
+
+
 @app.page("/wizard")
 def wizard(c: Context) -> None:
     c.add_scope("wiz")

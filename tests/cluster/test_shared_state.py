@@ -478,6 +478,33 @@ def test_a_page_showing_another_scopes_count_ends_on_the_right_one_when_tabs_lea
         tab.close()
 
 
+def test_two_bidders_on_two_nodes_are_told_of_one_winner_per_round(two_nodes) -> None:
+    # mutate() returns this worker's view; when both nodes claim at once the engine runs the loser's
+    # function again on the winner's value. committed() says what the engine kept (a newcomer's
+    # auction told two bidders "you lead" in 2-4 rounds of 8).
+    a, b, _ = two_nodes
+    bidders = [Tab(a, path="/claim"), Tab(b, path="/claim")]
+    for tab, port in zip(bidders, (a, b), strict=True):
+        tab.connect(port)
+        tab.wait_for(r'"_disconnected":false')
+    for round_ in range(1, 13):
+        start = threading.Barrier(2)
+
+        def take(tab: Tab, port: int, round_: int = round_, start: threading.Barrier = start) -> None:
+            start.wait()
+            assert tab.act(port, "take", round=round_) == 200
+
+        threads = [threading.Thread(target=take, args=(tab, port)) for tab, port in zip(bidders, (a, b), strict=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        told = [tab.wait_for(rf'"_won":"{round_}:(yes|no)"') for tab in bidders]
+        assert sorted(told) == [f'"_won":"{round_}:no"', f'"_won":"{round_}:yes"'], (round_, told)
+    for tab in bidders:
+        tab.close()
+
+
 # --- two workers on one port ---------------------------------------------------------------------
 
 

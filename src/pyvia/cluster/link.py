@@ -210,6 +210,9 @@ class ClusterLink:
     def mutate_signal(self, sig: SharedSignal[Any], fn: Callable[[Any], Any], before: Any) -> None:
         self.signals.mutate_signal(sig, fn, before)
 
+    async def committed(self, sig: SharedSignal[Any]) -> Any:
+        return await self.signals.committed(sig)
+
     def put_global(self, key: str, value: Any) -> None:
         self.globals.put_global(key, value)
 

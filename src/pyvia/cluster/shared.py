@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pyvia.cluster.base import EngineError
+from pyvia.cluster.base import EngineError, EngineUnavailable
 from pyvia.cluster.parts import GLOBAL_BUCKET, SCOPES, SESSION_SCOPES, Part, encode, signal_key
 from pyvia.cluster.replica import Replica
 
@@ -158,6 +158,12 @@ class SharedSignals(Part):
         writes.write(
             bucket, key, lambda: writes.mutate(bucket, key, lambda raw: encode(fn(orjson.loads(raw))), default)
         )
+
+    async def committed(self, sig: SharedSignal[Any]) -> Any:
+        key = signal_key(sig.scope.name, sig.name)
+        if not await self.link.writes.settled_key(self._where(key)[0], key):
+            raise EngineUnavailable(f"the shared value {sig.name!r} could not be saved; try again")
+        return sig.value
 
     def _signal_changed(self, key: str, raw: bytes | None) -> None:
         sig = self.signals.get(key)

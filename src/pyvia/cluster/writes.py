@@ -180,6 +180,15 @@ class Writes(Part):
         """The sequence number of the newest write started (see :meth:`written`)."""
         return self._seq
 
+    async def settled_key(self, bucket: str, key: str) -> bool:
+        """Wait until no write of this worker to the key is in flight (the key has then settled on
+        the engine's newest value); whether the last of them reached the engine."""
+        slot = (bucket, key)
+        reached = True
+        while (tail := self._tails.get(slot)) is not None:
+            reached = await asyncio.shield(tail)
+        return reached
+
     async def written(self, after: int) -> None:
         """Wait for the writes started after sequence number ``after`` (an action waits for its own).
 
