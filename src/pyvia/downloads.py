@@ -46,7 +46,17 @@ class Downloads:
         else:
             assert isinstance(source, Iterable)
             body = b"".join(chunk.encode() if isinstance(chunk, str) else chunk for chunk in source)
-        disposition = f"attachment; filename*=UTF-8''{quote(filename)}"
         return Response(
-            200, [("content-type", mtype), ("content-disposition", disposition), ("cache-control", "no-store")], body
+            200,
+            [("content-type", mtype), ("content-disposition", disposition(filename)), ("cache-control", "no-store")],
+            body,
         )
+
+
+def disposition(filename: str) -> str:
+    """``attachment`` with ``filename`` as RFC 8187 allows it: a file's name, not a path (the
+    directories of ``a/b.txt`` are dropped), every byte outside its attr-chars percent-encoded."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    if not name.strip("."):
+        name = "download"
+    return "attachment; filename*=UTF-8''" + quote(name, safe="!#$&+^`|")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from pyvia import App, Context, Request, Response, RouteError
+from pyvia.downloads import disposition
 from pyvia.testing import TestClient
 
 
@@ -163,6 +164,15 @@ def test_multipart_upload_and_one_shot_download() -> None:
         assert ("content-disposition", "attachment; filename*=UTF-8''data.csv") in download.headers
         assert client.get(url).status == 404  # one shot
         other.close()
+
+
+def test_a_download_is_named_by_a_file_name_encoded_as_rfc_8187_asks() -> None:
+    # a newcomer's c.download(data, "../../etc/passwd") sent the slashes as they were
+    assert disposition("../../etc/passwd") == "attachment; filename*=UTF-8''passwd"
+    assert disposition("C:\\Users\\me\\notes.txt") == "attachment; filename*=UTF-8''notes.txt"
+    assert disposition("..") == disposition("dir/") == "attachment; filename*=UTF-8''download"
+    assert disposition('café 1;x"y.csv') == "attachment; filename*=UTF-8''caf%C3%A9%201%3Bx%22y.csv"
+    assert disposition("a!#$&+^`|~-_.b") == "attachment; filename*=UTF-8''a!#$&+^`|~-_.b"
 
 
 def test_duplicate_and_reserved_routes_are_refused() -> None:
