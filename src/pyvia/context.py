@@ -116,10 +116,12 @@ def _post(url: str) -> str:
     # carries the tab's snapshot (``_via_filter``), so a server that no longer holds the tab can
     # revive it and run the action. Datastar posts a request again when its answer was lost to
     # the network, though the server may have run it: each click carries a random id, the same in
-    # every retry, so the tab runs it once (``via-click``).
+    # every retry, so the tab runs it once (``via-click``). Like the stream, a click never gives up
+    # while the page is open and is tried at most 8 s apart: Datastar's default stops after ten
+    # tries (about 150 s), and what the click cleared in the page was lost with it.
     return (
         f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}, "
-        "headers: {'via-click': Math.random()}})"
+        "headers: {'via-click': Math.random()}, retryMaxCount: Infinity, retryMaxWait: 8000})"
     )
 
 

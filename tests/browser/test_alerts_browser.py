@@ -214,6 +214,28 @@ def test_a_click_made_while_the_server_is_down_says_it_waits_until_it_lands(
         page.close()
 
 
+def test_a_click_made_early_in_a_long_outage_lands_soon_after_the_server_is_back(
+    browser: Browser, served: LatencyProxy
+) -> None:
+    # Datastar's own backoff doubles to 30 s and gives up after ten tries (about 150 s): a click
+    # made as the server went down, back 17 s later, waited 14 s more for its next try, and a
+    # longer outage lost it with what the click had cleared (a newcomer's kanban card). A click
+    # is tried at most 8 s apart, and never given up while the page is open.
+    page = _open(browser, served)
+    try:
+        page.locator("#name").fill("a card typed before the outage")
+        served.go_down()
+        page.locator("#save").click()
+        page.wait_for_timeout(17_000)
+        served.come_back()
+        back = time.monotonic()
+        expect(page.locator("#saved")).to_have_text("1", timeout=9_500)
+        assert time.monotonic() - back < 9.5
+        expect(page.get_by_role("alert")).to_be_hidden()
+    finally:
+        page.close()
+
+
 def test_the_alert_can_be_dismissed(browser: Browser, served: LatencyProxy) -> None:
     page = _open(browser, served)
     try:

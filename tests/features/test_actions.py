@@ -72,7 +72,7 @@ def test_decorator_forms_and_explicit_names() -> None:
         assert set(tab.context.actions) >= {"inc", "named_by_decorator", "set_hundred", "slow"}
         assert str(tab.context.actions["inc"]) == (
             "@post('/_action/inc', {requestCancellation: 'disabled', filterSignals: {exclude: $_via_filter}, "
-            "headers: {'via-click': Math.random()}})"
+            "headers: {'via-click': Math.random()}, retryMaxCount: Infinity, retryMaxWait: 8000})"
         )
         tab.action("named_by_decorator")
         assert tab.signals["count"] == 10

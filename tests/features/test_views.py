@@ -74,7 +74,8 @@ def test_template_gets_signals_and_actions_by_name_and_escapes() -> None:
         assert "&lt;b&gt;a&lt;/b&gt;" in tab.html
         assert (
             'data-on:click="@post(&#39;/_action/add&#39;, {requestCancellation: &#39;disabled&#39;, '
-            'filterSignals: {exclude: $_via_filter}, headers: {&#39;via-click&#39;: Math.random()}})"'
+            "filterSignals: {exclude: $_via_filter}, headers: {&#39;via-click&#39;: Math.random()}, "
+            'retryMaxCount: Infinity, retryMaxWait: 8000})"'
         ) in tab.html
         assert "<title>Views</title>" in tab.page
         assert '<link rel="stylesheet" href="/app.css">' in tab.page

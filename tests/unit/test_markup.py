@@ -47,7 +47,8 @@ def test_an_action_goes_into_an_attribute_escaped_once() -> None:
     out = html('<button data-on:click="{}">+</button>', inc)
     assert out == (
         '<button data-on:click="@post(&#39;/_action/inc&#39;, {requestCancellation: &#39;disabled&#39;, '
-        'filterSignals: {exclude: $_via_filter}, headers: {&#39;via-click&#39;: Math.random()}})">+</button>'
+        "filterSignals: {exclude: $_via_filter}, headers: {&#39;via-click&#39;: Math.random()}, "
+        'retryMaxCount: Infinity, retryMaxWait: 8000})">+</button>'
     )
     assert stdlib_html.unescape(str(out).split('"')[1]) == str(inc)
 
