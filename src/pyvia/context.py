@@ -24,7 +24,7 @@ from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
-from pyvia.lifecycle import State
+from pyvia.lifecycle import CREATED, DESTROYED
 from pyvia.scopes import GLOBAL, SESSION, TAB, Scope, SharedSignal, resolve
 from pyvia.signals import Signal, check_name
 from pyvia.stream import Stream
@@ -241,7 +241,7 @@ class Context(TabRequest):
         self._snapshot_seq = 0
         self.error_shown = False
         self.pending_frames: deque[tuple[bytes, Any]] | None = None
-        self.state = State.CREATED
+        self.state = CREATED
         self.deadline = 0.0
         self.last_action = 0.0
         #: The ``via-click`` ids of the tab's latest clicks (``runtime.endpoints.action.first_time``).
@@ -516,7 +516,7 @@ class Context(TabRequest):
 
     @property
     def is_destroyed(self) -> bool:
-        return self.state is State.DESTROYED
+        return self.state is DESTROYED
 
     @property
     def session_data(self) -> SessionData:

@@ -45,6 +45,11 @@ class Event(enum.Enum):
     DESTROY = "destroy"
 
 
+# The members as module names, which the request path reads: on CPython 3.11 a member read
+# through its class costs ~150 ns (EnumType defines __getattr__), a global ~20 ns.
+CREATED, CONNECTED, DISCONNECTED, DESTROYED = State.CREATED, State.CONNECTED, State.DISCONNECTED, State.DESTROYED
+REGISTER, CONNECT, DISCONNECT, DESTROY = Event.REGISTER, Event.CONNECT, Event.DISCONNECT, Event.DESTROY
+
 #: (state, event) -> next state; a pair not in the table is a bug (:func:`move` raises).
 TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.CREATED, Event.REGISTER): State.CREATED,

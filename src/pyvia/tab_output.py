@@ -28,7 +28,7 @@ from pyvia import protocol
 from pyvia.alerts import ERROR_SIGNAL
 from pyvia.devtools import panel as devtools_panel
 from pyvia.errors import DeclarationError
-from pyvia.lifecycle import State
+from pyvia.lifecycle import DESTROYED, State
 from pyvia.render import body_of, is_document, with_foot
 from pyvia.scopes import SharedSignal
 from pyvia.signals import Signal, owned_values
@@ -399,7 +399,7 @@ class TabOutput:
         return protocol.patch_signals(changed) if changed else b""
 
     def send_frame(self, data: bytes, view: ViewFrame | Awaitable[ViewFrame | None] | None) -> None:
-        if self.state is State.DESTROYED:
+        if self.state is DESTROYED:
             return
         batch = self._batch
         if batch is not None:
@@ -429,11 +429,11 @@ class TabOutput:
                 try:
                     view = await view
                 except Exception as exc:  # the render failed: the frames behind it still go out
-                    if self.state is not State.DESTROYED:  # else it failed because its tab went away
+                    if self.state is not DESTROYED:  # else it failed because its tab went away
                         self.app.report(exc, cast("Context", self), "render", reraise=False)
                     view = None
             queue.popleft()
-            if self.state is not State.DESTROYED:
+            if self.state is not DESTROYED:
                 self.stream.send(data, view, self.app.now())
         self.pending_frames = None
 

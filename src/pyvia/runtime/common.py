@@ -43,6 +43,20 @@ class RequestKind(enum.StrEnum):
     OPS = "ops"  #: health, readiness, metrics and the dev tools: never behind middleware
 
 
+# The kinds as module names, which the request path reads: on CPython 3.11 a member read through
+# its class is not specialized (EnumType defines __getattr__) and costs ~150 ns, a global ~20 ns.
+KIND_PAGE = RequestKind.PAGE
+KIND_ROUTE = RequestKind.ROUTE
+KIND_STREAM = RequestKind.STREAM
+KIND_ACTION = RequestKind.ACTION
+KIND_PASSED = RequestKind.PASSED
+KIND_REVIVAL = RequestKind.REVIVAL
+KIND_ASSET = RequestKind.ASSET
+KIND_BEACON = RequestKind.BEACON
+KIND_DOWNLOAD = RequestKind.DOWNLOAD
+KIND_OPS = RequestKind.OPS
+
+
 #: What handlers return most, never awaitable: checked by type before ``inspect.isawaitable``
 #: (whose ABC check costs more than the rest of ``then``).
 _PLAIN_RESULTS = frozenset({type(None), str, bytes, dict, list, Response})

@@ -27,7 +27,22 @@ from pyvia.http import HandleResult, Request, Response, StreamResponse
 from pyvia.ops.health import health_response, metrics_response, ready_response
 from pyvia.routing import Middleware, Route
 from pyvia.runtime.binding import bind
-from pyvia.runtime.common import ACTION_PREFIX, BUNDLE_PATH, CLOSE_PATH, SSE_PATH, RequestKind, then
+from pyvia.runtime.common import (
+    ACTION_PREFIX,
+    BUNDLE_PATH,
+    CLOSE_PATH,
+    KIND_ACTION,
+    KIND_ASSET,
+    KIND_BEACON,
+    KIND_DOWNLOAD,
+    KIND_OPS,
+    KIND_PAGE,
+    KIND_REVIVAL,
+    KIND_ROUTE,
+    KIND_STREAM,
+    SSE_PATH,
+    then,
+)
 from pyvia.runtime.reporting import context_of
 from pyvia.security import same_origin
 
@@ -96,7 +111,7 @@ class Dispatch:
     def handle_forwarded(self, request: Request, ctx_id: str) -> HandleResult:
         """An action for tab ``ctx_id`` of this worker that another worker received: checked
         (origin, rate limit) and run here without dispatching it again."""
-        request.kind = RequestKind.ACTION
+        request.kind = KIND_ACTION
         session_id = self.rt.sessions.of(request)
         if self.unfollowed(session_id):
             return self.handle_after(self.follow(session_id), request)  # as handle() does
@@ -117,7 +132,7 @@ class Dispatch:
             result, (Response, StreamResponse)
         ):  # type(): the usual answer, cheaper
             self.app.metrics.observe_request(request.kind or "other", result.status)
-            if request.kind == RequestKind.ACTION and (result.status != 200 or result.headers):
+            if request.kind == KIND_ACTION and (result.status != 200 or result.headers):
                 self.rt.actions.remember_answer(request, result)  # type: ignore[arg-type]  # an action's is a Response
             if request.form is not None or request.kind in _SETTLED:
                 settle(request)
@@ -137,19 +152,19 @@ class Dispatch:
         finally:
             settle(request)
         self.app.metrics.observe_request(request.kind or "other", result.status)
-        if request.kind == RequestKind.ACTION and type(result) is Response and (result.status != 200 or result.headers):
+        if request.kind == KIND_ACTION and type(result) is Response and (result.status != 200 or result.headers):
             self.rt.actions.remember_answer(request, result)
         return result
 
     def error_response(self, exc: BaseException, request: Request) -> Response:
-        if request.kind == RequestKind.ACTION and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if request.kind == KIND_ACTION and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self.rt.reporting.tell_the_tab(exc, request)
         if isinstance(exc, ClientError):
             self.rt.reporting.log_refusal(request, exc)
             if (
                 (isinstance(exc, NotFound) or exc.status == 404)  # a page of no such item: the 404 page
                 and self.app.not_found_handler is not None
-                and request.kind in (RequestKind.PAGE, RequestKind.ROUTE)
+                and request.kind in (KIND_PAGE, KIND_ROUTE)
             ):
                 return self.not_found_response(request)
             return Response.text(exc.public_message, exc.status, list(exc.headers))
@@ -163,13 +178,13 @@ class Dispatch:
         ctx = context_of(request, self.app)
         where = None if ctx is not None else f"{request.method} {request.path}"
         self.rt.reporting.report(exc, ctx, phase, where=where)
-        if self.app.config.dev and request.kind in (RequestKind.PAGE, RequestKind.ROUTE):
+        if self.app.config.dev and request.kind in (KIND_PAGE, KIND_ROUTE):
             return dev_error_page(exc, request.kind)
-        if self.app.config.dev and request.kind in (RequestKind.ACTION, RequestKind.STREAM):
+        if self.app.config.dev and request.kind in (KIND_ACTION, KIND_STREAM):
             return dev_error_events(exc, request.kind)  # an overlay on the tab
-        if request.kind == RequestKind.ACTION:
+        if request.kind == KIND_ACTION:
             return Response.text("Action failed", 500)
-        if request.kind == RequestKind.PAGE and self.app.error_page_handler is not None:
+        if request.kind == KIND_PAGE and self.app.error_page_handler is not None:
             try:
                 return self.as_response(self.app.error_page_handler(request, exc), 500)  # type: ignore[return-value]  # a page
             except Exception:
@@ -181,10 +196,10 @@ class Dispatch:
         if "\0" in path:  # decoded from %00: no route holds one; the native server refuses it first
             raise MalformedRequest("a NUL (%00) in the request path")
         if path in OPS_PATHS and request.method in ("GET", "HEAD"):
-            request.kind = RequestKind.OPS  # before middleware: probes must not need a login
+            request.kind = KIND_OPS  # before middleware: probes must not need a login
             return OPS_PATHS[path](self.app)
         if path == DEVTOOLS_PATH and self.app.config.dev:
-            request.kind = RequestKind.OPS
+            request.kind = KIND_OPS
             return devtools_page(self.app)
         if self.app.mounts:
             for prefix, mounted in self.app.mounts:
@@ -192,25 +207,25 @@ class Dispatch:
                     request.path = path[len(prefix) :] or "/"
                     return mounted.handle(request)
         if path == SSE_PATH:
-            request.kind = RequestKind.STREAM
+            request.kind = KIND_STREAM
             return self.rt.streams.open(request)
         if path.startswith(ACTION_PREFIX):
-            request.kind = RequestKind.ACTION
+            request.kind = KIND_ACTION
             return self.rt.actions.action(request, path[len(ACTION_PREFIX) :])
         if path == BUNDLE_PATH:
-            request.kind = RequestKind.ASSET
+            request.kind = KIND_ASSET
             return self.rt.assets.response(request)
         static = self.rt.assets.static
         if static is not None and "." in path.rsplit("/", 1)[-1]:
-            request.kind = RequestKind.ASSET
+            request.kind = KIND_ASSET
             found = static.get(path, request)
             if found is not None:
                 return found
         if path == CLOSE_PATH:
-            request.kind = RequestKind.BEACON
+            request.kind = KIND_BEACON
             return self.rt.beacon.close(request)
         if path.startswith(DOWNLOAD_PREFIX):
-            request.kind = RequestKind.DOWNLOAD
+            request.kind = KIND_DOWNLOAD
             found = self.app.downloads.take(path[len(DOWNLOAD_PREFIX) :], self.rt.sessions.of(request) or "")
             if found is None:
                 raise NotFound("unknown or used download")
@@ -232,11 +247,11 @@ class Dispatch:
             raise MethodNotAllowed(headers=[("allow", ", ".join(allowed))])
         request.path_params = params
         if route.kind == "page":
-            request.kind = RequestKind.PAGE
+            request.kind = KIND_PAGE
             if request.method == "HEAD":
                 return Response(200, [("content-type", "text/html; charset=utf-8")])
             return self.with_middleware(request, route, functools.partial(self.rt.pages.page, route=route))
-        request.kind = RequestKind.ROUTE
+        request.kind = KIND_ROUTE
         return self.with_middleware(request, route, functools.partial(self.plain_route, route=route))
 
     def with_middleware(self, request: Request, route: Route | None, endpoint: Callable[[Request], Any]) -> Any:
@@ -308,7 +323,7 @@ class Dispatch:
 
 #: The kinds of request a tab keeps as ``c.request`` once answered, until its next one (a tuple:
 #: looked up by identity, where a set would hash the enum member in Python code).
-_SETTLED = (RequestKind.PAGE, RequestKind.ACTION, RequestKind.REVIVAL)
+_SETTLED = (KIND_PAGE, KIND_ACTION, KIND_REVIVAL)
 
 
 def settle(request: Request) -> None:

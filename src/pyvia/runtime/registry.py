@@ -16,7 +16,7 @@ from pyvia import protocol
 from pyvia.clock import TimerHandle, until_tick
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
-from pyvia.lifecycle import EXPIRES, Event, State, move
+from pyvia.lifecycle import CREATED, DESTROY, DESTROYED, DISCONNECT, EXPIRES, REGISTER, move
 from pyvia.memory import CONTEXTS_PER_TRIM, FreedMemory
 from pyvia.runtime.common import STREAM_DOWN
 from pyvia.stream import Stream
@@ -51,7 +51,7 @@ class Interval:
 
     def tick(self) -> None:
         ctx = self.ctx
-        if ctx.state is State.DESTROYED:
+        if ctx.state is DESTROYED:
             return
         ctx.begin_batch()
         try:
@@ -62,7 +62,7 @@ class Interval:
             self.app.runtime.reporting.report(exc, ctx, "timer")
         finally:
             ctx.end_batch()
-        if ctx.state is not State.DESTROYED:  # type: ignore[comparison-overlap]  # the timer may destroy it
+        if ctx.state is not DESTROYED:  # the timer may destroy it
             self.arm()
 
     def cancel(self) -> None:
@@ -151,7 +151,7 @@ class Registry:
         scopes = ctx.scope_names
         for i, name in enumerate(scopes):
             scopes[i] = self.app.scopes.join(ctx, name).name  # the scope's own string: no copy per tab
-        move(ctx, Event.REGISTER)
+        move(ctx, REGISTER)
         ctx.deadline = self.app.now() + self.app.config.connect_timeout
         waiting = self.waiting
         waiting[ctx.id] = ctx
@@ -196,7 +196,7 @@ class Registry:
     def disconnected(self, ctx: Context) -> None:
         """The tab has no stream any more (the peer left, or the server ended it)."""
         now = self.app.now()
-        move(ctx, Event.DISCONNECT)
+        move(ctx, DISCONNECT)
         self.connected.pop(ctx.id, None)
         deadline = now + self.app.config.cleanup_delay
         if ctx.last_action:
@@ -361,10 +361,10 @@ class Registry:
 
     def destroy(self, ctx: Context) -> None:
         """Destroy a context now: timers stop, cleanup hooks run, its stream ends."""
-        if ctx.state is State.DESTROYED:
+        if ctx.state is DESTROYED:
             return
-        never_connected = ctx.state is State.CREATED
-        move(ctx, Event.DESTROY)
+        never_connected = ctx.state is CREATED
+        move(ctx, DESTROY)
         self.destroyed += 1
         if self.contexts.get(ctx.id) is ctx:
             del self.contexts[ctx.id]

@@ -14,7 +14,7 @@ from pyvia.errors import ClientError, RateLimited, ServiceError, SignalTooLarge
 from pyvia.forms import request_signals
 from pyvia.http import Request
 from pyvia.lifecycle import State
-from pyvia.runtime.common import RequestKind
+from pyvia.runtime.common import KIND_ACTION, KIND_BEACON, KIND_PASSED, KIND_REVIVAL, KIND_STREAM
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -25,9 +25,7 @@ log = logging.getLogger("pyvia")
 ERROR_LOG_INTERVAL = 60.0
 ERRORS_REMEMBERED = 256
 #: Requests a tab makes: a refusal of one is a user's page that did not get what it asked for.
-TAB_KINDS = frozenset(
-    {RequestKind.ACTION, RequestKind.STREAM, RequestKind.REVIVAL, RequestKind.BEACON, RequestKind.PASSED}
-)
+TAB_KINDS = frozenset({KIND_ACTION, KIND_STREAM, KIND_REVIVAL, KIND_BEACON, KIND_PASSED})
 
 
 class Reporting:
@@ -143,7 +141,7 @@ class Reporting:
 
 def context_of(request: Request, app: App) -> Context | None:
     """The tab a failed action or stream belonged to, for error reports (None for pages)."""
-    if request.kind not in (RequestKind.ACTION, RequestKind.STREAM):
+    if request.kind not in (KIND_ACTION, KIND_STREAM):
         return None
     try:
         signals = request_signals(request, request.form)

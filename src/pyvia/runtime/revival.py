@@ -18,7 +18,7 @@ from pyvia.alerts import ERROR_SIGNAL, LOST_SIGNAL
 from pyvia.context import Context
 from pyvia.http import Request, Response, StreamResponse, StreamSink
 from pyvia.runtime.binding import bind
-from pyvia.runtime.common import GRAVEYARD_CAP, STREAM_DOWN, RequestKind, settled, then, when_done
+from pyvia.runtime.common import GRAVEYARD_CAP, KIND_REVIVAL, STREAM_DOWN, settled, then, when_done
 from pyvia.scopes import Scope
 from pyvia.session import ContextIds
 
@@ -291,7 +291,7 @@ class Revival:
         if route is None:
             return None
         grave = self.graveyard.get(ctx_id)
-        request.kind = RequestKind.REVIVAL
+        request.kind = KIND_REVIVAL
         request.path_params = params
 
         def endpoint(req: Request) -> Any:

@@ -28,8 +28,8 @@ from pyvia.errors import (
 )
 from pyvia.forms import FORM_TYPES, UploadedFile, check_form, parse_form, request_signals
 from pyvia.http import Request, Response
-from pyvia.lifecycle import State
-from pyvia.runtime.common import PASSED, RequestKind, newest, settle, settled, then
+from pyvia.lifecycle import DISCONNECTED
+from pyvia.runtime.common import KIND_ACTION, KIND_PASSED, PASSED, newest, settle, settled, then
 from pyvia.runtime.reporting import context_of
 
 if typing.TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Actions:
         answered = functools.partial(self.relayed, request, answer)
         if not self.app.ownership.relay(ctx_id, request, self.app.config.action_timeout, answered):
             return None
-        request.kind = RequestKind.ACTION
+        request.kind = KIND_ACTION
         return answer
 
     def relayed(self, request: Request, answer: asyncio.Future[Response], result: Response | Exception | None) -> None:
@@ -192,7 +192,7 @@ class Actions:
         owner is gone the tab is revived here."""
         owner = await self.app.ownership.owner(ctx_id)
         if owner is not None and await self.app.ownership.pass_connection(owner, request):
-            request.kind = RequestKind.PASSED  # answered by the owner, on the connection it now holds
+            request.kind = KIND_PASSED  # answered by the owner, on the connection it now holds
             return PASSED
         response = await self.app.ownership.forward(ctx_id, request, self.app.config.action_timeout)
         if response is not None:
@@ -227,7 +227,7 @@ class Actions:
             session_id = self.rt.sessions.of(request)
         if ctx.session_id != session_id and not self.rt.sessions.same(ctx, session_id):  # same(): a rotated session
             raise Forbidden("action on another session's tab")
-        request.kind = RequestKind.ACTION
+        request.kind = KIND_ACTION
         action = ctx.actions.get(name)
         if action is None:
             raise NotFound(f"unknown action {name!r}")
@@ -296,7 +296,7 @@ class Actions:
         writes = self.app.store.writing
         ctx.request = req
         ctx.last_action = now
-        if ctx.state is State.DISCONNECTED:
+        if ctx.state is DISCONNECTED:
             self.rt.registry.set_deadline(ctx, max(ctx.deadline, now + self.app.config.reconnect_timeout))
         ctx.apply_client_signals(signals)
         ctx.begin_batch()

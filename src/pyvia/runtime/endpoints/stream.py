@@ -13,8 +13,8 @@ from pyvia.context import Context
 from pyvia.errors import ContextNotFound, Forbidden, MethodNotAllowed
 from pyvia.forms import request_signals
 from pyvia.http import Request, SharedFields, StreamResponse, StreamSink
-from pyvia.lifecycle import Event, State, move
-from pyvia.runtime.common import PASSED, RequestKind, newest, settled, then
+from pyvia.lifecycle import CONNECT, CREATED, DESTROYED, move
+from pyvia.runtime.common import KIND_PASSED, PASSED, newest, settled, then
 from pyvia.scopes import Scope
 from pyvia.view_frame import ViewFrame
 
@@ -60,7 +60,7 @@ class Streams:
     def on_open(
         self, ctx: Context, sink: StreamSink, coding: str = "identity", last_event_id: str | None = None
     ) -> None:
-        if ctx.state is State.DESTROYED:
+        if ctx.state is DESTROYED:
             sink.write(protocol.execute_script("window.location.reload()"))
             sink.close()
             return
@@ -75,9 +75,9 @@ class Streams:
             full = True
         elif ctx.stream.lost:
             full = True
-            if ctx.state is not State.CREATED:
+            if ctx.state is not CREATED:
                 self.app.replays.full_renders += 1
-        elif ctx.state is State.CREATED:
+        elif ctx.state is CREATED:
             full = False
         else:
             replay = ctx.stream.frames_after(last_event_id)
@@ -93,7 +93,7 @@ class Streams:
         ctx.stream.attach(sink, now, self.app.compression.stream_encoder(coding, owner=ctx.stream), replay)
         ctx.request.headers.pack(self.shared_fields)  # the tab keeps its latest request, mostly unread
         self.rt.registry.waiting.pop(ctx.id, None)
-        move(ctx, Event.CONNECT)
+        move(ctx, CONNECT)
         ctx.deadline = 0.0
         self.rt.registry.opened(ctx, now)
         signals: dict[str, Any] = {
@@ -122,7 +122,7 @@ class Streams:
             self.rt.registry.run_hook(fn, ctx, "connect")
 
     def on_close(self, ctx: Context, sink: StreamSink) -> None:
-        if ctx.state is State.DESTROYED or not ctx.stream.detach(sink):
+        if ctx.state is DESTROYED or not ctx.stream.detach(sink):
             return
         self.rt.registry.disconnected(ctx)
 
@@ -172,7 +172,7 @@ class Streams:
         connection, which the balanced accept spread: where it landed is a fine home for the tab too.)"""
         owner = await self.app.ownership.owner(ctx_id, cached=False)
         if owner is not None and await self.app.ownership.pass_connection(owner, request, balanced=True):
-            request.kind = RequestKind.PASSED  # the stream opens there
+            request.kind = KIND_PASSED  # the stream opens there
             return PASSED
         await self.rt.dispatch.follow(session_id)  # the tab comes here
         if owner is not None and session_id is not None:
