@@ -139,3 +139,14 @@ def test_binding_an_argument_the_action_does_not_take_is_a_declaration_error() -
 
     with TestClient(app) as client, pytest.raises(DeclarationError, match="has no argument 'id'; it takes"):
         client.get("/")
+
+
+def test_a_test_posts_an_action_with_its_arguments_as_the_view_binds_them() -> None:
+    # a newcomer's tab.action("bid", lot_id=1) sent lot_id as a signal and got 400
+    calls: list[tuple[str, object]] = []
+    with TestClient(make_app(calls)) as client:
+        tab = client.open("/")
+        assert tab.action("toggle", arguments={"item_id": 7}).status == 200
+        assert tab.action("move", arguments={"to": Move(1, 2, "a&b"), "how": "fast"}).status == 200
+        assert tab.action("toggle").status == 400  # none given: named in the answer
+        assert calls == [("toggle", 7), ("move", (Move(1, 2, "a&b"), "fast", None))]

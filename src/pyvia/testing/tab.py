@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html as html_lib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -259,9 +259,17 @@ class Tab:
 
     # --- acting ------------------------------------------------------------------------------------
 
-    def action(self, name: str, /, **signals: Any) -> Response:
-        """POST an action by name with the tab's signals (overridden by ``signals``)."""
-        return self.post(f"{self.base}_action/{name}", **signals)
+    def action(self, name: str, /, *, arguments: Mapping[str, Any] | None = None, **signals: Any) -> Response:
+        """POST an action by name with the tab's signals (overridden by ``signals``) and the action's
+        own ``arguments`` (``tab.action("bid", arguments={"lot_id": 1})``, as ``bid(lot_id=1)``
+        in the view binds them)."""
+        url = f"{self.base}_action/{name}"
+        if arguments:
+            ctx = self.context
+            action = ctx.actions.get(name) if ctx is not None else None
+            query = action(**arguments).url.partition("?")[2] if action is not None else urlencode(arguments)
+            url = f"{url}?{query}"
+        return self.post(url, **signals)
 
     def post(self, url: str, /, **signals: Any) -> Response:
         payload = {**self._outgoing(), **signals}
