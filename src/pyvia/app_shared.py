@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from pyvia import protocol
 from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError, PyviaDeprecationWarning
 from pyvia.lifecycle import State
@@ -47,6 +48,26 @@ class AppShared:
         for state in self.scopes.matching(scope):
             self.broadcaster.mark(state)
         self.store.broadcast(scope)
+
+    def patch_elements(
+        self, scope: str, html: str, selector: str | None = None, mode: str = "outer", *, namespace: str = "html"
+    ) -> None:
+        """Patch part of the page of every tab in ``scope`` (a name or ``*`` pattern), on every
+        worker and node, as ``c.patch_elements`` does for one tab: one small frame where a broadcast
+        would render every tab's view (a card of a board of 10,000 changed). The views must render
+        what the patches make: a tab that reconnects past its missed frames gets its view again."""
+        check_broadcast_target(scope)
+        if mode not in ("outer", "replace") and selector is None:
+            raise DeclarationError(f"patch_elements mode {mode!r} needs a selector")
+        frame = protocol.patch_elements(html, selector, mode, namespace=namespace)
+        self.deliver_to_scope(scope, frame)
+        self.store.patch_scope(scope, frame)
+
+    def deliver_to_scope(self, scope: str, frame: bytes) -> None:
+        """Send ``frame`` to this worker's tabs of ``scope`` (another worker's patch lands here too)."""
+        for state in self.scopes.matching(scope):
+            for ctx in list(state.members.values()):
+                ctx.send_frame(frame, None)
 
     def flush_broadcasts(self) -> int:
         """Send every marked scope now, ignoring the tick and throttles; return the tabs written

@@ -120,6 +120,9 @@ class SharedStore(Protocol):
     def broadcast(self, scope: str) -> None:
         """``scope`` (a name or pattern) was broadcast here: whoever else shows it re-renders."""
 
+    def patch_scope(self, scope: str, frame: bytes) -> None:
+        """``frame`` went to this worker's tabs of ``scope``: the other workers send it to theirs."""
+
 
 class LocalStore:
     """One process: the values are where they were written, so there is nothing to share."""
@@ -202,6 +205,9 @@ class LocalStore:
         pass
 
     def broadcast(self, scope: str) -> None:
+        pass
+
+    def patch_scope(self, scope: str, frame: bytes) -> None:
         pass
 
 

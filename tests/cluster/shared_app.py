@@ -114,6 +114,18 @@ def claim(c: Context) -> None:
         won.value = f"{key}:{'yes' if kept.get(key) == c.id else 'no'}"
 
 
+@app.page("/cards")
+def cards(c: Context) -> None:
+    """A board whose cards change by scope patches, from an action on any node."""
+    c.scope("board:one")
+
+    @c.action
+    def edit(text: str) -> None:
+        app.patch_elements("board:one", f'<li id="card">{text} from {os.getpid()}</li>')
+
+    c.view(lambda: f"<ul id='cards'><li id='card'>first</li></ul>{edit}")
+
+
 @app.page("/wizard")
 def wizard(c: Context) -> None:
     c.add_scope("wiz")

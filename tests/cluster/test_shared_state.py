@@ -505,6 +505,23 @@ def test_two_bidders_on_two_nodes_are_told_of_one_winner_per_round(two_nodes) ->
         tab.close()
 
 
+def test_a_scope_patch_made_on_one_node_reaches_the_scopes_tabs_on_the_other(two_nodes) -> None:
+    a, b, _ = two_nodes
+    here, there = Tab(a, path="/cards"), Tab(b, path="/cards")
+    for tab, port in ((here, a), (there, b)):
+        tab.connect(port)
+        tab.wait_for(r'"_disconnected":false')
+    for n in range(5):  # in order, each once
+        status = post_action(HOST, a, f"edit?text=%22n{n}%22", here.payload(), here.cookie).status
+        assert status == 200
+        for tab in (here, there):
+            tab.wait_for(rf'<li id="card">n{n} from {pid_of(a)}</li>')
+    shown = re.findall(r'<li id="card">(n\d) from', there.received.decode())
+    assert shown == [f"n{n}" for n in range(5)], shown
+    for tab in (here, there):
+        tab.close()
+
+
 # --- two workers on one port ---------------------------------------------------------------------
 
 

@@ -367,3 +367,48 @@ def test_keys_removed_from_dict_signals_leave_the_browser_too() -> None:
         client.clock.advance(1)
         assert tab.signals["_errors"] == {"name": "short", "email": ""}
         assert tab.signals["_route__board"] == other.signals["_route__board"] == {"ann": 4, "bob": ""}
+
+
+def test_a_scope_patch_reaches_every_tab_of_the_scope_and_no_view_is_rendered() -> None:
+    # a board of many cards: a changed card goes to the board's tabs as one small patch, where a
+    # broadcast would render each tab's whole board (a newcomer's 10,000 cards: 9.6 MB a tab)
+    renders: list[str] = []
+    app = App()
+
+    @app.page("/board/{name}")
+    def board(c: Context, name: str) -> None:
+        scope = Scope.custom("board", name)
+        c.scope(scope)
+
+        @c.action
+        def rename() -> None:  # from an action: its own tab's patch comes with its answer
+            app.patch_elements(scope, '<li id="card-1">renamed</li>')
+
+        def view() -> str:
+            renders.append(name)
+            return (
+                f'<ul id="cards"><li id="card-1">first</li></ul><button id="rename" data-on:click="{rename}">r</button>'
+            )
+
+        c.view(view)
+
+    with TestClient(app) as client:
+        one, two, other = client.open("/board/a"), client.open("/board/a"), client.open("/board/b")
+        for tab in (one, two, other):
+            tab.new_events()
+        renders.clear()
+        app.patch_elements("board:a", '<li id="card-1">edited</li>')
+        for tab in (one, two):
+            (event,) = tab.new_events()
+            assert event.elements == '<li id="card-1">edited</li>'
+            assert '<li id="card-1">edited</li>' in tab.html
+        assert other.new_events() == [] and renders == []
+        app.patch_elements("board:*", '<li id="new">x</li>', "#cards", "append")
+        assert all('<li id="new">x</li>' in tab.html for tab in (one, two, other))
+        one.click("#rename")
+        assert '<li id="card-1">renamed</li>' in one.html and '<li id="card-1">renamed</li>' in two.html
+        assert renders == []
+        with pytest.raises(DeclarationError, match="needs a selector"):
+            app.patch_elements("board:a", "<li>x</li>", mode="append")
+        with pytest.raises(DeclarationError):
+            app.patch_elements("tab", "<li>x</li>")

@@ -1,8 +1,9 @@
 """Broadcasts across workers. One named explicitly (``app.broadcast``, ``c.broadcast``) is
 published once per scope per loop turn with the bucket revisions the sender had seen; a receiver
 that has not yet seen those revisions waits for them (at most a second) before it marks the
-scope, so it never renders older state than the sender. Signal writes need no message: their
-change marks the scope on every worker that holds it."""
+scope, so it never renders older state than the sender. Scope patches (``app.patch_elements``)
+travel in the same messages, in order, and are sent to the receiver's tabs of the scope. Signal
+writes need no message: their change marks the scope on every worker that holds it."""
 
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows befo
 class BroadcastRelay(Part):
     """Sends this worker's broadcasts to the others and marks the scopes theirs name."""
 
-    __slots__ = ("_outgoing", "_publish_scheduled")
+    __slots__ = ("_outgoing", "_patches", "_publish_scheduled")
 
     def __init__(self, link: ClusterLink) -> None:
         super().__init__(link)
         self._outgoing: set[str] = set()
+        self._patches: list[tuple[str, str]] = []  # (scope, frame) in the order they were made
         self._publish_scheduled = False
 
     async def start(self) -> None:
@@ -51,6 +53,14 @@ class BroadcastRelay(Part):
     def broadcast(self, scope: str) -> None:
         """Tell the other workers to re-render ``scope`` (a name or pattern), once per loop turn."""
         self._outgoing.add(scope)
+        self._schedule()
+
+    def patch(self, scope: str, frame: bytes) -> None:
+        """Have the other workers send ``frame`` to their tabs of ``scope``, after this turn's writes."""
+        self._patches.append((scope, frame.decode()))
+        self._schedule()
+
+    def _schedule(self) -> None:
         if not self._publish_scheduled:
             self._publish_scheduled = True
             asyncio.get_running_loop().call_soon(self._publish)
@@ -58,12 +68,16 @@ class BroadcastRelay(Part):
     def _publish(self) -> None:
         self._publish_scheduled = False
         scopes, self._outgoing = sorted(self._outgoing), set()
+        patches, self._patches = self._patches, []
         after = self.link.writes.writing
-        self.spawn(self._send_broadcast(scopes, after))
+        self.spawn(self._send_broadcast(scopes, after, patches))
 
-    async def _send_broadcast(self, scopes: list[str], after: int) -> None:
+    async def _send_broadcast(self, scopes: list[str], after: int, patches: list[tuple[str, str]]) -> None:
         await self.link.writes.settled(after - 1 if after else 0)  # the writes made before the broadcast go first
-        payload = orjson.dumps({"n": self.node, "s": scopes, "v": self._revisions()})
+        message: dict[str, object] = {"n": self.node, "s": scopes, "v": self._revisions()}
+        if patches:
+            message["p"] = patches
+        payload = orjson.dumps(message)
         try:
             await self.engine.publish(_BROADCAST_SUBJECT, payload)
         except EngineError as exc:
@@ -79,18 +93,29 @@ class BroadcastRelay(Part):
         if node == self.node or not isinstance(scopes, list):
             return
         valid = [s for s in scopes if valid_wire_scope(s)]
-        if len(valid) != len(scopes):
+        patches = [
+            (p[0], p[1].encode())
+            for p in message.get("p") or ()
+            if isinstance(p, list) and len(p) == 2 and valid_wire_scope(p[0]) and isinstance(p[1], str)
+        ]
+        if len(valid) != len(scopes) or len(patches) != len(message.get("p") or ()):
             log.warning("dropped invalid scope names from a broadcast message")
-        if valid:
-            self._mark_when_caught_up(valid, revisions, time.monotonic() + _CATCH_UP_LIMIT)
+        if valid or patches:
+            self._mark_when_caught_up(valid, revisions, time.monotonic() + _CATCH_UP_LIMIT, patches)
 
-    def _mark_when_caught_up(self, scopes: list[str], revisions: list[int], deadline: float) -> None:
+    def _mark_when_caught_up(
+        self, scopes: list[str], revisions: list[int], deadline: float, patches: list[tuple[str, bytes]]
+    ) -> None:
         held = self._revisions()
         behind = any(mine < theirs for mine, theirs in zip(held, revisions, strict=False))
         if behind and time.monotonic() < deadline:
-            asyncio.get_running_loop().call_later(0.002, self._mark_when_caught_up, scopes, revisions, deadline)
+            asyncio.get_running_loop().call_later(
+                0.002, self._mark_when_caught_up, scopes, revisions, deadline, patches
+            )
             return
         app = self.app
+        for scope, frame in patches:
+            app.deliver_to_scope(scope, frame)
         for name in scopes:
             for state in app.scopes.matching(name):
                 app.broadcaster.mark(state)

@@ -260,6 +260,9 @@ class ClusterLink:
     def broadcast(self, scope: str) -> None:
         self.broadcasts.broadcast(scope)
 
+    def patch_scope(self, scope: str, frame: bytes) -> None:
+        self.broadcasts.patch(scope, frame)
+
     def remote_count(self, scope: str) -> int:
         return self.presence.remote_count(scope)
 
