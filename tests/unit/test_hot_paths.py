@@ -18,6 +18,7 @@ from pyvia import http, stream, tab_output, view_frame
 from pyvia.broadcast import Broadcaster
 from pyvia.context import Context
 from pyvia.runtime import common
+from pyvia.runtime.common import RequestKind
 from pyvia.runtime.dispatch import Dispatch
 from pyvia.runtime.endpoints.action import Actions
 from pyvia.runtime.endpoints.page import Pages
@@ -83,3 +84,26 @@ def test_the_check_sees_a_cell() -> None:
         return lambda: value
 
     assert _code(with_a_closure).co_cellvars == ("value",)
+
+
+ENUMS = {"RequestKind", "State", "Event", "ConnState"}
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [*HOT, Dispatch.finish, tab_output.TabOutput.render_view, tab_output.TabOutput.send_frame],
+    ids=lambda fn: fn.__qualname__,
+)
+def test_no_enum_member_read_through_its_class(fn: Callable[..., Any]) -> None:
+    # CPython 3.11 does not specialize ``RequestKind.ACTION`` (EnumType defines __getattr__): about
+    # 150 ns a read, seven times a global's ("Rules the parts keep" in docs/architecture.md)
+    through = ENUMS & set(_code(fn).co_names)
+    assert not through, f"{fn.__qualname__} reads members through {through}: use the module's names (KIND_ACTION, ...)"
+
+
+def _reads_through_the_class(kind: object) -> bool:
+    return kind == common.RequestKind.ACTION or kind == RequestKind.PAGE
+
+
+def test_the_enum_check_sees_a_read_through_the_class() -> None:
+    assert ENUMS & set(_code(_reads_through_the_class).co_names) == {"RequestKind"}
