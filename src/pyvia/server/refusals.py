@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pyvia.ops import metrics
 from pyvia.server import http as wire
 from pyvia.server.http import ServerLimits
+from pyvia.server.overload import SERVE_WITHIN
 
 __all__ = ["REFUSAL_STATUSES", "TIMEOUT_PHASES", "UNAVAILABLE_REASONS", "RefusalCounts", "RefusalLog"]
 
@@ -119,20 +120,24 @@ class RefusalCounts:
             self.unavailable["backlog"] += 1
             self.log_refusal(
                 503,
-                "shed a request from %s for %s with 503: it waited %.2f s in the listen backlog (shed_after %s s)",
+                "shed a request from %s for %s with 503: the server is overloaded and it waited %.3f s in the "
+                "listen backlog, past the %.3f s it serves (a quarter of shed_after %s s)",
                 client or "?",
                 path,
                 waited,
+                (self.limits.shed_after or 0.0) * SERVE_WITHIN,
                 self.limits.shed_after,
             )
         else:
             self.unavailable["queued"] += 1
             self.log_refusal(
                 503,
-                "shed a request from %s for %s with 503: it waited %.2f s to be read (shed_after %s s)",
+                "shed a request from %s for %s with 503: the server is overloaded and it waited %.3f s to be read, "
+                "past the %.3f s it serves (a quarter of shed_after %s s)",
                 client or "?",
                 path,
                 waited,
+                (self.limits.shed_after or 0.0) * SERVE_WITHIN,
                 self.limits.shed_after,
             )
 
