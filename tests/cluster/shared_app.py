@@ -123,7 +123,18 @@ def cards(c: Context) -> None:
     def edit(text: str) -> None:
         app.patch_elements("board:one", f'<li id="card">{text} from {os.getpid()}</li>')
 
-    c.view(lambda: f"<ul id='cards'><li id='card'>first</li></ul>{edit}")
+    @c.action
+    def grow(size: int, parts: int) -> None:  # patches past the engine's message size, kept in state too
+        for part in range(parts):
+            line = f"{part}:" + "x" * size
+            app.global_state[f"line{part}"] = line
+            app.patch_elements("board:one", f'<li id="line{part}">{line}</li>')
+
+    def view() -> str:
+        lines = "".join(f'<li id="line{i}">{app.global_state.get(f"line{i}", "")}</li>' for i in range(6))
+        return f"<ul id='cards'><li id='card'>first</li>{lines}</ul>{edit}"
+
+    c.view(view)
 
 
 @app.page("/wizard")

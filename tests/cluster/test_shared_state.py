@@ -518,6 +518,13 @@ def test_a_scope_patch_made_on_one_node_reaches_the_scopes_tabs_on_the_other(two
             tab.wait_for(rf'<li id="card">n{n} from {pid_of(a)}</li>')
     shown = re.findall(r'<li id="card">(n\d) from', there.received.decode())
     assert shown == [f"n{n}" for n in range(5)], shown
+    # six patches of 200 KB in one turn (1.2 MB) go in six messages, in order; one of 400 KB, past what the
+    # engine's messages take (NATS: 1 MiB, JSON-escaped), reaches the other node as a re-render
+    for size, parts in ((200_000, 6), (400_000, 1)):
+        there.received = b""
+        assert post_action(HOST, a, f"grow?size={size}&parts={parts}", here.payload(), here.cookie).status == 200
+        for part in range(parts):
+            there.wait_for(rf'<li id="line{part}">{part}:x{{{size}}}</li>', timeout=15)
     for tab in (here, there):
         tab.close()
 

@@ -26,6 +26,9 @@ log = logging.getLogger("pyvia.cluster")
 
 _BROADCAST_SUBJECT = "bcast"
 _CATCH_UP_LIMIT = 1.0  # seconds a broadcast waits for the state it follows before it goes anyway
+#: Bytes of patches in one message: NATS takes 1 MiB at its default, and JSON may escape a patch's
+#: quotes to twice its size. A larger patch reaches the others as a broadcast of its scope.
+_MAX_MESSAGE = 256 * 1024
 
 
 class BroadcastRelay(Part):
@@ -56,7 +59,11 @@ class BroadcastRelay(Part):
         self._schedule()
 
     def patch(self, scope: str, frame: bytes) -> None:
-        """Have the other workers send ``frame`` to their tabs of ``scope``, after this turn's writes."""
+        """Have the other workers send ``frame`` to their tabs of ``scope``, after this turn's writes
+        (one too large for the engine's messages has them render the scope's views instead)."""
+        if len(frame) > _MAX_MESSAGE:
+            self.broadcast(scope)
+            return
         self._patches.append((scope, frame.decode()))
         self._schedule()
 
@@ -74,14 +81,24 @@ class BroadcastRelay(Part):
 
     async def _send_broadcast(self, scopes: list[str], after: int, patches: list[tuple[str, str]]) -> None:
         await self.link.writes.settled(after - 1 if after else 0)  # the writes made before the broadcast go first
-        message: dict[str, object] = {"n": self.node, "s": scopes, "v": self._revisions()}
-        if patches:
-            message["p"] = patches
-        payload = orjson.dumps(message)
-        try:
-            await self.engine.publish(_BROADCAST_SUBJECT, payload)
-        except EngineError as exc:
-            log.warning("a broadcast of %s did not reach the other workers: %s", ", ".join(scopes), exc)
+        revisions = self._revisions()
+        chunks: list[list[tuple[str, str]]] = [[]]  # in order, each message under the engine's limit
+        size = 0
+        for patch in patches:
+            if size + len(patch[1]) > _MAX_MESSAGE and chunks[-1]:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(patch)
+            size += len(patch[1])
+        for i, chunk in enumerate(chunks):
+            message: dict[str, object] = {"n": self.node, "s": scopes if i == 0 else [], "v": revisions}
+            if chunk:
+                message["p"] = chunk
+            try:
+                await self.engine.publish(_BROADCAST_SUBJECT, orjson.dumps(message))
+            except EngineError as exc:
+                what = ", ".join(scopes or sorted({scope for scope, _ in chunk}))
+                log.warning("a broadcast of %s did not reach the other workers: %s", what, exc)
 
     def _on_broadcast(self, subject: str, payload: bytes) -> None:
         try:

@@ -37,6 +37,7 @@ from pyvia.cluster.base import (
     Backoff,
     ChangeHandler,
     Dispatcher,
+    EngineError,
     EngineStatus,
     EngineUnavailable,
     KvChange,
@@ -309,9 +310,12 @@ class NatsEngine:
 
     @contextlib.contextmanager
     def _unavailable(self, what: str) -> Iterator[None]:
-        """Connection failures in the middle of a call become EngineUnavailable."""
+        """Connection failures in the middle of a call become EngineUnavailable; a message over the
+        server's ``max_payload`` an EngineError that says so."""
         try:
             yield
+        except nats.errors.MaxPayloadError as exc:
+            raise EngineError(f"NATS engine refused {what}: over the server's max_payload ({exc})") from exc
         except (
             nats.errors.ConnectionClosedError,
             nats.errors.ConnectionReconnectingError,
