@@ -443,6 +443,7 @@ def test_presence_counts_the_tabs_of_every_node(two_nodes) -> None:
     tabs[1].close()
 
 
+@pytest.mark.parametrize("server_backend", ["nats"], indirect=True)  # presence is pub/sub: one engine shows it
 def test_a_page_showing_another_scopes_count_ends_on_the_right_one_when_tabs_leave_another_node(two_nodes) -> None:
     # The admin page (its own scope) shows how many tabs are in the wizard's, on every node. Tabs
     # leave node b, then node b stops (a reload retires its worker that way) and is killed: each
