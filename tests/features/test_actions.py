@@ -281,3 +281,43 @@ def test_a_click_posted_again_gets_the_answer_its_first_post_got() -> None:
         assert refused_again.body == refused.body == b"This lot is closed."
         assert post("plain", "0.7").status == 200 and post("plain", "0.7").body == b"" and hits.value == 3
         assert post("login", "0.5").body == b""  # an older click's answer is not kept: only the latest
+
+
+def test_an_async_click_posted_again_gets_the_answer_its_first_post_got() -> None:
+    # an async action is answered after the request settled (and let go of its signals); with
+    # shared state every action that wrote is answered that way (its writes awaited)
+    app = App()
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        hits = c.signal(0, "hits")
+
+        @c.action
+        async def login() -> None:
+            await asyncio.sleep(0)
+            hits.value += 1
+            c.set_cookie("seen", "yes")
+            c.redirect("/done")
+
+        @c.action
+        async def bid() -> None:
+            await asyncio.sleep(0)
+            hits.value += 1
+            raise UserError("This lot is closed.")
+
+        c.view(lambda: f"<p id='hits'>{hits.value}</p>")
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        hits = tab.context.signals["hits"]
+
+        def post(name: str, click: str) -> Any:
+            body = {protocol.CONTEXT_SIGNAL: tab.context.id}
+            return client.post(f"{tab.base}_action/{name}", json=body, headers={"via-click": click})
+
+        first, again = post("login", "0.5"), post("login", "0.5")
+        assert hits.value == 1 and b"/done" in first.body and again.body == first.body
+        assert [v for k, v in again.headers if k == "set-cookie"] == [v for k, v in first.headers if k == "set-cookie"]
+        refused, refused_again = post("bid", "0.6"), post("bid", "0.6")
+        assert hits.value == 2 and refused.status == refused_again.status == 400
+        assert refused_again.body == refused.body == b"This lot is closed."

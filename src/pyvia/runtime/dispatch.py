@@ -146,14 +146,15 @@ class Dispatch:
 
     async def finish(self, pending: Awaitable[Any], request: Request) -> Response | StreamResponse:
         try:
-            result = self.as_response(await pending)
-        except BaseException as exc:
-            result = self.error_response(exc, request)
+            try:
+                result = self.as_response(await pending)
+            except BaseException as exc:
+                result = self.error_response(exc, request)
+            if request.kind == KIND_ACTION and type(result) is Response and (result.status != 200 or result.headers):
+                self.rt.actions.remember_answer(request, result)  # before settle() lets go of its signals
         finally:
             settle(request)
         self.app.metrics.observe_request(request.kind or "other", result.status)
-        if request.kind == KIND_ACTION and type(result) is Response and (result.status != 200 or result.headers):
-            self.rt.actions.remember_answer(request, result)
         return result
 
     def error_response(self, exc: BaseException, request: Request) -> Response:

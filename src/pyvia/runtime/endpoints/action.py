@@ -30,7 +30,6 @@ from pyvia.forms import FORM_TYPES, UploadedFile, check_form, parse_form, reques
 from pyvia.http import Request, Response
 from pyvia.lifecycle import DISCONNECTED
 from pyvia.runtime.common import KIND_ACTION, KIND_PASSED, PASSED, newest, settle, settled, then
-from pyvia.runtime.reporting import context_of
 
 if typing.TYPE_CHECKING:
     from pyvia.app import App
@@ -382,9 +381,11 @@ class Actions:
         """Keep the answer of a click that ran, when a retry of it must get it too (the dispatch
         calls this for every action answer but the usual empty 200)."""
         click = request.headers.get_lower("via-click")
-        if click is None:
+        signals = request.signals  # parsed once by the action, until the answer settles
+        if click is None or not signals:
             return
-        ctx = context_of(request, self.app)
+        ctx_id = signals.get(protocol.CONTEXT_SIGNAL)
+        ctx = self.app.contexts.get(ctx_id) if type(ctx_id) is str else None
         if ctx is not None and click in ctx.recent_clicks:
             ctx.click_answer = (click, response)
 
