@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--diff-seconds", type=float, default=15.0, help="session of the changed-cells variant; 0 skips")
     p.add_argument("--diff-codings", default="zstd")
     p.add_argument(
+        "--shared-frames-min-tabs",
+        type=int,
+        default=16,
+        help="the app's shared_frames_min_tabs: 0 compresses every render per tab (A/B)",
+    )
+    p.add_argument(
         "--zstd-search",
         choices=("pyvia", "level"),
         default="pyvia",
@@ -253,7 +259,12 @@ async def _call(conn: Connection, server: Server, method: str, target: str) -> d
 async def session(
     args: argparse.Namespace, coding: str, mode: str, seconds: float, recorder: Recorder
 ) -> dict[str, Any]:
-    env = {"BENCH_GOL_MODE": mode, "BENCH_GOL_RESEED": str(args.reseed), "BENCH_ZSTD_SEARCH": args.zstd_search}
+    env = {
+        "BENCH_GOL_MODE": mode,
+        "BENCH_GOL_RESEED": str(args.reseed),
+        "BENCH_ZSTD_SEARCH": args.zstd_search,
+        "PYVIA_APP__SHARED_FRAMES_MIN_TABS": str(args.shared_frames_min_tabs),
+    }
     server = await launch("native", APP, env=env)
     tabs: list[TabStream] = []
     try:
@@ -340,6 +351,7 @@ async def _session(
         "mode": mode,
         "coding": coding,
         "zstd_search": args.zstd_search,
+        "shared_frames_min_tabs": args.shared_frames_min_tabs,
         "tabs": len(watching),
         "seconds": seconds,
         "generations": gens,

@@ -158,6 +158,7 @@ class App(AppShared, Host):
         compression_preference: Sequence[str] = ("zstd", "br", "gzip"),
         encoder_budget: int | None = None,
         encoder_idle_release: float = 60.0,
+        shared_frames_min_tabs: int = 16,
         replay_tab_bytes: int = 64 << 10,
         replay_budget: int | None = None,
         replay_idle: float = 30.0,
@@ -215,6 +216,7 @@ class App(AppShared, Host):
             preference=self.config.compression_preference,
             budget=self.config.encoder_budget if self.config.encoder_budget is not None else default_budget(),
             enabled=self.config.compression,
+            shared_min_tabs=self.config.shared_frames_min_tabs,
         )
         self.proxies = TrustedProxies(self.config.trusted_proxies)
         # URLs the browser is given: under base_path when the app is mounted below "/"

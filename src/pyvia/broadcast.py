@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyvia import protocol
+from pyvia.compress import ZSTD
 from pyvia.lifecycle import State
 from pyvia.scopes import ScopeState
 from pyvia.view_frame import ViewFrame
@@ -41,6 +42,7 @@ from pyvia.view_frame import ViewFrame
 if TYPE_CHECKING:
     from pyvia.app import App
     from pyvia.clock import TimerHandle
+    from pyvia.compress.shared_stream import SharedStream
     from pyvia.context import Context
 
 log = logging.getLogger("pyvia")
@@ -78,6 +80,7 @@ class _Slices:
         "changes",
         "duration",
         "first_mark",
+        "frames",
         "index",
         "last_flush",
         "now",
@@ -102,6 +105,7 @@ class _Slices:
         self.targets = targets
         self.index = 0
         self.shared: dict[tuple[str, str], ViewFrame | asyncio.Future[ViewFrame | None] | None] = {}
+        self.frames: dict[tuple[str, str], SharedStream | None] = {}  # the zstd frames of each shared render
         self.now = now
         self.duration = 0.0
         self.budget = 0.0  # the time the next slice may take
@@ -348,6 +352,7 @@ class Broadcaster:
             if ctx.state is DESTROYED:  # between two slices of a flush
                 continue
             view: ViewFrame | asyncio.Future[ViewFrame | None] | None
+            frames_of: SharedStream | None = None
             sink = ctx.stream.sink
             try:
                 if sink is None or sink.is_closed:  # between two streams (a reload, a hidden tab):
@@ -359,6 +364,12 @@ class Broadcaster:
                         view = shared[key]
                     else:
                         view = shared[key] = ctx.view_frame()
+                    encoder = ctx.stream.encoder
+                    if encoder is not None and encoder.coding == ZSTD:
+                        if key in slices.frames:
+                            frames_of = slices.frames[key]
+                        else:
+                            frames_of = slices.frames[key] = self._shared_frames(key)
                 else:
                     view = ctx.view_frame()
             except Exception as exc:
@@ -366,7 +377,7 @@ class Broadcaster:
                 view = None
             data = frames[0] if len(frames) == 1 else b"".join(frames)
             if ctx.pending_frames is None and (view is None or type(view) is ViewFrame):
-                ctx.stream.send(data, view, now)
+                ctx.stream.send(data, view, now, shared=frames_of)
             else:  # an async view, or frames still waiting behind one: in order
                 ctx.deliver(data, view)
             sent += 1
@@ -375,6 +386,17 @@ class Broadcaster:
         slices.index = i
         self.frames_sent += sent
         return sent
+
+    def _shared_frames(self, key: tuple[str, str]) -> SharedStream | None:
+        """The shared zstd frames of a shared render, when its scope has tabs enough to gain."""
+        compression = self.app.compression
+        least = compression.shared_min_tabs
+        if not least:
+            return None
+        state = self.app.scopes.get(key[0])
+        if state is None or len(state.members) < least:
+            return None
+        return compression.shared_stream(key)
 
     def reset(self) -> None:
         """Forget flush times (a new clock starts): marks and throttles stay."""

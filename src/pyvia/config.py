@@ -147,6 +147,9 @@ class Config:
     encoder_budget: int | None = setting(None, unit="bytes", low=0)
     #: A zstd or gzip stream idle this long frees its encoder (zstd ends its frame; the stream stays open).
     encoder_idle_release: float = setting(60.0, unit="s", low=0)
+    #: A shared render (``share_render=True``) whose scope has this many tabs compresses each of its
+    #: re-renders once into zstd frames that its zstd tabs take whole, instead of once per tab; 0: never.
+    shared_frames_min_tabs: int = setting(16, low=0)
     #: Bytes of recent frames kept per tab, so a stream that reconnects gets exactly the frames it
     #: missed instead of a full render (64 KiB: a minute of small frames ten times a second); 0 keeps none.
     replay_tab_bytes: int = setting(64 << 10, unit="bytes", low=0)

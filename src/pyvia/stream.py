@@ -41,6 +41,7 @@ from pyvia.protocol import frame_id, parse_frame_id
 from pyvia.replay import Replays, TabReplay, process_epoch
 
 if TYPE_CHECKING:
+    from pyvia.compress.shared_stream import SharedStream
     from pyvia.ops.metrics import PyviaMetrics
     from pyvia.view_frame import ViewFrame
 
@@ -315,10 +316,15 @@ class Stream:
             replays.keep(self, seq, data)
         return data
 
-    def _emit(self, sink: StreamSink, data: bytes, opening: bool = False) -> None:
+    def _emit(
+        self, sink: StreamSink, data: bytes, opening: bool = False, shared: SharedStream | None = None, now: float = 0.0
+    ) -> None:
         encoder = self.encoder
         if encoder is not None:
-            data = encoder.encode_opening(data) if opening else encoder.encode(data)
+            if shared is not None:
+                data = encoder.encode_shared(shared, data, now)
+            else:
+                data = encoder.encode_opening(data) if opening else encoder.encode(data)
         sink.write(data)
         outflow = self.outflow
         outflow.written.add(self)
@@ -352,11 +358,20 @@ class Stream:
             return True
         return False
 
-    def send(self, data: bytes, view: ViewFrame | None, now: float, *, opening: bool = False) -> None:
+    def send(
+        self,
+        data: bytes,
+        view: ViewFrame | None,
+        now: float,
+        *,
+        opening: bool = False,
+        shared: SharedStream | None = None,
+    ) -> None:
         """Send always-delivered events ``data`` and an optional view frame ``view``.
 
         ``opening``: these are the events the stream opens with (the connect event), written
-        without building the tab's compressor where the coding allows it (zstd).
+        without building the tab's compressor where the coding allows it (zstd). ``shared``: the
+        view is a shared render's, whose zstd frames the tab may take compressed once for all.
         """
         if view is not None:
             if view.whole:
@@ -396,7 +411,7 @@ class Stream:
             frame = self.pick(view)
             data = frame + data if data else frame
         if data:
-            self._emit(sink, self._frame(data, with_view, opening), opening)
+            self._emit(sink, self._frame(data, with_view, opening), opening, shared if with_view else None, now)
             self.last_write = self.last_event = now
             buffered = sink.buffered
             if buffered <= self.max_buffer:

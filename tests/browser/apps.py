@@ -17,6 +17,7 @@ compressed = App(
     title="Compressed",
     compression_preference=preference,
     encoder_idle_release=idle_release,
+    shared_frames_min_tabs=int(os.environ.get("TEST_SHARED_MIN_TABS", "16")),
     sweep_interval=0.2,
     keep_alive=0.6,
 )
@@ -42,7 +43,7 @@ def board(c: Context) -> None:
 @compressed.route("GET", "/encoders")
 def encoders() -> dict:
     """The encoder budget's counters, so a test can see a release happen."""
-    return compressed.compression.budget.stats()
+    return compressed.compression.budget.stats() | {"shared_streams": len(compressed.compression.shared_streams)}
 
 
 #: An async view (docs/views.md "Views that await") on a count every tab shares: under

@@ -38,12 +38,18 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def serve(coding: str, certificate: tuple[str, str], idle_release: float = 60) -> ServerProcess:
+def serve(
+    coding: str, certificate: tuple[str, str], idle_release: float = 60, shared_min_tabs: int = 16
+) -> ServerProcess:
     server = ServerProcess(
         "tests.browser.apps:compressed",
         free_port(),
         tls=certificate,
-        env={"TEST_COMPRESSION": coding, "TEST_IDLE_RELEASE": str(idle_release)},
+        env={
+            "TEST_COMPRESSION": coding,
+            "TEST_IDLE_RELEASE": str(idle_release),
+            "TEST_SHARED_MIN_TABS": str(shared_min_tabs),
+        },
     )
     server.start()
     return server
@@ -126,4 +132,38 @@ def test_connect_frame_then_the_tabs_own_frames_decode_in_chromium(
         assert errors == []
     finally:
         context.close()
+        server.stop()
+
+
+def test_tabs_sharing_one_compressed_frame_each_decode_every_render_in_chromium(
+    browser: Browser, certificate: tuple[str, str]
+) -> None:
+    """docs/compression.md "Shared frames": three tabs take one zstd frame compressed once; a tab
+    that opens mid-frame, then joins at the next one, and clicks from every tab all decode."""
+    server = serve("zstd", certificate, shared_min_tabs=2)
+    contexts = [browser.new_context(ignore_https_errors=True) for _ in range(4)]  # a connection pool each
+    pages = [context.new_page() for context in contexts]
+    errors: list[str] = []
+    for page in pages:
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    url = f"https://127.0.0.1:{server.port}/"
+    try:
+        for page in pages[:3]:
+            page.goto(url)
+            expect(page.locator("#n")).to_have_text("0")
+        for round_ in range(80):  # a new shared frame opens every 64 writes: the late tab joins one
+            if round_ == 3:
+                pages[3].goto(url)
+            page = pages[round_ % 4] if round_ > 3 else pages[round_ % 3]
+            page.click("#inc")
+            if round_ % 10 == 9:
+                for each in pages:
+                    expect(each.locator("#n")).to_have_text(str(round_ + 1))
+        stats = pages[0].request.get(f"{url}encoders").json()
+        assert stats["shared_streams"] == 1
+        assert stats["created"] <= 2  # only the late tab (and at most one other) compressed on its own
+        assert errors == []
+    finally:
+        for context in contexts:
+            context.close()
         server.stop()

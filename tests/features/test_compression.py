@@ -149,3 +149,41 @@ def test_bundle_is_served_precompressed_once_ready() -> None:
         assert headers["cache-control"] == "public, max-age=31536000, immutable"
         assert zstandard.ZstdDecompressor().decompress(response.body, max_output_size=1 << 20) == app.bundle.body
         assert url
+
+
+def test_tabs_of_a_shared_render_take_one_compressed_frame_and_each_decodes_every_render() -> None:
+    """docs/compression.md "Shared frames": with enough tabs, a shared render is compressed once
+    and its zstd tabs hold no compressor, while a tab that also gets events of its own, a tab that
+    comes late and a gzip tab all still see every render."""
+    app = make_app(shared_frames_min_tabs=4)
+    with TestClient(app, accept_encoding="zstd") as client, TestClient(app, accept_encoding="gzip") as gclient:
+        tabs = [client.open("/") for _ in range(6)]
+        plain = gclient.open("/")
+        for round_ in range(1, 13):
+            if round_ == 5:
+                tabs.append(client.open("/"))  # comes in mid-frame: its own compressor until a frame opens
+            tabs[round_ % 3].action("inc")  # the clicker also gets its action's answer on its stream
+            app.flush_broadcasts()
+            client.clock.advance(1.0)
+            expected = "".join(f"<li class='{'on' if (i * round_) % 3 else 'off'}'>{i}</li>" for i in range(300))
+            for tab in [*tabs, plain]:
+                assert tab.signals["_route__n"] == round_
+                assert expected in tab.html
+        shared = app.compression.shared_streams
+        assert len(shared) == 1 and next(iter(shared.values())).is_open
+        in_frame = [tab for tab in tabs if tab.context.stream.encoder.in_shared_frame]
+        assert len(in_frame) >= 5
+        assert not any(tab.context.stream.encoder.is_active for tab in in_frame)
+        # each zstd tab would have built a compressor of its own; the late one (and at most one
+        # more that had to leave a frame) did
+        assert app.compression.budget.stats()["created"] <= 2
+
+
+def test_a_shared_render_below_the_threshold_keeps_each_tab_s_own_compressor() -> None:
+    app = make_app(shared_frames_min_tabs=8)
+    with TestClient(app, accept_encoding="zstd") as client:
+        tabs = [client.open("/") for _ in range(3)]
+        tabs[0].action("inc")
+        app.flush_broadcasts()
+        assert not app.compression.shared_streams
+        assert all(tab.context.stream.encoder.is_active for tab in tabs)

@@ -6,6 +6,7 @@ hands each stream its encoder, sharing one negotiator, one budget and one frame 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from pyvia.compress.budget import EncoderBudget, Released
@@ -20,10 +21,17 @@ from pyvia.compress.codings import (
     compress,
 )
 from pyvia.compress.negotiation import Negotiator, is_compressible
+from pyvia.compress.shared_stream import SharedStream
 from pyvia.compress.stream_encoder import SharedFrames, StreamEncoder
 from pyvia.http import Request, Response
 
-__all__ = ["Compression", "add_vary"]
+__all__ = ["MAX_SHARED_STREAMS", "SHARED_MIN_TABS", "Compression", "add_vary"]
+
+#: A shared render gets shared zstd frames from this many tabs in its scope by default: below it,
+#: the tabs' own compressors hold less memory than one shared compressor (bench/RESULTS-2.md §8).
+SHARED_MIN_TABS = 16
+#: At most this many shared renders have shared frames at once; others use the tabs' compressors.
+MAX_SHARED_STREAMS = 32
 
 
 class Compression:
@@ -41,6 +49,9 @@ class Compression:
         "min_size",
         "negotiator",
         "page_levels",
+        "serials",
+        "shared_min_tabs",
+        "shared_streams",
         "stream_levels",
         "stream_window",
         "stream_zstd_search",
@@ -57,6 +68,7 @@ class Compression:
         budget: EncoderBudget | int | None = None,
         min_size: int = 512,
         enabled: bool = True,
+        shared_min_tabs: int = SHARED_MIN_TABS,
     ) -> None:
         if stream_window is not None and not 10 <= stream_window <= 24:
             raise ValueError(f"stream_window {stream_window!r} must be a window log2 in 10..24, or None (per stream)")
@@ -70,6 +82,11 @@ class Compression:
         self.frames = SharedFrames(stream_levels.zstd)
         self.min_size = min_size
         self.enabled = enabled
+        #: zstd tabs of a shared render with this many tabs take one compressed frame instead of
+        #: compressing each re-render each (0: never).
+        self.shared_min_tabs = shared_min_tabs
+        self.shared_streams: dict[tuple[str, str], SharedStream] = {}
+        self.serials = itertools.count(1)
 
     def coding_for(self, request: Request) -> str:
         return self.negotiator.for_request(request) if self.enabled else IDENTITY
@@ -137,6 +154,25 @@ class Compression:
             frames=self.frames,
             search=self.stream_zstd_search,
         )
+
+    def shared_stream(self, key: tuple[str, str]) -> SharedStream | None:
+        """The shared zstd frames of one shared render (``key``: scope and route pattern), or None
+        when :data:`MAX_SHARED_STREAMS` are open already (each holds a compressor of ~1-2 MB)."""
+        stream = self.shared_streams.get(key)
+        if stream is None:
+            if len(self.shared_streams) >= MAX_SHARED_STREAMS:
+                return None
+            stream = self.shared_streams[key] = SharedStream(self.serials, level=self.stream_levels.zstd)
+        return stream
+
+    def drop_quiet_streams(self, now: float, quiet: float) -> int:
+        """Forget the shared streams with no write for ``quiet`` seconds; return how many went.
+
+        A tab still in such a frame ends it before its next write, as when it leaves any frame."""
+        quiet_ones = [key for key, stream in self.shared_streams.items() if now - stream.last_use >= quiet]
+        for key in quiet_ones:
+            self.shared_streams.pop(key).close()
+        return len(quiet_ones)
 
     def reclaim(self) -> list[tuple[StreamEncoder, Released]]:
         """Release the encoders :meth:`EncoderBudget.victims` names; return each with its result.

@@ -28,9 +28,11 @@ from pyvia.compress.codings import (
     zstd_compressor,
 )
 from pyvia.compress.encoder_memory import interpolate, memory_row, saturation_point
+from pyvia.compress.shared_stream import END_FRAME
 
 if TYPE_CHECKING:
     from pyvia.compress.budget import EncoderBudget
+    from pyvia.compress.shared_stream import SharedStream
 
 __all__ = ["SharedFrames", "StreamEncoder"]
 
@@ -103,6 +105,7 @@ class StreamEncoder:
         "_frames",
         "_full_at",
         "_head",
+        "_joined",
         "_memory",
         "_saturated",
         "_size",
@@ -152,6 +155,7 @@ class StreamEncoder:
         self._head = coding == GZIP  # gzip: the member header is still to be written
         self._crc = 0  # gzip: CRC-32 and length of everything encoded, for the member trailer
         self._size = 0
+        self._joined = 0  # zstd: serial of the shared frame's write taken last (0: not in a shared frame)
         self.is_finished = False
 
     @property
@@ -174,6 +178,8 @@ class StreamEncoder:
 
         Raises RuntimeError after :meth:`finish`, or after a brotli/gzip :meth:`release`.
         """
+        if self._joined:
+            return self._leave() + self.encode(data)
         c = self._c
         if c is None:
             c = self._start(len(data))
@@ -211,6 +217,8 @@ class StreamEncoder:
         A brotli body is one coded stream that cannot hold a detached piece, so it goes through
         :meth:`encode` (its compressor starts here; see ``docs/compression.md``).
         """
+        if self._joined:
+            return self._leave() + self.encode_opening(data)
         if self._c is None and self.coding != BR and not self.is_finished:
             if self.coding == GZIP:
                 return self._gzip_detached(data, deflate=len(data) > _STORED_OPENING)
@@ -228,6 +236,8 @@ class StreamEncoder:
         cannot hold a detached piece), without moving the encoder up the budget's least-recently-used
         order.
         """
+        if self._joined:
+            return self._leave() + self.encode_keepalive(data)
         if self._c is None and self.coding != BR and not self.is_finished:
             if self.coding == GZIP:
                 return self._gzip_detached(data, deflate=False)
@@ -249,7 +259,7 @@ class StreamEncoder:
         if self.is_finished:
             raise RuntimeError(f"this {self.coding} stream encoder is finished; there is nothing to release")
         if self.coding == ZSTD:
-            return Released(self._end(released=True), Release.CONTINUE)
+            return Released(self._leave() + self._end(released=True), Release.CONTINUE)
         if self.coding == GZIP:
             if self._c is not None:
                 self._c = None
@@ -265,17 +275,45 @@ class StreamEncoder:
         if self.is_finished:
             return b""
         never_started = self._c is None and self.coding == BR
-        tail = self._end(released=False)
+        tail = self._leave() + self._end(released=False)
         self.is_finished = True
         # A brotli body needs at least its header and end; an empty zstd body is valid.
         return _EMPTY_BROTLI if never_started else tail
 
     def discard(self) -> None:
         """Drop the compressor without producing bytes (the peer is gone)."""
+        self._joined = 0
         if self._c is not None:
             self._c = None
             self._drop(released=False)
         self.is_finished = True
+
+    def encode_shared(self, shared: SharedStream, data: bytes, now: float) -> bytes:
+        """:meth:`encode` for a write that every tab of a shared render is sent: the bytes of
+        ``shared``'s frame when this tab can take them, so it holds no compressor of its own
+        (zstd only; anything else, or a tab that cannot take them, goes through :meth:`encode`)."""
+        if self.coding != ZSTD or self.is_finished:
+            return self.encode(data)
+        taken = shared.take(data, self._joined, now)
+        if taken is None:
+            return self.encode(data)
+        head = b""
+        if taken.opens:  # end the frame this tab has open: the shared one, or its own (freeing it)
+            head = self._leave() if self._joined else self._end(released=True)
+        self._joined = taken.serial
+        return head + taken.data if head else taken.data
+
+    @property
+    def in_shared_frame(self) -> bool:
+        """Whether the last bytes written were a shared frame's (the tab holds no compressor)."""
+        return self._joined != 0
+
+    def _leave(self) -> bytes:
+        """End the shared frame this tab is in (the bytes that do), if any."""
+        if self._joined:
+            self._joined = 0
+            return END_FRAME
+        return b""
 
     def _gzip_head(self) -> bytes:
         if self._head:

@@ -248,6 +248,8 @@ class Registry:
             if interval > 0:
                 self.keep_alive(now, interval)
             self.release_idle_encoders(now, idle_release)
+            if self.app.compression.shared_streams:
+                self.app.compression.drop_quiet_streams(now, idle_release)
             period = min(interval / 3 if interval > 0 else 5.0, max(idle_release / 2, self.app.config.sweep_interval))
             self.next_keep_alive = now + period
         if self.app.outflow.ended:  # streams the server ended (slow tab, encoder budget): tabs without one
