@@ -210,6 +210,7 @@ gol = App(
     head=[_STYLE],
     action_rate=0,
     encoder_idle_release=float(os.environ.get("BENCH_IDLE_RELEASE", "60")),
+    shared_frames_min_tabs=int(os.environ.get("BENCH_SHARED_MIN_TABS", "16")),
 )
 if os.environ.get("BENCH_ZSTD_SEARCH") == "level":  # A/B against pyvia's default search
     gol.compression.stream_zstd_search = None

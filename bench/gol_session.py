@@ -263,7 +263,7 @@ async def session(
         "BENCH_GOL_MODE": mode,
         "BENCH_GOL_RESEED": str(args.reseed),
         "BENCH_ZSTD_SEARCH": args.zstd_search,
-        "PYVIA_APP__SHARED_FRAMES_MIN_TABS": str(args.shared_frames_min_tabs),
+        "BENCH_SHARED_MIN_TABS": str(args.shared_frames_min_tabs),
     }
     server = await launch("native", APP, env=env)
     tabs: list[TabStream] = []

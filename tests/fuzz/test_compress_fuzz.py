@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from pyvia.compress import (
     negotiate,
     parse_accept_encoding,
 )
+from pyvia.compress.shared_stream import SharedStream
 from pyvia.http import Headers, Request
 from pyvia.static import StaticFiles
 
@@ -179,3 +182,49 @@ def test_static_never_serves_what_is_outside_its_root_or_hidden(site: Path, part
     assert response is None or response.status == 404 or response.body == b"public", path
     assert response is None or b"SECRET" not in response.body
     static.close()
+
+
+_SHARED_OPS = st.lists(
+    st.tuples(st.sampled_from(["render", "odd render", "private", "ping", "release", "quiet"]), st.integers(0, 3)),
+    max_size=50,
+)
+
+
+@FUZZ
+@given(ops=_SHARED_OPS, per_frame=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_tabs_sharing_zstd_frames_decode_what_each_was_sent_in_any_order_of_events(
+    ops: list[tuple[str, int]], per_frame: int, seed: int
+) -> None:
+    rng = random.Random(seed)
+    shared = SharedStream(itertools.count(1), per_frame=per_frame, max_age=1e9)
+    encoders = [StreamEncoder(ZSTD) for _ in range(4)]
+    decoders = [zstandard.ZstdDecompressor().decompressobj(read_across_frames=True) for _ in range(4)]
+    sent = [bytearray() for _ in range(4)]
+    bodies = [bytearray() for _ in range(4)]
+
+    def write(i: int, data: bytes, out: bytes) -> None:
+        sent[i] += data
+        bodies[i] += out
+        assert decoders[i].decompress(out) == data  # each write decodes at once, whole
+
+    for kind, who in ops:
+        if kind in ("render", "odd render"):
+            board = bytes(rng.choice(b"ab") for _ in range(rng.randrange(1, 3000)))
+            data = b"event: datastar-patch-elements\ndata: elements " + board + b"\n\n"
+            for k in range(4):  # every tab, the rotation says who comes first
+                i = (who + k) % 4
+                mine = data + b"event: own\ndata: x\n\n" if kind == "odd render" and i == who else data
+                write(i, mine, encoders[i].encode_shared(shared, mine, 0.0))
+        elif kind == "private":
+            data = f"event: datastar-patch-signals\ndata: signals {{n: {rng.random()}}}\n\n".encode()
+            write(who, data, encoders[who].encode(data))
+        elif kind == "ping":
+            write(who, b": ping\n\n", encoders[who].encode_keepalive(b": ping\n\n"))
+        elif kind == "release":
+            write(who, b"", encoders[who].release().data)
+        else:
+            shared.close()
+    for i in range(4):
+        bodies[i] += encoders[i].finish()
+        decoded = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(bytes(bodies[i]))
+        assert decoded == bytes(sent[i])
