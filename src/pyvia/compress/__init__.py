@@ -14,6 +14,9 @@ Rules this package keeps (DESIGN.md, hot-path rules; ``machine-limits.md`` §3):
 3. Never a library default. ``brotli.Compressor()`` alone is quality 11 with a 4 MB window: far
    too slow per frame and too large per stream (``machine-limits.md`` §3c). Every compressor here is
    built with an explicit level and window.
+4. What every tab is sent alike is compressed once: a shared render's re-render goes out as the
+   bytes of one zstd frame that all its zstd tabs take (:mod:`pyvia.compress.shared_stream`), and
+   a tab inside that frame holds no encoder.
 
 Its modules, one concept each; the names below are re-exported here, so importers say
 ``from pyvia.compress import X``:
@@ -24,6 +27,7 @@ Its modules, one concept each; the names below are re-exported here, so importer
 ``pyvia.compress.encoder_memory``      the measured memory of an encoder and the estimate built on it
 ``pyvia.compress.budget``              the per-process budget on encoder memory; what a release means
 ``pyvia.compress.stream_encoder``      one tab's stream encoder, and the shared zstd frame compressor
+``pyvia.compress.shared_stream``       a shared render's zstd frames, compressed once for many tabs
 ``pyvia.compress.compression``         an app's settings and the objects built from them (pages, streams)
 =====================================  ===========================================================
 """
