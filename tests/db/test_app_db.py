@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +192,54 @@ def test_over_http_the_server_opens_the_database_and_closes_it_on_stop(backend: 
         refused = post_action(host, port, "add", {"via_ctx": seed["via_ctx"], "body": "over http"}, cookie)
         assert refused.status == 500 and refused.body == b"Action failed"  # UNIQUE: no traceback sent
     assert not app.db.is_open
+
+
+def last_seen_app(url: str) -> App:
+    """Writes each tab's leaving to the database from an async disconnect hook (a chat's "last read")."""
+    app = App(db_url=url, db_timeout=5)
+
+    @app.db.on_open
+    async def schema(db: Database) -> None:
+        await db.execute("CREATE TABLE IF NOT EXISTS gone (tab TEXT NOT NULL)")
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        async def gone() -> None:
+            await asyncio.sleep(0.05)  # a hook that awaits before it writes
+            await app.db.execute("INSERT INTO gone (tab) VALUES ($1)", c.id)
+
+        c.on_disconnect(gone)
+        c.view(lambda: "<p id='p'>open</p>")
+
+    return app
+
+
+def gone_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM gone").fetchone()[0])
+
+
+def test_async_disconnect_hooks_write_to_the_database_at_a_stop(tmp_path: Path) -> None:
+    """docs/scopes-and-broadcasting.md "Hooks": the database stays open until what the disconnect
+    hooks write at a stop is written (they ran as background tasks after it closed)."""
+    app = last_seen_app(f"sqlite:///{tmp_path}/app.db")
+    with TestClient(app) as client:
+        for _ in range(3):
+            client.open("/")
+    assert gone_rows(tmp_path / "app.db") == 3
+
+
+def test_over_http_a_stop_waits_for_the_async_disconnect_hooks_database_writes(tmp_path: Path) -> None:
+    from tests.server.test_app_over_http import front_end, open_page, open_stream
+
+    app = last_seen_app(f"sqlite:///{tmp_path}/app.db")
+    streams = []
+    with front_end(app, "native") as (host, port):
+        for _ in range(3):
+            _, seed, cookie = open_page(host, port)
+            client, head = open_stream(host, port, {"via_ctx": seed["via_ctx"]}, cookie)
+            assert head.status == 200
+            streams.append(client)
+    for client in streams:
+        client.close()
+    assert gone_rows(tmp_path / "app.db") == 3

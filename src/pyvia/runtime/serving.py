@@ -110,6 +110,13 @@ class Serving:
         while time.monotonic() < deadline and any(ctx.pending_frames is not None for ctx in contexts.values()):
             await asyncio.sleep(0.005)
 
+    async def tasks_finished(self, running: set[asyncio.Task[None]], timeout: float) -> None:
+        """Wait, at most ``timeout`` s, for the background tasks started since ``running`` was taken:
+        the stop's async hooks, which may still write to the database the stop closes next."""
+        started = [task for task in self.app.background_tasks if task not in running]
+        if started:
+            await asyncio.wait(started, timeout=timeout)
+
     async def shutdown(
         self, budget: float = 1.5, *, spread: float = 0.0, saved: Callable[[], object] | None = None
     ) -> None:
@@ -132,7 +139,9 @@ class Serving:
             rt.registry.sweep_handle = None
         app.broadcaster.flush(force=True)
         app.broadcaster.stop()
+        running = set(app.background_tasks)
         rt.registry.leave_all()  # before the save: what the disconnect hooks keep is saved without them
+        await self.tasks_finished(running, budget)  # async hooks (a "last seen" written to the database)
         if app.config.persist_path is not None:
             rt.persistence.save_file()
         for timer in self.timers:
@@ -154,6 +163,7 @@ class Serving:
             saved()
         await rt.registry.end_streams(spread)
         await self.renders_finished(min(budget, RENDERS_WAIT))  # the last flush's async views may read it
+        await self.tasks_finished(running, min(budget, RENDERS_WAIT))  # hooks run as the streams ended
         await app.db.close()
         for closable in (rt.assets.static, rt.assets.bundle_asset):
             if closable is not None:
