@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import time
 
 import pytest
@@ -389,3 +390,49 @@ def test_an_async_middleware_that_forgets_await_is_named_in_the_error() -> None:
 
     with TestClient(app) as client, pytest.raises(TypeError, match=r"return await call_next\(request\)"):
         client.get("/")  # over the network: a 500, and this line in the log
+
+
+def room_app() -> App:
+    app = App()
+
+    @app.page("/r/{name}")
+    def room(c: Context, name: str) -> None:
+        said = c.signal(0, "said")
+
+        @c.action
+        def say() -> None:
+            said.value += 1
+
+        c.view(lambda: f"<main id='room'><h1 id='name'>{html_escape(name)}</h1><p id='said'>{said.value}</p></main>")
+
+    return app
+
+
+def html_escape(text: str) -> str:
+    return html.escape(text)
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/r/a%2Fb", "a/b"),
+        ("/r/a%2fb", "a/b"),
+        ("/r/%2F%2F", "//"),
+        ("/r/a%252Fb", "a%2Fb"),  # an encoded "%2F" is text, not a slash
+        ("/r/%3C%2Fscript%3E", "</script>"),
+        ("/r/caf%C3%A9%2Fbar", "café/bar"),
+    ],
+)
+def test_a_path_parameter_holds_an_encoded_slash(path: str, name: str) -> None:
+    """A room or a user named with a "/" (a chat's DM to "</script>") has a URL: its segment is
+    matched as one, and the handler gets it decoded."""
+    with TestClient(room_app()) as client:
+        tab = client.open(path)
+        assert f"<h1 id='name'>{html_escape(name)}</h1>" in tab.html
+        tab.action("say")
+        assert tab.signals["_said"] == 1
+
+
+def test_an_unencoded_slash_is_still_two_segments() -> None:
+    with TestClient(room_app()) as client:
+        assert client.get("/r/a/b").status == 404

@@ -265,3 +265,20 @@ def test_revival_after_the_server_process_restarts() -> None:
             assert patch_of(stream.read_chunk())["_count"] == 4
     finally:
         server.stop()
+
+
+@FRONT_ENDS
+def test_a_path_parameter_with_an_encoded_slash_reaches_its_page_over_http(kind: str) -> None:
+    """``/r/a%2Fb`` is the room ``a/b`` on both servers (a 404 before: the decoded path was two
+    segments), and an action on that tab works."""
+    from tests.features.test_routes import room_app
+
+    with front_end(room_app(), kind) as (host, port):
+        page, seed, cookie = open_page(host, port, "/r/%3C%2Fscript%3E%2Fx")
+        assert page.status == 200
+        assert "<h1 id='name'>&lt;/script&gt;/x</h1>" in page.body.decode()
+        answer = post_action(host, port, "say", {"via_ctx": seed["via_ctx"]}, cookie)
+        assert answer.status == 200
+        with RawClient(host, port) as client:
+            client.send(f"GET /r/a/b HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            assert client.read_response().status == 404
