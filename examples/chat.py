@@ -14,7 +14,9 @@ Open ``/chat/lobby`` in two browsers.
   tab of your browser, and only the server writes it.
 
 A room's latest messages and its tabs are kept in this process: run it as one worker (the
-default of ``pyvia run``). A restarted server reads the history again and revives the pages.
+default of ``pyvia run``). A restarted server reads the history again and revives the pages;
+the names, kept in the sessions of this process, are asked for again unless the app saves its
+state (``App(persist_path=...)``, docs/deployment.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@
   (``contentType: 'form'``), so the password never becomes a signal that the page would send
   again with every request.
 - Login rotates the session (``c.regenerate_session()``): an id planted in the browser before
-  login never becomes a logged-in one. The user is kept in the server-side session data.
+  login never becomes a logged-in one. The user is kept in the server-side session data, which
+  lives in this process: a restart logs everyone out (open tabs go back to the login page)
+  unless the app saves its state (``App(persist_path=...)``, docs/deployment.md) or, as a real
+  app should, keeps logins in its database (docs/security.md).
 - The middleware of the ``/area`` group runs around every request of those pages: page views
   (redirected to the login page without a user), streams, revivals and actions (answered 403).
 - Logout clears the session data and rotates the session again. A tab of the area still open
