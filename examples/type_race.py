@@ -75,7 +75,7 @@ def correct_prefix(typed: str, sentence: str) -> int:
 
 def race_over(scope: str, room: dict[str, SharedSignal]) -> bool:
     """Every player still in the room has finished, or the race ran past its limit."""
-    if app.now() - room["starts_at"].value > RACE_LIMIT:
+    if app.wall_time() - room["starts_at"].value > RACE_LIMIT:
         return True
     present = {player_key(ctx.session_id) for ctx in app.local_clients(scope)}
     return all(p["time"] is not None or p["key"] not in present for p in room["players"].value)
@@ -89,7 +89,7 @@ def tick() -> None:
         if phase is None:
             continue
         if phase.value == "countdown":
-            left = math.ceil(room["starts_at"].value - app.now())
+            left = math.ceil(room["starts_at"].value - app.wall_time())
             if left <= 0:
                 phase.value = "racing"
             elif left != room["countdown"].value:
@@ -190,7 +190,7 @@ def race(c: Context, name: str) -> None:
         if phase.value in ("waiting", "finished"):  # a new race: a new sentence, a new field
             sentence.value = random.choice([s for s in SENTENCES if s != sentence.value])
             players.value = []
-            room["starts_at"].value = app.now() + COUNTDOWN
+            room["starts_at"].value = app.wall_time() + COUNTDOWN
             countdown.value = COUNTDOWN
             phase.value = "countdown"
         if my_entry() is None:
@@ -205,7 +205,7 @@ def race(c: Context, name: str) -> None:
         text = typed.as_str()
         done = correct_prefix(text, sentence.value)
         finished = text == sentence.value
-        took = round(app.now() - room["starts_at"].value, 2) if finished else None
+        took = round(app.wall_time() - room["starts_at"].value, 2) if finished else None
         players.mutate(lambda ps: [{**p, "done": done, "time": took} if p["key"] == me else p for p in ps])
         if finished and race_over(scope, room):
             phase.value = "finished"

@@ -106,7 +106,7 @@ def tick_log(port: int) -> list[tuple[int, float]]:
 
 
 def test_an_app_timer_ticks_once_per_period_for_the_whole_cluster(fast_ticks) -> None:
-    _, a, b = fast_ticks
+    cluster, a, b = fast_ticks
     wait_until(lambda: len(tick_log(a)) >= 5, 10, "the timer ticking")
     time.sleep(2.0)
     log = tick_log(b)
@@ -118,6 +118,8 @@ def test_an_app_timer_ticks_once_per_period_for_the_whole_cluster(fast_ticks) ->
     # the timer keeps ticking between the two reads: they agree once no tick falls between them
     wait_until(lambda: get_json(a, "/state")["ticks"] == get_json(b, "/state")["ticks"], 5, "the same count on both")
     assert get_json(b, "/state")["ticks"] >= len(log)
+    # the log names the one worker that runs them (two such lines read as two timers running)
+    assert cluster.log().count("runs the app timers now") == 1, cluster.log()
 
 
 def test_killing_the_timer_workers_moves_the_timer_within_a_period_and_a_second(fast_ticks) -> None:
@@ -141,3 +143,5 @@ def test_killing_the_timer_workers_moves_the_timer_within_a_period_and_a_second(
     after = [at for pid, at in tick_log(survivor_port) if at >= first_after]
     gaps = [later - earlier for earlier, later in itertools.pairwise(after)]
     assert gaps and min(gaps) >= 0.1, gaps  # one worker took over, not two
+    taking = [line for line in cluster.log().splitlines() if "runs the app timers now" in line]
+    assert len(taking) >= 2 and taking[0] != taking[1], taking  # the first holder, then another

@@ -53,6 +53,7 @@ class TimerLease(Part):
         self.cancel_tasks()
         if self.is_timer_leader:
             self._until = 0.0
+            log.info("worker %s stops and gives the app timers up", self.node)
             with contextlib.suppress(EngineError):  # the next holder takes it at once
                 await self.engine.delete(LEASES, _LEASE_KEY, self._rev)
         await self.unsubscribe()
@@ -78,8 +79,10 @@ class TimerLease(Part):
             try:
                 if self._holder == me:
                     await self._renew_lease(me, started)
-                elif self._holder is None or started - self._seen >= _LEASE_LAPSE:
-                    await self._take_lease(me, started)
+                elif self._holder is None:
+                    await self._take_lease(me, started, lapsed=False)
+                elif started - self._seen >= _LEASE_LAPSE:
+                    await self._take_lease(me, started, lapsed=True)
             except EngineError:
                 if self._holder == me:  # an outage: nobody can take it meanwhile
                     self._until = max(self._until, time.monotonic() + _LEASE_LAPSE - _LEASE_RENEW)
@@ -95,19 +98,24 @@ class TimerLease(Part):
             return
         self._until = 0.0  # lost (it expired, or was taken while this worker was stuck)
         self._holder = None
-        await self._take_lease(me, time.monotonic())
+        log.info("worker %s no longer runs the app timers: its lease lapsed while it was held up", self.node)
+        await self._take_lease(me, time.monotonic(), lapsed=False)
 
-    async def _take_lease(self, me: bytes, sent: float) -> None:
+    async def _take_lease(self, me: bytes, sent: float, *, lapsed: bool) -> None:
+        """Take the lease if nobody holds it, or (``lapsed``) if the holder this worker watched left
+        it unchanged for a whole lapse."""
         value, revision = await self.engine.get(LEASES, _LEASE_KEY)
-        if value is not None and value != me and (revision != self._rev or self._holder != value):
+        if value is not None and value != me and (not lapsed or revision != self._rev or self._holder != value):
+            # held by a worker not seen lapsing (one that took it as this worker started, which
+            # the watch may have told it of already), or it moved since this worker last looked
             self._holder, self._rev, self._seen = value, revision, time.monotonic()
-            return  # held, and it moved since this worker last looked: its holder lives
+            return
         taken = await self.engine.cas(LEASES, _LEASE_KEY, me, revision)
         if taken is None:
             return  # another worker was quicker: its write arrives through the watch
         self._holder, self._rev, self._seen = me, taken, time.monotonic()
         self._until = sent + _LEASE_LAPSE - _LEASE_RENEW
-        log.info("this worker runs the app timers now")
+        log.info("worker %s runs the app timers now", self.node)
 
     def _lease_changed(self, change: KvChange) -> None:
         if change.key != _LEASE_KEY or (change.value is not None and change.revision < self._rev):
@@ -120,6 +128,7 @@ class TimerLease(Part):
         elif change.value != self.node.encode():
             if self._holder == self.node.encode():
                 self._until = 0.0  # taken from this worker (it was stuck past the lapse)
+                log.info("worker %s no longer runs the app timers: another took the lease", self.node)
             self._holder = change.value
 
     def _lease_resync(self) -> None:
