@@ -151,6 +151,7 @@ app = App(
     action_rate=0,
     broadcast_tick=float(os.environ.get("BENCH_BROADCAST_TICK", "0.025")),
     broadcast_settle=float(os.environ.get("BENCH_BROADCAST_SETTLE", "0.002")),
+    shared_frames_min_tabs=int(os.environ.get("BENCH_SHARED_MIN_TABS", "16")),
 )
 _n = app.signal(0, "n", scope=Scope.route("/"))
 

@@ -87,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--server", default="native", help="native | uvicorn | granian | hypercorn")
     p.add_argument("--no-micro", action="store_true", help="skip the encoder micro-benchmark (d)")
     p.add_argument(
+        "--shared-frames-min-tabs",
+        type=int,
+        default=None,
+        help="the app's shared_frames_min_tabs (default: pyvia's, 16; 0 = every zstd tab compresses each broadcast)",
+    )
+    p.add_argument(
         "--settle",
         type=float,
         default=None,
@@ -260,6 +266,8 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
         env["BENCH_BROADCAST_SETTLE"] = str(args.settle)
     if args.tick is not None:
         env["BENCH_BROADCAST_TICK"] = str(args.tick)
+    if args.shared_frames_min_tabs is not None:
+        env["BENCH_SHARED_MIN_TABS"] = str(args.shared_frames_min_tabs)
     return env
 
 
