@@ -74,8 +74,8 @@ OFF = raw("<div></div>")
 def render_board(toggle: Action) -> Markup:
     # One click handler for the whole board, not 2,500 bound actions: the browser puts the
     # clicked cell's index in the URL as the typed argument ``cell`` (an int is its own JSON).
-    on_click = "evt.target.parentElement.id == 'board' && " + str(toggle).replace(
-        f"'{toggle.url}'", f"'{toggle.url}?cell=' + [...evt.target.parentElement.children].indexOf(evt.target)", 1
+    on_click = "evt.target.parentElement.id == 'board' && " + str(
+        toggle.js(cell="[...evt.target.parentElement.children].indexOf(evt.target)")
     )
     return html(
         '<div id="board" data-on:click="{}">{}</div>',

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from pyvia import Action, App, Context, Markup, Scope, html
+from pyvia import App, Context, Markup, Scope, html
 
 ROWS, COLS = 2000, 8
 COLUMNS = "ABCDEFGH"
@@ -151,13 +151,6 @@ def window_start(scroll_top: int) -> int:
     return max(0, min(ROWS - WINDOW, scroll_top // ROW_H - OVERSCAN))
 
 
-def post(action: Action, query: str) -> str:
-    """``@post`` of an action whose typed arguments the browser computes: ``query`` is a JavaScript
-    expression appended to its URL (only the cell clicked needs it: every other argument is bound
-    when the view renders)."""
-    return str(action).replace(f"'{action.url}'", f"'{action.url}' + {query}", 1)
-
-
 MOVES = {"ArrowUp": (-1, 0), "ArrowDown": (1, 0), "ArrowLeft": (0, -1), "ArrowRight": (0, 1)}
 
 
@@ -246,7 +239,7 @@ def sheet(c: Context) -> None:
 
     move_by_key = " else ".join(f"if (k === '{name}') {{ {move(key=name)} }}" for name in MOVES)
     edit_current = edit(keep=True)
-    select_clicked = post(select, "'?r=' + r + '&k=' + k")
+    select_clicked = select.js(r="+r", k="+k")  # the cell clicked, computed in the browser
     is_editing = editing.ref()  # server-owned: the page sets it here ahead of the server's answer
     keys = f"""
       const k = evt.key, mod = evt.ctrlKey || evt.metaKey;

@@ -17,8 +17,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import FunctionType, MappingProxyType, MethodType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
+from urllib.parse import quote
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from pyvia.arguments import encode_arguments, parameters_of
 from pyvia.config import seconds_of
@@ -80,6 +81,26 @@ class Action:
             return BoundAction(self, self.url)
         return BoundAction(self, f"{self.url}?{encode_arguments(self.name, self.params, arguments)}")
 
+    def js(self, **expressions: str) -> BoundAction:
+        """This action with arguments the browser computes when it posts: ``turn.js(key="evt.key")``.
+
+        Each value is a JavaScript expression, evaluated where the action fires and sent as JSON
+        in the URL like any bound argument, so the server converts and checks it by the
+        parameter's annotation (a 400 naming it when it does not fit).
+        """
+        unknown = sorted(set(expressions) - self.params.names)
+        if unknown or not expressions:
+            raise DeclarationError(
+                f"action {self.name!r} has no argument {unknown[0]!r}; it takes {sorted(self.params.names) or 'none'}"
+                if unknown
+                else f"action {self.name!r}: js() needs at least one argument"
+            )
+        query = " + '&' + ".join(
+            f"'{quote(name, safe='')}=' + encodeURIComponent(JSON.stringify({expression}))"
+            for name, expression in expressions.items()
+        )
+        return BoundAction(self, self.url, f"'{self.url}?' + {query}")
+
     def __str__(self) -> str:
         return _post(self.url)
 
@@ -91,25 +112,32 @@ class Action:
 
 
 class BoundAction:
-    """An action with the arguments a view gave it: the same Datastar expression, another URL."""
+    """An action with the arguments a view gave it: the same Datastar expression, another URL
+    (``target``: the JavaScript that makes the URL, when the browser computes arguments)."""
 
-    __slots__ = ("action", "url")
+    __slots__ = ("action", "target", "url")
 
-    def __init__(self, action: Action, url: str) -> None:
+    def __init__(self, action: Action, url: str, target: str | None = None) -> None:
         self.action = action
         self.url = url
+        self.target = target
 
     def __str__(self) -> str:
-        return _post(self.url)
+        return _post(self.url) if self.target is None else _post_to(self.target)
 
     def __html__(self) -> Markup:
-        return _post_markup(self.url)
+        return _post_markup(self.url) if self.target is None else Markup(escape(_post_to(self.target)))
 
     def __repr__(self) -> str:
         return f"BoundAction({self.action.name!r}, {self.url!r})"
 
 
 def _post(url: str) -> str:
+    return _post_to(f"'{url}'")
+
+
+def _post_to(target: str) -> str:
+    """``_post`` for a URL made by the JavaScript expression ``target``."""
     # Datastar aborts a request still in flight when the same element posts again; the server
     # may have run it anyway, so a quick second click would lose the first one's outcome on the
     # client. Every click is an intent: never cancel. While the stream is down the request also
@@ -120,7 +148,7 @@ def _post(url: str) -> str:
     # while the page is open and is tried at most 8 s apart: Datastar's default stops after ten
     # tries (about 150 s), and what the click cleared in the page was lost with it.
     return (
-        f"@post('{url}', {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}, "
+        f"@post({target}, {{requestCancellation: 'disabled', filterSignals: {{exclude: $_via_filter}}, "
         "headers: {'via-click': Math.random()}, retryMaxCount: Infinity, retryMaxWait: 8000})"
     )
 

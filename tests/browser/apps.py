@@ -170,3 +170,25 @@ def notes_page(c: Context) -> None:
             text.bind(),
         )
     )
+
+
+#: Keys the browser reads from the event and posts as typed arguments (``Action.js``): a game's controls.
+keys = App(title="Keys")
+
+
+@keys.page("/")
+def keys_page(c: Context) -> None:
+    pressed = c.signal([], "pressed")
+
+    @c.action
+    def press(key: str, shifted: bool) -> None:
+        pressed.value = [*pressed.value, key.upper() if shifted else key]
+        c.sync()
+
+    c.view(
+        lambda: html(
+            '<main id="keys" data-on:keydown__window="{press}"><p id="pressed">{shown}</p></main>',
+            press=press.js(key="evt.key", shifted="evt.shiftKey"),
+            shown=" ".join(pressed.value),
+        )
+    )

@@ -35,6 +35,10 @@ def test_home_docs_and_game_of_life(browser: Browser, tmp_path: Path) -> None:
         expect(generation).not_to_have_text(str(first), timeout=5000)
         cells = frame.locator("#board > div")
         expect(cells).to_have_count(2500)
+        # one handler for the board: the browser puts the clicked cell's index in the URL (Action.js)
+        with page.expect_response(lambda r: "/_action/toggle?" in r.url) as toggled:
+            cells.nth(7).click()
+        assert toggled.value.status == 200 and toggled.value.url.endswith("cell=7"), toggled.value.url
         page.screenshot(path=str(shots / "game_of_life.png"))
         assert errors == []
     finally:

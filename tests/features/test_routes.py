@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pyvia import App, Context, Request, Response, RouteError
+from pyvia import App, Context, DeclarationError, Request, Response, RouteError
+from pyvia import html as html_markup
 from pyvia.downloads import disposition
 from pyvia.testing import TestClient
 
@@ -436,3 +437,28 @@ def test_a_path_parameter_holds_an_encoded_slash(path: str, name: str) -> None:
 def test_an_unencoded_slash_is_still_two_segments() -> None:
     with TestClient(room_app()) as client:
         assert client.get("/r/a/b").status == 404
+
+
+def test_arguments_computed_in_the_browser_are_typed_and_checked_like_bound_ones() -> None:
+    """``action.js(key="evt.key")``: the browser makes the URL; the server converts and checks."""
+    app = App()
+    got: list[tuple[str, int]] = []
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        @c.action
+        def move(key: str, steps: int) -> None:
+            got.append((key, steps))
+
+        js = move.js(key="evt.key", steps="evt.repeat ? 2 : 1")
+        assert "encodeURIComponent(JSON.stringify(evt.key))" in str(js)
+        assert "&#39;" in js.__html__() and "'" not in js.__html__()  # safe in an attribute
+        with pytest.raises(DeclarationError, match="no argument 'speed'"):
+            move.js(speed="1")
+        c.view(lambda: html_markup('<main id="m" data-on:keydown__window="{act}"></main>', act=js))
+
+    with TestClient(app) as client:
+        tab = client.open("/")
+        assert tab.post("/_action/move?key=%22ArrowUp%22&steps=2").status == 200
+        assert tab.post("/_action/move?key=%22x%22&steps=%22two%22").status == 400  # not an int
+        assert got == [("ArrowUp", 2)]
