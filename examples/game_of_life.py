@@ -91,9 +91,11 @@ def life(c: Context) -> None:
 
     @c.action
     def toggle(cell: int) -> None:
-        board = app.global_state["board"]
-        if 0 <= cell < len(board):
-            board[cell] = not board[cell]
+        def flipped(board: list[bool]) -> list[bool]:  # a new list: a change in place would stay here
+            return [not alive if i == cell else alive for i, alive in enumerate(board)]
+
+        if 0 <= cell < len(app.global_state["board"]):
+            app.global_state.mutate("board", flipped)
             c.broadcast()
 
     @c.action
