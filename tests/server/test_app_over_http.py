@@ -282,3 +282,22 @@ def test_a_path_parameter_with_an_encoded_slash_reaches_its_page_over_http(kind:
         with RawClient(host, port) as client:
             client.send(f"GET /r/a/b HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
             assert client.read_response().status == 404
+
+
+def test_an_app_timer_keeps_its_rate_when_its_work_takes_part_of_the_period() -> None:
+    """A 10 Hz game tick whose work takes 40 ms still runs 10 times a second: the next call is
+    due a period after the last was due, not a period after it ran (which made it 7 Hz)."""
+    app = App()
+    calls: list[float] = []
+
+    def tick() -> None:
+        calls.append(time.monotonic())
+        busy_until = time.perf_counter() + 0.04
+        while time.perf_counter() < busy_until:
+            pass
+
+    app.set_interval(tick, 0.1)
+    with running_server(app):
+        time.sleep(2.2)
+    window = [t for t in calls if calls[0] + 0.05 <= t <= calls[0] + 2.05]  # 2 s after the first call
+    assert len(window) >= 18, (len(window), [round(b - a, 3) for a, b in zip(calls, calls[1:], strict=False)])

@@ -55,8 +55,13 @@ class Serving:
         assert clock is not None
         slot = len(self.timers)
         self.timers.append(clock.call_later(period, lambda: None))
+        due = clock.now() + period
 
         def tick() -> None:
+            # At a fixed rate: the next call is due a period after this one was due, not after it
+            # ran, so a busy loop does not slow a 10 Hz game to 9 Hz; periods missed altogether
+            # are skipped, not run back to back.
+            nonlocal due
             try:
                 elsewhere = not every_worker and not app.ownership.is_timer_leader
                 result = None if elsewhere else fn()  # elsewhere: another worker runs the app's timers
@@ -65,7 +70,11 @@ class Serving:
             except Exception as exc:
                 rt.reporting.report(exc, None, "timer")
             if app.clock is not None and slot < len(self.timers):
-                self.timers[slot] = clock.call_later(period, tick)
+                now = clock.now()
+                due += period
+                if due <= now:
+                    due += (int((now - due) / period) + 1) * period
+                self.timers[slot] = clock.call_later(due - now, tick)
 
         self.timers[slot].cancel()
         self.timers[slot] = clock.call_later(period, tick)
