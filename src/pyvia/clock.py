@@ -25,6 +25,15 @@ def until_tick(now: float, period: float) -> float:
     return delay + period if delay < period / 2 else delay
 
 
+def next_due(due: float, period: float, now: float) -> float:
+    """When a repeating timer that was due at ``due`` is due next: a period later, at a fixed rate
+    (however long its callback took), skipping the periods already missed altogether."""
+    due += period
+    if due <= now:
+        due += (int((now - due) / period) + 1) * period
+    return due
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 

@@ -302,3 +302,28 @@ def test_an_app_timer_keeps_its_rate_when_its_work_takes_part_of_the_period() ->
         time.sleep(2.2)
     window = [t for t in calls if calls[0] + 0.05 <= t <= calls[0] + 2.05]  # 2 s after the first call
     assert len(window) >= 18, (len(window), [round(b - a, 3) for a, b in itertools.pairwise(calls)])
+
+
+def test_a_tab_timer_keeps_its_rate_when_its_work_takes_part_of_the_period() -> None:
+    app = App()
+    calls: list[float] = []
+
+    @app.page("/")
+    def page(c: Context) -> None:
+        def tick() -> None:
+            calls.append(time.monotonic())
+            busy_until = time.perf_counter() + 0.04
+            while time.perf_counter() < busy_until:
+                pass
+
+        c.set_interval(tick, 0.1)
+        c.view(lambda: "<p id='p'>ticking</p>")
+
+    with running_server(app) as (host, port):
+        _, seed, cookie = open_page(host, port)
+        client, head = open_stream(host, port, {"via_ctx": seed["via_ctx"]}, cookie)
+        assert head.status == 200
+        time.sleep(2.2)
+        client.close()
+    window = [t for t in calls if calls[0] + 0.05 <= t <= calls[0] + 2.05]
+    assert len(window) >= 18, (len(window), [round(b - a, 3) for a, b in itertools.pairwise(calls)])

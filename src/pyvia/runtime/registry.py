@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyvia import protocol
-from pyvia.clock import TimerHandle, until_tick
+from pyvia.clock import TimerHandle, next_due, until_tick
 from pyvia.compress import Release
 from pyvia.context import Context, call_hook
 from pyvia.lifecycle import CREATED, DESTROY, DESTROYED, DISCONNECT, EXPIRES, REGISTER, move
@@ -33,9 +33,9 @@ _SLOT = 1.0
 
 
 class Interval:
-    """A context's repeating timer: re-armed after each run, dropped when the context dies."""
+    """A context's repeating timer: re-armed after each run at a fixed rate, dropped when the context dies."""
 
-    __slots__ = ("app", "ctx", "fn", "handle", "period")
+    __slots__ = ("app", "ctx", "due", "fn", "handle", "period")
 
     def __init__(self, app: App, ctx: Context, fn: Callable[..., Any], period: float) -> None:
         self.app = app
@@ -43,11 +43,14 @@ class Interval:
         self.fn = fn
         self.period = period
         self.handle: TimerHandle | None = None
+        self.due = 0.0  # when the next call is due (the app clock)
 
     def arm(self) -> None:
         clock = self.app.clock
         assert clock is not None
-        self.handle = clock.call_later(self.period, self.tick)
+        now = clock.now()
+        self.due = now + self.period if not self.due else next_due(self.due, self.period, now)
+        self.handle = clock.call_later(self.due - now, self.tick)
 
     def tick(self) -> None:
         ctx = self.ctx

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyvia import protocol
-from pyvia.clock import Clock, TimerHandle, until_tick
+from pyvia.clock import Clock, TimerHandle, next_due, until_tick
 
 if TYPE_CHECKING:
     from pyvia.app import App
@@ -58,9 +58,7 @@ class Serving:
         due = clock.now() + period
 
         def tick() -> None:
-            # At a fixed rate: the next call is due a period after this one was due, not after it
-            # ran, so a busy loop does not slow a 10 Hz game to 9 Hz; periods missed altogether
-            # are skipped, not run back to back.
+            # at a fixed rate (next_due): a busy loop does not slow a 10 Hz game to 9 Hz
             nonlocal due
             try:
                 elsewhere = not every_worker and not app.ownership.is_timer_leader
@@ -71,9 +69,7 @@ class Serving:
                 rt.reporting.report(exc, None, "timer")
             if app.clock is not None and slot < len(self.timers):
                 now = clock.now()
-                due += period
-                if due <= now:
-                    due += (int((now - due) / period) + 1) * period
+                due = next_due(due, period, now)
                 self.timers[slot] = clock.call_later(due - now, tick)
 
         self.timers[slot].cancel()
