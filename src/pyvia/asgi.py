@@ -35,7 +35,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from pyvia.http import STATUS_PHRASES, Headers, Request, Response, StreamResponse, route_path
+from pyvia.http import STATUS_PHRASES, Headers, Request, Response, StreamResponse
 from pyvia.overrides import override
 
 if TYPE_CHECKING:
@@ -275,11 +275,6 @@ class ASGIApp:
             str(client[0]) if client else "",
             scope.get("scheme") or "http",
         )
-        raw_path = scope.get("raw_path")
-        if raw_path and b"%2" in raw_path:  # an encoded slash, perhaps: routed apart (raw_path has no query)
-            routed = route_path(raw_path.decode("latin-1"))
-            if routed is not None:
-                request.route_path = self._unmounted(routed, request.path, scope)
         try:
             if self._started_on is not asyncio.get_running_loop():
                 await self.startup()
@@ -320,13 +315,6 @@ class ASGIApp:
         if not chunks:
             return b""
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    @staticmethod
-    def _unmounted(routed: str, path: str, scope: Scope) -> str | None:
-        """``routed`` without the mount prefix that ``_route_path`` took off the decoded path."""
-        full: str = scope.get("path") or "/"
-        cut = len(full) - len(path)  # the prefix's length (no encoded slash in a mount prefix)
-        return routed[cut:] if cut >= 0 and routed.startswith(full[:cut]) else None
 
     def _route_path(self, scope: Scope) -> str:
         """The path the app routes on: the scope's path without the mount prefix.

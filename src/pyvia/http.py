@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 if TYPE_CHECKING:
     from pyvia.forms import Form
@@ -36,17 +36,7 @@ __all__ = [
     "SharedFields",
     "StreamResponse",
     "StreamSink",
-    "route_path",
 ]
-
-
-def route_path(raw_path: str) -> str | None:
-    """The path to route on when the raw (still percent-encoded) path holds an encoded slash: each
-    segment decoded alone, with its own ``%`` and ``/`` kept encoded, so that ``{name}`` can match
-    ``a%2Fb`` and be given ``a/b`` (the decoded path would make it two segments). None otherwise."""
-    if "%2f" not in raw_path.lower():
-        return None
-    return "/".join(unquote(part).replace("%", "%25").replace("/", "%2F") for part in raw_path.split("/"))
 
 
 class Headers:
@@ -332,8 +322,6 @@ class Request:
     relayed: bool = False
     #: a page view that began its session (the session-scoped signals are new too).
     new_session: bool = False
-    #: set by the server when the path held an encoded slash (:func:`route_path`), else None.
-    route_path: str | None = None
 
     @property
     def state(self) -> dict[str, object]:

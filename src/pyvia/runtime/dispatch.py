@@ -14,7 +14,6 @@ import logging
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import unquote
 
 from pyvia import protocol
 from pyvia.devtools import DEVTOOLS_PATH
@@ -232,12 +231,7 @@ class Dispatch:
             if found is None:
                 raise NotFound("unknown or used download")
             return found
-        routed = request.route_path
-        if routed is None:
-            routes, params = self.app.router.match(path)
-        else:  # a segment held an encoded slash: matched as one segment, its parameter decoded
-            routes, params = self.app.router.match(routed)
-            params = {name: unquote(value) for name, value in params.items()}
+        routes, params = self.app.router.match(path)
         if not routes:
             return self.not_found_response(request)
         method = "GET" if request.method == "HEAD" else request.method

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
-from pyvia.http import Headers, Request, route_path
+from pyvia.http import Headers, Request
 from pyvia.server import http as wire
 from pyvia.server.http import ChunkedBody, ServerLimits
 
@@ -390,8 +390,6 @@ class RequestReader:
             conn.client,
             conn.scheme,
         )
-        if b"%2" in self._url and self._url[:1] == b"/":  # an encoded slash, perhaps: routed apart
-            request.route_path = route_path(self._url.partition(b"?")[0].decode("latin-1"))
         # Drop what this request held (rule 4).
         self._body = None
         self._url = b""

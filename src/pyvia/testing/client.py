@@ -18,7 +18,7 @@ import orjson
 from pyvia.app import App
 from pyvia.clock import ManualClock
 from pyvia.errors import UsageError
-from pyvia.http import Headers, Request, Response, StreamResponse, route_path
+from pyvia.http import Headers, Request, Response, StreamResponse
 from pyvia.overrides import override
 from pyvia.testing.tab import Tab
 
@@ -188,9 +188,7 @@ class TestClient:
         cookies: bool = True,
     ) -> Response | StreamResponse:
         path, _, query = path.partition("?")
-        routed = None
         if "%" in path:
-            routed = route_path(path)
             path = unquote(path)  # as the servers give the core its path: percent-decoded
         base = self.app.config.base_path
         if base != "/" and path.startswith(base):
@@ -208,7 +206,6 @@ class TestClient:
         if cookies and self.cookies:
             hdrs.add("cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
         req = Request(method=method, path=path, query_string=query, headers=hdrs, body=body, client="127.0.0.1")
-        req.route_path = routed
         result = self.app.handle(req)
         if inspect.isawaitable(result):
             result = self.loop.run_until_complete(result)
