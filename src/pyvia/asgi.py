@@ -487,6 +487,12 @@ def _call_closed(stream: StreamResponse) -> None:
         logger.exception("error in stream close callback")
 
 
+def _graceful_stop(exc: asyncio.CancelledError) -> bool:
+    """Whether the server cancelled a stream because its graceful stop ran out of time (uvicorn
+    gives that reason), rather than for anything else, which must stay a cancellation."""
+    return any(isinstance(arg, str) and "graceful shutdown" in arg for arg in exc.args)
+
+
 async def _serve_stream(stream: StreamResponse, receive: Receive, send: Send, head_only: bool) -> None:
     """Open ``stream`` and send what the core writes until either side ends it (rules 2 and 3)."""
     try:
@@ -545,6 +551,14 @@ async def _serve_stream(stream: StreamResponse, receive: Receive, send: Send, he
                     sink._wake = None
     except OSError:
         sink.peer_gone()  # ASGI 2.4: send raises an OSError once the client is gone
+    except asyncio.CancelledError as exc:
+        if not _graceful_stop(exc):
+            raise
+        # The server's graceful stop ran out of time (uvicorn cancels with that reason): the way
+        # every stream ends there, not a failure. The body is ended, so the server logs nothing and
+        # the page reconnects to the next process; the core learns the tab left (finally).
+        with contextlib.suppress(Exception):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception:
         logger.exception("error sending a stream")
         sink.peer_gone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import time
@@ -145,6 +146,20 @@ def test_without_lifespan_the_app_starts_on_the_first_request() -> None:
     assert seen == ["start"]  # no lifespan, no shutdown message: the app is not stopped
 
 
+def ends_and_closes(stream: RawClient, timeout: float = 2.0) -> bool:
+    """The server ends the chunked body (its last chunk) and closes the connection within ``timeout``."""
+    stream.sock.settimeout(timeout)
+    data = bytes(stream.buffer)
+    try:
+        while chunk := stream.sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return data == b"" or data.endswith(b"0\r\n\r\n")
+
+
 def test_stopping_with_an_open_stream_ends_it_and_runs_shutdown() -> None:
     # uvicorn waits for open responses before the lifespan shutdown; timeout_graceful_shutdown
     # bounds that wait and cancels the stream's task, which tells the core the tab left.
@@ -157,9 +172,32 @@ def test_stopping_with_an_open_stream_ends_it_and_runs_shutdown() -> None:
         stream.read_chunk()
         took = server.stop()
         assert took < 5
-        assert stream.is_closed_by_peer(timeout=2)
+        assert ends_and_closes(stream)
     assert seen == ["start", "disconnect", "stop"]
     assert app.contexts[ctx_id].state is State.DISCONNECTED
+
+
+def test_a_stop_that_ends_open_streams_at_uvicorns_graceful_timeout_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A deploy with tabs open: uvicorn cancels the streams' tasks when its graceful timeout runs
+    out, as docs/asgi.md says it should. That is the way a pyvia stream ends under uvicorn, so it
+    is not an "Exception in ASGI application" with a traceback for every open tab."""
+    app, _ = hooked_app()
+    server = ServerThread(asgi(app), timeout_graceful_shutdown=1).start()
+    streams = []
+    for _ in range(3):
+        _, seed, cookie = open_page(server.host, server.port)
+        stream, _ = open_stream(server.host, server.port, {"via_ctx": seed["via_ctx"]}, cookie)
+        stream.read_chunk()
+        streams.append(stream)
+    with caplog.at_level(logging.INFO):
+        server.stop()
+    for stream in streams:
+        assert ends_and_closes(stream)
+        stream.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR and "Cancel" not in r.getMessage()]
+    assert errors == [], [r.getMessage() for r in errors]
 
 
 def test_a_body_over_the_limit_is_refused_with_413_before_it_is_read() -> None:
