@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -215,7 +216,7 @@ def last_seen_app(url: str) -> App:
 
 
 def gone_rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:  # a with block alone commits, not closes
         return int(db.execute("SELECT count(*) FROM gone").fetchone()[0])
 
 
