@@ -22,7 +22,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -122,13 +122,18 @@ def _is_context(hint: Any) -> bool:
     return hint is Context or hint == "Context"
 
 
-def encode_arguments(action_name: str, shape: Parameters, values: Mapping[str, Any]) -> str:
-    """The query string that carries ``values`` for the action (raises DeclarationError on misuse)."""
-    unknown = sorted(set(values) - shape.names)
+def check_argument_names(action_name: str, shape: Parameters, names: Iterable[str]) -> None:
+    """Raise DeclarationError when a view binds an argument the action does not take."""
+    unknown = sorted(set(names) - shape.names)
     if unknown:
         raise DeclarationError(
             f"action {action_name!r} has no argument {unknown[0]!r}; it takes {sorted(shape.names) or 'none'}"
         )
+
+
+def encode_arguments(action_name: str, shape: Parameters, values: Mapping[str, Any]) -> str:
+    """The query string that carries ``values`` for the action (raises DeclarationError on misuse)."""
+    check_argument_names(action_name, shape, values)
     parts = []
     for name, value in values.items():
         try:

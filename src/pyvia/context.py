@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
-from pyvia.arguments import encode_arguments, parameters_of
+from pyvia.arguments import check_argument_names, encode_arguments, parameters_of
 from pyvia.config import seconds_of
 from pyvia.errors import DeclarationError
 from pyvia.http import Request, Response
@@ -88,13 +88,9 @@ class Action:
         in the URL like any bound argument, so the server converts and checks it by the
         parameter's annotation (a 400 naming it when it does not fit).
         """
-        unknown = sorted(set(expressions) - self.params.names)
-        if unknown or not expressions:
-            raise DeclarationError(
-                f"action {self.name!r} has no argument {unknown[0]!r}; it takes {sorted(self.params.names) or 'none'}"
-                if unknown
-                else f"action {self.name!r}: js() needs at least one argument"
-            )
+        if not expressions:
+            raise DeclarationError(f"action {self.name!r}: js() needs at least one argument")
+        check_argument_names(self.name, self.params, expressions)
         query = " + '&' + ".join(
             f"'{quote(name, safe='')}=' + encodeURIComponent(JSON.stringify({expression}))"
             for name, expression in expressions.items()

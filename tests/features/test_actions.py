@@ -11,6 +11,12 @@ from pyvia import App, Context, DeclarationError, UserError, protocol
 from pyvia.testing import TestClient
 
 
+def post_click(client: TestClient, tab: Any, name: str, click: str) -> Any:
+    """Post action ``name`` as a click with id ``click`` would, so that posting it twice is a retry."""
+    body = {protocol.CONTEXT_SIGNAL: tab.context.id}
+    return client.post(f"{tab.base}_action/{name}", json=body, headers={"via-click": click})
+
+
 def make_app() -> App:
     app = App()
 
@@ -266,8 +272,7 @@ def test_a_click_posted_again_gets_the_answer_its_first_post_got() -> None:
         hits = tab.context.signals["hits"]
 
         def post(name: str, click: str) -> Any:
-            body = {protocol.CONTEXT_SIGNAL: tab.context.id}
-            return client.post(f"{tab.base}_action/{name}", json=body, headers={"via-click": click})
+            return post_click(client, tab, name, click)
 
         first, again = post("login", "0.5"), post("login", "0.5")
         assert hits.value == 1
@@ -312,8 +317,7 @@ def test_an_async_click_posted_again_gets_the_answer_its_first_post_got() -> Non
         hits = tab.context.signals["hits"]
 
         def post(name: str, click: str) -> Any:
-            body = {protocol.CONTEXT_SIGNAL: tab.context.id}
-            return client.post(f"{tab.base}_action/{name}", json=body, headers={"via-click": click})
+            return post_click(client, tab, name, click)
 
         first, again = post("login", "0.5"), post("login", "0.5")
         assert hits.value == 1 and b"/done" in first.body and again.body == first.body

@@ -119,8 +119,8 @@ class SharedStream:
             self.writes = 0
             self.started = now
             self.prev = 0
-        else:
-            self.prev = taken.serial  # type: ignore[union-attr]  # not due: a frame is open, so a write was taken
+        elif taken is not None:  # always, when not due: a frame is open, so a write was taken
+            self.prev = taken.serial
         out = c.compress(data) + c.flush(_FLUSH_BLOCK)
         self.writes += 1
         self.last_use = now
